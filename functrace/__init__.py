@@ -1,0 +1,17 @@
+"""functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
+from . import tree_util
+from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
+from .errors import ConcretizationError, DtypeError, ShapeError, UnexpectedTracerError
+from .staging import make_jaxpr
+from .autodiff import (grad, value_and_grad, vjp, jvp, linearize, jacfwd, jacrev, hessian,
+                       stop_gradient)
+from .batching import vmap
+from . import numpy
+from . import test_util
+
+__version__ = "0.1.0"
+
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
+           "stop_gradient", "vmap", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
+           "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
+           "UnexpectedTracerError"]

@@ -1,0 +1,492 @@
+"""Forward mode (JVP trace) and reverse mode (VJP tape trace).
+
+Design choice: reverse mode uses *direct VJP rules* on a tape, as HIPS autograd does,
+rather than JAX's linearize-then-transpose.  Reasons:
+
+* Each primitive's reverse rule is one short function next to its forward rule, which is
+  easier to read and to check than a transpose rule plus linearity bookkeeping.
+* The forward pass runs on real values when inputs are concrete, so Python control flow
+  on values works under ``grad`` (as in autograd), while under ``make_jaxpr``/``jit`` the
+  same code records IR: reverse mode is an IR-to-IR transform when the inputs are staged.
+* Rules are written with primitives that are themselves differentiable (closure under
+  differentiation), so reverse-over-reverse, forward-over-reverse, ... nest to any depth;
+  each nested transformation has its own trace level, so tracers never get confused.
+
+The backward sweep walks the tape iteratively (no recursion), so 10^5-op chains are fine.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
+from .errors import DtypeError, FunctraceError
+from . import primitives as P
+from .primitives import add, new_primitive
+from . import tree_util
+
+# --------------------------------------------------------------------------- forward mode
+
+
+class JVPTracer(Tracer):
+    __slots__ = ("primal", "tangent")
+
+    def __init__(self, trace, primal, tangent):
+        self._trace = trace
+        self.primal = primal
+        self.tangent = tangent  # None is a symbolic zero
+
+    @property
+    def aval(self) -> ShapedArray:
+        return get_aval(self.primal)
+
+    def concrete_value(self):
+        p = self.primal
+        return p.concrete_value() if isinstance(p, Tracer) else p
+
+
+def _missing_rule(primitive, mode: str):
+    return NotImplementedError(f"{mode} differentiation rule for primitive '{primitive.name}' is not implemented")
+
+
+class JVPTrace(Trace):
+    __slots__ = ()
+
+    def pure(self, val):
+        return JVPTracer(self, val, None)
+
+    def process_primitive(self, primitive, tracers, params):
+        primals = [t.primal for t in tracers]
+        ans = primitive.bind(*primals, **params)
+        rules = primitive.jvp
+        tangent = None
+        for i, t in enumerate(tracers):
+            if t.tangent is None:
+                continue
+            if rules is None:
+                break
+            rule = rules[i]
+            if rule is None:
+                continue
+            c = rule(t.tangent, ans, *primals, **params)
+            if c is not None:
+                tangent = c if tangent is None else add(tangent, c)
+        if tangent is None:
+            return ans
+        if P.shape_of(tangent) != P.shape_of(ans):  # a linear rule passed a broadcast operand through
+            tangent = P.broadcast_to(tangent, P.shape_of(ans))
+        return JVPTracer(self, ans, tangent)
+
+
+# --------------------------------------------------------------------------- reverse mode
+
+
+class VJPTracer(Tracer):
+    """A value on the tape: its primal and the index of the tape entry that made it."""
+
+    __slots__ = ("primal", "node")
+
+    def __init__(self, trace, primal, node):
+        self._trace = trace
+        self.primal = primal
+        self.node = node  # None: a constant of this trace (no gradient flows)
+
+    @property
+    def aval(self) -> ShapedArray:
+        return get_aval(self.primal)
+
+    def concrete_value(self):
+        p = self.primal
+        return p.concrete_value() if isinstance(p, Tracer) else p
+
+
+class VJPTrace(Trace):
+    __slots__ = ()
+
+    def pure(self, val):
+        return VJPTracer(self, val, None)
+
+    def process_primitive(self, primitive, tracers, params):
+        primals = [t.primal for t in tracers]
+        ans = primitive.bind(*primals, **params)
+        nodes = [t.node for t in tracers]
+        if all(n is None for n in nodes) or not is_float_dtype(get_aval(ans).dtype):
+            return ans
+        tape: list = self.main.global_data
+        tape.append((primitive, params, primals, nodes, ans))
+        return VJPTracer(self, ans, len(tape) - 1)
+
+
+def backward_pass(tape: list, seeds: dict, num_inputs: int) -> list:
+    """Sweep the tape from the end, accumulating cotangents; returns input cotangents (or None)."""
+    cts = dict(seeds)
+    for i in range(len(tape) - 1, num_inputs - 1, -1):
+        g = cts.pop(i, None)
+        if g is None:
+            continue
+        primitive, params, primals, nodes, ans = tape[i]
+        rules = primitive.vjp
+        for j, nd in enumerate(nodes):
+            if nd is None:
+                continue
+            if rules is None:
+                raise _missing_rule(primitive, "reverse-mode")
+            rule = rules[j]
+            if rule is None:
+                continue
+            c = rule(g, ans, *primals, **params)
+            if c is not None:
+                cts[nd] = add(cts[nd], c) if nd in cts else c
+    return [cts.get(i) for i in range(num_inputs)]
+
+
+def _fun_name(f) -> str:
+    return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+
+
+def _as_array(x, fname: str, what: str):
+    if isinstance(x, Tracer):
+        return x
+    try:
+        get_aval(x)
+    except TypeError as e:
+        raise TypeError(f"{what} of `{fname}`: {e}") from None
+    return np.asarray(x) if not isinstance(x, np.ndarray) else x
+
+
+def _check_float_inputs(leaves, fname: str, transform: str):
+    for i, x in enumerate(leaves):
+        d = get_aval(x).dtype
+        if not is_float_dtype(d):
+            raise DtypeError(
+                f"{transform} requires floating-point inputs, but an input of `{fname}` being "
+                f"differentiated has dtype {d.name}. Convert it with .astype(float) or move it out "
+                "of argnums.")
+
+
+def _vjp_flat(fun: Callable, primal_leaves: list, fname: str):
+    """Run ``fun`` on the tape; returns (out leaves, out tree, aux, backward function)."""
+    tape: list = []
+    with new_main(VJPTrace, tape) as main:
+        trace = VJPTrace(main)
+        inputs = []
+        for i, x in enumerate(primal_leaves):
+            tape.append((None, None, None, None, x))
+            inputs.append(VJPTracer(trace, x, i))
+        outs = fun(*inputs)
+    return tape, main, outs
+
+
+def _lower(x, main):
+    """Strip this trace's wrapper from an output: VJPTracer/JVPTracer -> its primal."""
+    while isinstance(x, Tracer) and x._trace.main is main:
+        x = x.primal
+    return x
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+    """``out, vjp_fn = vjp(f, *primals)``; ``vjp_fn(cotangent)`` returns one cotangent per primal."""
+    fname = _fun_name(fun)
+    leaves, in_tree = tree_util.tree_flatten(primals)
+    leaves = [_as_array(x, fname, "argument") for x in leaves]
+    _check_float_inputs(leaves, fname, "vjp")
+    out_tree_box: list = []
+
+    def flat_fun(*xs):
+        out = fun(*tree_util.tree_unflatten(in_tree, xs))
+        if has_aux:
+            out, aux = out
+            out_tree_box.append(aux)
+        ol, ot = tree_util.tree_flatten(out)
+        out_tree_box.insert(0, ot)
+        return ol
+
+    tape, main, outs = _vjp_flat(flat_fun, leaves, fname)
+    out_tree = out_tree_box[0]
+    out_primals = [_lower(o, main) for o in outs]
+    out_nodes = [o.node if isinstance(o, VJPTracer) and o._trace.main is main else None for o in outs]
+
+    def vjp_fn(cotangent):
+        ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise ValueError(f"vjp of `{fname}`: cotangent structure {ct_tree} does not match output {out_tree}")
+        seeds: dict = {}
+        for nd, ct, op in zip(out_nodes, ct_leaves, out_primals):
+            if P.shape_of(ct) != P.shape_of(op):
+                raise ValueError(f"vjp of `{fname}`: cotangent shape {P.shape_of(ct)} does not match "
+                                 f"output shape {P.shape_of(op)}")
+            if nd is not None:
+                seeds[nd] = add(seeds[nd], ct) if nd in seeds else ct
+        cts = backward_pass(tape, seeds, len(leaves))
+        cts = [P.zeros_like(x) if c is None else c for c, x in zip(cts, leaves)]
+        return tree_util.tree_unflatten(in_tree, cts)
+
+    out = tree_util.tree_unflatten(out_tree, out_primals)
+    if has_aux:
+        aux = tree_util.tree_map(lambda x: _lower(x, main), out_tree_box[1])
+        return out, vjp_fn, aux
+    return out, vjp_fn
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """``value_and_grad(f)(*args) -> (f(*args), df/dargs[argnums])``; f must return a scalar."""
+    fname = _fun_name(fun)
+    multiple = not isinstance(argnums, int)
+    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+
+    @functools.wraps(fun)
+    def value_and_grad_fun(*args, **kwargs):
+        for a in argnum_tuple:
+            if not -len(args) <= a < len(args):
+                raise ValueError(f"grad of `{fname}`: argnums={argnums} but the function was called "
+                                 f"with {len(args)} positional arguments")
+        diff_args = [args[a] for a in argnum_tuple]
+        leaves, in_tree = tree_util.tree_flatten(diff_args)
+        leaves = [_as_array(x, fname, "argument") for x in leaves]
+        _check_float_inputs(leaves, fname, "grad")
+        aux_box: list = []
+
+        def flat_fun(*xs):
+            parts = tree_util.tree_unflatten(in_tree, xs)
+            full = list(args)
+            for a, p in zip(argnum_tuple, parts):
+                full[a] = p
+            out = fun(*full, **kwargs)
+            if has_aux:
+                if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                    raise TypeError(f"grad of `{fname}` with has_aux=True: the function must return a "
+                                    f"pair (output, aux), got {type(out).__name__}")
+                out, aux = out
+                aux_box.append(aux)
+            return [out]
+
+        tape, main, outs = _vjp_flat(flat_fun, leaves, fname)
+        out = outs[0]
+        try:
+            aval = get_aval(out)
+        except TypeError:
+            raise TypeError(f"grad of `{fname}`: the function must return a scalar array, "
+                            f"got {type(out).__name__}") from None
+        if aval.shape != ():
+            raise TypeError(f"grad of `{fname}` requires a scalar output, but it returned shape "
+                            f"{aval.shape}. Use ft.jacrev / ft.vjp for non-scalar outputs, or reduce "
+                            "the output (e.g. fnp.sum).")
+        if not is_float_dtype(aval.dtype):
+            raise DtypeError(f"grad of `{fname}` requires a floating-point output, got {aval.dtype.name}")
+        value = _lower(out, main)
+        if isinstance(out, VJPTracer) and out._trace.main is main:
+            seeds = {out.node: P.scalar_like(value, 1)}
+        else:
+            seeds = {}
+        cts = backward_pass(tape, seeds, len(leaves))
+        cts = [P.zeros_like(x) if c is None else c for c, x in zip(cts, leaves)]
+        grads = tree_util.tree_unflatten(in_tree, cts)
+        g = tuple(grads) if multiple else grads[0]
+        if has_aux:
+            aux = tree_util.tree_map(lambda x: _lower(x, main), aux_box[0])
+            return (value, aux), g
+        return value, g
+
+    return value_and_grad_fun
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of a scalar function, with the structure of the ``argnums`` arguments."""
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def grad_fun(*args, **kwargs):
+        value, g = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return grad_fun
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """Forward mode: ``(f(*primals), df(primals) . tangents)``."""
+    fname = _fun_name(fun)
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError(f"jvp of `{fname}`: primals and tangents must be tuples or lists")
+    p_leaves, p_tree = tree_util.tree_flatten(tuple(primals))
+    t_leaves, t_tree = tree_util.tree_flatten(tuple(tangents))
+    if p_tree != t_tree:
+        raise ValueError(f"jvp of `{fname}`: primal structure {p_tree} does not match tangent structure {t_tree}")
+    p_leaves = [_as_array(x, fname, "primal") for x in p_leaves]
+    for p, t in zip(p_leaves, t_leaves):
+        if P.shape_of(p) != P.shape_of(t):
+            raise ValueError(f"jvp of `{fname}`: primal shape {P.shape_of(p)} and tangent shape "
+                             f"{P.shape_of(t)} differ")
+    with new_main(JVPTrace) as main:
+        trace = JVPTrace(main)
+        ins = [JVPTracer(trace, p, t if is_float_dtype(get_aval(p).dtype) else None)
+               for p, t in zip(p_leaves, t_leaves)]
+        out = fun(*tree_util.tree_unflatten(p_tree, ins))
+        aux = None
+        if has_aux:
+            out, aux = out
+        o_leaves, o_tree = tree_util.tree_flatten(out)
+        primal_out, tangent_out = [], []
+        for o in o_leaves:
+            if isinstance(o, JVPTracer) and o._trace.main is main:
+                primal_out.append(o.primal)
+                tangent_out.append(P.zeros_like(o.primal) if o.tangent is None else o.tangent)
+            else:
+                primal_out.append(o)
+                tangent_out.append(P.zeros_like(o))
+    res = (tree_util.tree_unflatten(o_tree, primal_out), tree_util.tree_unflatten(o_tree, tangent_out))
+    if has_aux:
+        return res + (tree_util.tree_map(lambda x: _lower(x, main), aux),)
+    return res
+
+
+def linearize(fun: Callable, *primals):
+    """``out, f_jvp = linearize(f, *primals)``: the primal computation runs once; ``f_jvp(*t)``
+    replays only the tangent equations (staged into a jaxpr with the primal values as constants)."""
+    from .staging import make_jaxpr
+    from .core import eval_jaxpr
+    box = []
+
+    def tangent_fn(*tangents):
+        out, t_out = jvp(fun, primals, tangents)
+        box.append(out)
+        return t_out
+
+    closed = make_jaxpr(tangent_fn)(*[P.zeros_like(np.asarray(p)) for p in primals])
+
+    def f_jvp(*tangents):
+        leaves, _ = tree_util.tree_flatten(tangents)
+        return tree_util.tree_unflatten(closed.out_tree, eval_jaxpr(closed.jaxpr, closed.consts, *leaves))
+
+    return box[0], f_jvp
+
+
+# --------------------------------------------------------------------------- Jacobians (vmap-based)
+
+
+def _std_basis(leaves):
+    """An identity matrix over the flattened inputs, split per leaf: (n, *leaf.shape) each."""
+    sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
+    n = sum(sizes)
+    dtype = np.result_type(*[get_aval(x).dtype for x in leaves])
+    eye = np.eye(n, dtype=dtype)
+    out, start = [], 0
+    for x, s in zip(leaves, sizes):
+        out.append(eye[:, start:start + s].reshape((n,) + P.shape_of(x)).astype(get_aval(x).dtype))
+        start += s
+    return out
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """Jacobian by forward mode: ``vmap`` of ``jvp`` over the standard basis of the inputs."""
+    from .batching import vmap
+    fname = _fun_name(fun)
+    multiple = not isinstance(argnums, int)
+    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+
+    @functools.wraps(fun)
+    def jac_fun(*args):
+        dyn = [args[a] for a in argnum_tuple]
+        leaves, in_tree = tree_util.tree_flatten(dyn)
+        leaves = [_as_array(x, fname, "argument") for x in leaves]
+        _check_float_inputs(leaves, fname, "jacfwd")
+
+        def f_flat(*xs):
+            full = list(args)
+            for a, p in zip(argnum_tuple, tree_util.tree_unflatten(in_tree, xs)):
+                full[a] = p
+            return fun(*full)
+
+        def push(*ts):
+            out = jvp(f_flat, leaves, list(ts), has_aux=has_aux)
+            return (out[1], out[2]) if has_aux else out[1]
+
+        basis = _std_basis(leaves)
+        res = vmap(push, in_axes=0, out_axes=-1 if not has_aux else (-1, None))(*basis)
+        jac, aux = res if has_aux else (res, None)
+        # jac leaves: (out..., n_total); split the last axis per input leaf
+        sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
+
+        def split(o):
+            oshape = P.shape_of(o)[:-1]
+            parts, start = [], 0
+            for x, s in zip(leaves, sizes):
+                part = P.slice_op(o, (0,) * len(oshape) + (start,), oshape + (start + s,))
+                parts.append(P.reshape(part, oshape + P.shape_of(x)))
+                start += s
+            grouped = tree_util.tree_unflatten(in_tree, parts)
+            return tuple(grouped) if multiple else grouped[0]
+
+        out = tree_util.tree_map(split, jac)
+        return (out, aux) if has_aux else out
+
+    return jac_fun
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """Jacobian by reverse mode: ``vmap`` of the ``vjp`` function over the output basis."""
+    from .batching import vmap
+    fname = _fun_name(fun)
+    multiple = not isinstance(argnums, int)
+    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+
+    @functools.wraps(fun)
+    def jac_fun(*args):
+        dyn = tuple(args[a] for a in argnum_tuple)
+
+        def f_dyn(*d):
+            full = list(args)
+            for a, p in zip(argnum_tuple, d):
+                full[a] = p
+            return fun(*full)
+
+        res = vjp(f_dyn, *dyn, has_aux=has_aux)
+        out, pullback = res[0], res[1]
+        o_leaves, o_tree = tree_util.tree_flatten(out)
+        basis = _std_basis(o_leaves)
+        sizes = [int(np.prod(P.shape_of(o), dtype=np.int64)) for o in o_leaves]
+
+        def pull(*cts):
+            return pullback(tree_util.tree_unflatten(o_tree, list(cts)))
+
+        # cotangent per input: (n_out_total, *in.shape)
+        cts = vmap(pull)(*basis)
+        in_leaves, in_tree = tree_util.tree_flatten(cts)
+
+        per_out = []
+        start = 0
+        for o, s in zip(o_leaves, sizes):
+            oshape = P.shape_of(o)
+
+            def piece(c, start=start, s=s, oshape=oshape):
+                cshape = P.shape_of(c)[1:]
+                part = P.slice_op(c, (start,) + (0,) * len(cshape), (start + s,) + cshape)
+                return P.reshape(part, oshape + cshape)
+            grouped = tree_util.tree_map(piece, cts)
+            per_out.append(tuple(grouped) if multiple else grouped[0])
+            start += s
+        jac = tree_util.tree_unflatten(o_tree, per_out)
+        return (jac, res[2]) if has_aux else jac
+
+    return jac_fun
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """Hessian as forward-over-reverse: ``jacfwd(jacrev(f))``."""
+    return jacfwd(jacrev(fun, argnums), argnums)
+
+
+# --------------------------------------------------------------------------- stop_gradient
+
+stop_gradient_p = new_primitive("stop_gradient")
+stop_gradient_p.impl = lambda x: x
+stop_gradient_p.abstract_eval = lambda a: a
+stop_gradient_p.jvp = [None]
+stop_gradient_p.vjp = [None]
+stop_gradient_p.batch = lambda vals, dims: (stop_gradient_p.bind(vals[0]), dims[0])
+
+
+def stop_gradient(x: Any) -> Any:
+    """Identity on values; blocks derivatives of every order (applies to pytrees)."""
+    return tree_util.tree_map(lambda v: stop_gradient_p.bind(v) if isinstance(v, Tracer) else v, x)

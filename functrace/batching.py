@@ -1,0 +1,128 @@
+"""Vectorizing map: every primitive's batching rule runs the whole batch in one op."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from .core import ShapedArray, Trace, Tracer, get_aval, new_main
+from .errors import ConcretizationError
+from . import primitives as P
+from . import tree_util
+
+
+class BatchTracer(Tracer):
+    """A batch of values stacked along ``batch_dim`` of ``val`` (None: the same for all)."""
+
+    __slots__ = ("val", "batch_dim")
+
+    def __init__(self, trace, val, batch_dim):
+        self._trace = trace
+        self.val = val
+        self.batch_dim = batch_dim
+
+    @property
+    def aval(self) -> ShapedArray:
+        a = get_aval(self.val)
+        if self.batch_dim is None:
+            return a
+        shape = a.shape[:self.batch_dim] + a.shape[self.batch_dim + 1:]
+        return ShapedArray(shape, a.dtype, a.weak_type)
+
+    def concrete_value(self):
+        if self.batch_dim is None:
+            v = self.val
+            return v.concrete_value() if isinstance(v, Tracer) else v
+        raise ConcretizationError(self, "")
+
+
+class BatchTrace(Trace):
+    __slots__ = ()
+
+    def pure(self, val):
+        return BatchTracer(self, val, None)
+
+    def process_primitive(self, primitive, tracers, params):
+        vals = [t.val for t in tracers]
+        dims = [t.batch_dim for t in tracers]
+        if all(d is None for d in dims):
+            return primitive.bind(*vals, **params)
+        if primitive.batch is None:
+            raise NotImplementedError(f"vmap: no batching rule for primitive '{primitive.name}'")
+        out, out_dim = primitive.batch(vals, dims, **params)
+        if primitive.multiple_results:
+            return [BatchTracer(self, o, d) for o, d in zip(out, out_dim)]
+        return BatchTracer(self, out, out_dim)
+
+
+def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
+    """Expand an in_axes/out_axes prefix tree to one entry per leaf of ``tree``."""
+    if prefix is None or isinstance(prefix, int):
+        return [prefix] * len(tree_util.tree_leaves(tree))
+    if isinstance(prefix, (list, tuple)) and isinstance(tree, (list, tuple)) and len(prefix) == len(tree):
+        return [a for p, t in zip(prefix, tree) for a in _broadcast_prefix(p, t, what, fname)]
+    if isinstance(prefix, dict) and isinstance(tree, dict) and set(prefix) == set(tree):
+        return [a for k in sorted(tree) for a in _broadcast_prefix(prefix[k], tree[k], what, fname)]
+    raise ValueError(f"vmap of `{fname}`: {what} {prefix!r} does not match the structure of the arguments")
+
+
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None) -> Callable:
+    """Map ``fun`` over an axis of its inputs without a Python loop (batching rules)."""
+    fname = getattr(fun, "__qualname__", repr(fun))
+
+    @functools.wraps(fun)
+    def batched_fun(*args):
+        axes_tree = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
+        if isinstance(in_axes, list):
+            axes_tree = tuple(in_axes)
+        if len(axes_tree) != len(args):
+            raise ValueError(f"vmap of `{fname}`: in_axes has {len(axes_tree)} entries but the "
+                             f"function was called with {len(args)} arguments")
+        leaves, in_tree = tree_util.tree_flatten(args)
+        axes = _broadcast_prefix(tuple(axes_tree), args, "in_axes", fname)
+        sizes = set()
+        norm_axes = []
+        for x, ax in zip(leaves, axes):
+            if ax is None:
+                norm_axes.append(None)
+                continue
+            nd = len(P.shape_of(x))
+            if not -nd <= ax < nd:
+                raise ValueError(f"vmap of `{fname}`: in_axes {ax} out of range for an argument of "
+                                 f"shape {P.shape_of(x)}")
+            ax = ax % nd
+            norm_axes.append(ax)
+            sizes.add(P.shape_of(x)[ax])
+        if axis_size is not None:
+            sizes.add(axis_size)
+        if len(sizes) != 1:
+            raise ValueError(f"vmap of `{fname}`: mapped axes have inconsistent or no sizes {sorted(sizes)}")
+        size = sizes.pop()
+        with new_main(BatchTrace) as main:
+            trace = BatchTrace(main)
+            ins = [BatchTracer(trace, x if isinstance(x, Tracer) else np.asarray(x), ax)
+                   if ax is not None else x for x, ax in zip(leaves, norm_axes)]
+            out = fun(*tree_util.tree_unflatten(in_tree, ins))
+            o_leaves, o_tree = tree_util.tree_flatten(out)
+            o_axes = _broadcast_prefix(out_axes, out, "out_axes", fname)
+            results = []
+            for o, oax in zip(o_leaves, o_axes):
+                if isinstance(o, BatchTracer) and o._trace.main is main:
+                    val, bd = o.val, o.batch_dim
+                else:
+                    val, bd = o, None
+                if oax is None:
+                    if bd is not None:
+                        raise ValueError(f"vmap of `{fname}`: out_axes=None but an output is batched")
+                    results.append(val)
+                    continue
+                if bd is None:
+                    vshape = P.shape_of(val)
+                    val = P.broadcast_in_dim(val, (size,) + vshape, tuple(range(1, len(vshape) + 1)))
+                    bd = 0
+                nd = len(P.shape_of(val))
+                results.append(P.moveaxis(val, bd, oax % nd))
+        return tree_util.tree_unflatten(o_tree, results)
+
+    return batched_fun

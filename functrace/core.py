@@ -1,0 +1,464 @@
+"""The core: abstract values, the IR, primitives, tracers and the trace stack.
+
+Design (autodidax-style, kept small):
+
+* ``ShapedArray`` is the abstract value (shape, dtype, weak_type) every tracer has.
+* The IR is a ``Jaxpr``: typed ``Var`` inputs, constants, a list of ``JaxprEqn``
+  (``outvars = primitive[params](invars)``) and outputs.  ``eval_jaxpr`` replays it
+  through ``bind``, so replaying under any transformation transforms the IR.
+* A ``Primitive`` is declared once (see ``primitives.py``) and carries its shape rule,
+  numpy implementation, derivative rules and batching rule.
+* Transformations are ``Trace`` subclasses.  Each active transformation owns a
+  ``MainTrace`` on the global trace stack with a unique *level*; ``bind`` routes an
+  operation to the highest-level trace among its arguments, so tracers of nested
+  transformations never mix ("perturbation confusion" cannot happen).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import ConcretizationError, UnexpectedTracerError, user_frame_description
+
+# --------------------------------------------------------------------------- avals
+
+
+class ShapedArray:
+    """Abstract value: what a tracer knows about an array without its contents."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape: tuple, dtype: np.dtype, weak_type: bool = False):
+        self.shape = shape
+        self.dtype = dtype
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def str_short(self) -> str:
+        return f"{_DTYPE_SHORT.get(self.dtype, self.dtype.name)}[{','.join(map(str, self.shape))}]"
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ShapedArray) and self.shape == other.shape
+                and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.weak_type))
+
+    def __repr__(self) -> str:
+        return f"ShapedArray({self.str_short()}{', weak' if self.weak_type else ''})"
+
+
+_DTYPE_SHORT = {np.dtype(k): v for k, v in [
+    ("float64", "f64"), ("float32", "f32"), ("float16", "f16"), ("int64", "i64"),
+    ("int32", "i32"), ("int8", "i8"), ("uint8", "u8"), ("bool", "bool"),
+    ("complex128", "c128"), ("complex64", "c64")]}
+
+_PY_SCALAR_DTYPE = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64),
+                    complex: np.dtype(np.complex128)}
+
+
+def get_aval(x) -> ShapedArray:
+    """Abstract value of a tracer, numpy array, numpy scalar or Python scalar."""
+    if isinstance(x, Tracer):
+        return x.aval
+    t = type(x)
+    if t in _PY_SCALAR_DTYPE:
+        return ShapedArray((), _PY_SCALAR_DTYPE[t], True)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(x.shape, x.dtype, False)
+    if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
+        return ShapedArray(tuple(x.shape), np.dtype(x.dtype), False)
+    raise TypeError(f"{type(x).__name__} is not a valid array type for functrace "
+                    f"(got {x!r:.80}); pass numpy arrays, Python scalars or pytrees of them")
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind in "fc"
+
+
+# --------------------------------------------------------------------------- IR
+
+
+class Var:
+    """An IR variable: an abstract value with an identity.  Names are given at print time."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval: ShapedArray):
+        self.aval = aval
+
+
+class Literal:
+    """A scalar constant written inline in the IR."""
+
+    __slots__ = ("val", "aval")
+
+    def __init__(self, val):
+        self.val = val
+        self.aval = get_aval(val)
+
+
+class JaxprEqn:
+    __slots__ = ("primitive", "inputs", "params", "out_vars")
+
+    def __init__(self, primitive: "Primitive", inputs: list, params: dict, out_vars: list):
+        self.primitive = primitive
+        self.inputs = inputs
+        self.params = params
+        self.out_vars = out_vars
+
+
+class Jaxpr:
+    """A closed-over-nothing program: ``in_vars`` + ``const_vars`` -> ``outs``."""
+
+    def __init__(self, const_vars: list, in_vars: list, eqns: list, outs: list):
+        self.const_vars = const_vars
+        self.in_vars = in_vars
+        self.eqns = eqns
+        self.outs = outs
+
+    def __str__(self) -> str:
+        return pp_jaxpr(self)
+
+    __repr__ = __str__
+
+
+class ClosedJaxpr:
+    """A ``Jaxpr`` together with the values of its constants (what ``make_jaxpr`` returns)."""
+
+    def __init__(self, jaxpr: Jaxpr, consts: list, in_tree=None, out_tree=None):
+        self.jaxpr = jaxpr
+        self.consts = consts
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+
+    @property
+    def eqns(self) -> list:
+        return self.jaxpr.eqns
+
+    @property
+    def in_avals(self) -> list:
+        return [v.aval for v in self.jaxpr.in_vars]
+
+    @property
+    def out_avals(self) -> list:
+        return [v.aval for v in self.jaxpr.outs]
+
+    def __call__(self, *args):
+        return eval_jaxpr(self.jaxpr, self.consts, *args)
+
+    def __str__(self) -> str:
+        return pp_jaxpr(self.jaxpr, self.consts)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        import html
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args) -> list:
+    """Run a jaxpr by binding each equation; under a transformation this transforms it."""
+    env: dict = {}
+    for v, x in zip(jaxpr.const_vars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.in_vars, args):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        ins = [a.val if type(a) is Literal else env[a] for a in eqn.inputs]
+        out = eqn.primitive.bind(*ins, **eqn.params)
+        if eqn.primitive.multiple_results:
+            for v, x in zip(eqn.out_vars, out):
+                env[v] = x
+        else:
+            env[eqn.out_vars[0]] = out
+    return [a.val if type(a) is Literal else env[a] for a in jaxpr.outs]
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _names():
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for n in itertools.count(1):
+        for combo in itertools.product(letters, repeat=n):
+            yield "".join(combo)
+
+
+def _fmt_param(v) -> str:
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, type) and issubclass(v, np.generic):
+        return np.dtype(v).name
+    if isinstance(v, Jaxpr):
+        return "{ jaxpr }"
+    if isinstance(v, ClosedJaxpr):
+        return "{ jaxpr }"
+    return repr(v)
+
+
+def _fmt_literal(val) -> str:
+    v = np.asarray(val)
+    if v.dtype == bool:
+        return str(bool(v))
+    return f"{v.item()!r}:{_DTYPE_SHORT.get(v.dtype, v.dtype.name)}"
+
+
+def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> str:
+    """Readable text form, in the style of JAX's jaxprs."""
+    names: dict = {}
+    gen = _names()
+
+    def name(a) -> str:
+        if type(a) is Literal:
+            return _fmt_literal(a.val)
+        if a not in names:
+            names[a] = next(gen)
+        return names[a]
+
+    def decl(v) -> str:
+        return f"{name(v)}:{v.aval.str_short()}"
+
+    pad = " " * indent
+    lines = [f"{pad}{{ lambda {' '.join(map(decl, jaxpr.const_vars))}"
+             f"{'; ' if jaxpr.const_vars else ''}{' '.join(map(decl, jaxpr.in_vars))}. let"]
+    for eqn in jaxpr.eqns:
+        params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in eqn.params.items()
+                           if not isinstance(v, (Jaxpr, ClosedJaxpr)))
+        lhs = " ".join(map(decl, eqn.out_vars))
+        rhs = f"{eqn.primitive.name}{'[' + params + ']' if params else ''} {' '.join(map(name, eqn.inputs))}"
+        lines.append(f"{pad}    {lhs} = {rhs.rstrip()}")
+        for k, v in eqn.params.items():
+            if isinstance(v, (Jaxpr, ClosedJaxpr)):
+                sub = v.jaxpr if isinstance(v, ClosedJaxpr) else v
+                lines.append(f"{pad}      {k}=")
+                lines.append(pp_jaxpr(sub, None, indent + 8))
+    outs = " ".join(map(name, jaxpr.outs))
+    lines.append(f"{pad}  in ({outs}) }}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- primitives
+
+
+class Primitive:
+    """One operation of the IR.  Rules are attached by ``primitives.py``.
+
+    * ``abstract_eval(*avals, **params) -> aval`` (shape/dtype rule)
+    * ``impl(*arrays, **params) -> array`` (numpy reference implementation)
+    * ``jvp`` / ``vjp``: per-argument derivative rules (see ``autodiff.py``)
+    * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
+    * ``lowering``: OpenCL lowering (backend issue)
+    """
+
+    def __init__(self, name: str, multiple_results: bool = False):
+        self.name = name
+        self.multiple_results = multiple_results
+        self.abstract_eval: Callable | None = None
+        self.impl: Callable | None = None
+        self.jvp: Callable | None = None
+        self.vjp: Callable | None = None
+        self.batch: Callable | None = None
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def bind(self, *args, **params):
+        """Apply the primitive: eagerly on arrays, or through the innermost active transformation."""
+        top = None
+        level = -1
+        for x in args:
+            if isinstance(x, Tracer):
+                main = x._trace.main
+                if main.level > level:
+                    if not main.alive:
+                        raise UnexpectedTracerError(
+                            f"A tracer from a finished transformation ({main.trace_type.__name__}) was "
+                            f"used in {self.name} {user_frame_description()}. This is a leaked tracer: a "
+                            "value computed inside a transformed function escaped it (e.g. stored in a "
+                            "global or closure). Return it from the function instead.")
+                    level = main.level
+                    top = main
+        if top is None:
+            return self.impl(*args, **params)
+        trace = top.trace_type(top)
+        return trace.process_primitive(self, [trace.full_raise(x) for x in args], params)
+
+
+# --------------------------------------------------------------------------- traces
+
+
+class MainTrace:
+    __slots__ = ("level", "trace_type", "global_data", "alive")
+
+    def __init__(self, level: int, trace_type: type, global_data=None):
+        self.level = level
+        self.trace_type = trace_type
+        self.global_data = global_data
+        self.alive = True
+
+
+trace_stack: list[MainTrace] = []
+
+
+class new_main:
+    """Context manager pushing a new transformation level onto the trace stack."""
+
+    def __init__(self, trace_type: type, global_data=None):
+        self.main = MainTrace(len(trace_stack), trace_type, global_data)
+
+    def __enter__(self) -> MainTrace:
+        trace_stack.append(self.main)
+        return self.main
+
+    def __exit__(self, *exc):
+        trace_stack.pop()
+        self.main.alive = False
+        return False
+
+
+class Trace:
+    """A view of a transformation level; subclasses implement ``pure``/``process_primitive``."""
+
+    __slots__ = ("main",)
+
+    def __init__(self, main: MainTrace):
+        self.main = main
+
+    def full_raise(self, val):
+        """Wrap ``val`` as a tracer of this trace (arrays and lower-level tracers are lifted)."""
+        if isinstance(val, Tracer):
+            tmain = val._trace.main
+            if tmain is self.main:
+                return val
+            if tmain.level < self.main.level:
+                return self.pure(val)
+            raise UnexpectedTracerError(
+                f"A tracer of a transformation at level {tmain.level} reached level {self.main.level}; "
+                "this means a tracer escaped its transformation (leaked tracer).")
+        return self.pure(val)
+
+    def pure(self, val):
+        raise NotImplementedError
+
+    def process_primitive(self, primitive: Primitive, tracers: list, params: dict):
+        raise NotImplementedError
+
+
+class Tracer:
+    """Base class of all tracers; supports numpy-style operators via ``functrace.numpy``."""
+
+    __slots__ = ("_trace",)
+    __array_priority__ = 1000
+
+    @property
+    def aval(self) -> ShapedArray:
+        raise NotImplementedError
+
+    def concrete_value(self):
+        """The concrete numpy value, when this trace knows it; else raise ConcretizationError."""
+        raise ConcretizationError(self, "")
+
+    # shape attributes
+    @property
+    def shape(self) -> tuple:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.aval.shape)
+
+    @property
+    def size(self) -> int:
+        return self.aval.size
+
+    def __len__(self) -> int:
+        if not self.aval.shape:
+            raise TypeError("len() of unsized object (a scalar tracer)")
+        return self.aval.shape[0]
+
+    def __iter__(self):
+        if not self.aval.shape:
+            raise TypeError("iteration over a 0-d tracer")
+        return (self[i] for i in range(self.aval.shape[0]))
+
+    # conversion to Python values needs the concrete value
+    def __bool__(self):
+        return bool(self._concrete("bool"))
+
+    def __int__(self):
+        return int(self._concrete("int"))
+
+    def __float__(self):
+        return float(self._concrete("float"))
+
+    def __complex__(self):
+        return complex(self._concrete("complex"))
+
+    def __index__(self):
+        if self.aval.dtype.kind not in "iub":
+            raise TypeError(f"only integer tracers can be used as an index, got {self.aval.str_short()}")
+        return int(self._concrete("index"))
+
+    def __array__(self, dtype=None, copy=None):
+        v = np.asarray(self._concrete("np.asarray"))
+        return v.astype(dtype) if dtype is not None else v
+
+    def _concrete(self, what: str):
+        try:
+            return self.concrete_value()
+        except ConcretizationError as e:
+            raise ConcretizationError(self, what) from None
+
+    def item(self):
+        return self._concrete("item").item()
+
+    def tolist(self):
+        return np.asarray(self._concrete("tolist")).tolist()
+
+    def __hash__(self):
+        raise TypeError("functrace tracers are unhashable")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.aval.str_short()}>"
+
+
+def full_lower(x):
+    return x
+
+
+def find_top_main(args) -> MainTrace | None:
+    top = None
+    for x in args:
+        if isinstance(x, Tracer):
+            m = x._trace.main
+            if top is None or m.level > top.level:
+                top = m
+    return top
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _setrecursion():
+    # Long chains (5,000+ ops) are processed iteratively; this only guards pretty printing etc.
+    if sys.getrecursionlimit() < 10000:
+        sys.setrecursionlimit(10000)
+
+
+_setrecursion()

@@ -1,0 +1,54 @@
+"""Exceptions that name the user's function and line, not the library's internals."""
+from __future__ import annotations
+
+import os
+import sys
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_frame_description() -> str:
+    """'in function `f` at file.py:12' for the innermost frame outside functrace."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PKG_DIR) and not filename.startswith("<frozen"):
+            return f"in function `{frame.f_code.co_name}` at {filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "(location unknown)"
+
+
+class FunctraceError(Exception):
+    """Base class of functrace's own errors."""
+
+
+class ConcretizationError(FunctraceError, TypeError):
+    """A traced value was needed as a concrete Python value (bool, int, numpy array)."""
+
+    def __init__(self, tracer, what: str):
+        self.tracer = tracer
+        aval = getattr(tracer, "aval", None)
+        desc = aval.str_short() if aval is not None else "value"
+        super().__init__(
+            f"Abstract tracer value {desc} used where a concrete value is needed ({what}) "
+            f"{user_frame_description()}.\nThe value is only known when the compiled function runs "
+            "(e.g. under ft.jit or ft.make_jaxpr), so Python control flow cannot depend on it. "
+            "Use ft.lax.cond / ft.lax.while_loop for control flow, fnp.where for elementwise "
+            "selection, or mark the argument static with static_argnums.")
+
+
+class UnexpectedTracerError(FunctraceError):
+    """A tracer escaped the transformation that created it."""
+
+
+class ShapeError(FunctraceError, ValueError):
+    """Incompatible shapes in an operation, reported with both shapes."""
+
+
+class DtypeError(FunctraceError, TypeError):
+    """A dtype the operation or transformation cannot handle."""
+
+
+def with_user_location(exc_type, message: str):
+    """Build ``exc_type`` with the user's function and line appended to ``message``."""
+    return exc_type(f"{message} {user_frame_description()}")

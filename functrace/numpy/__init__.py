@@ -1,0 +1,1034 @@
+"""``functrace.numpy``: the numpy API on traced values, written over the primitives.
+
+Outside any transformation these functions compute eagerly with numpy and return numpy
+arrays.  Broadcasting and dtype promotion follow numpy; Python scalars are *weakly typed*
+(``float32_array * 2.0`` stays float32).
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import string
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core import Tracer, get_aval, is_float_dtype
+from ..errors import ShapeError, user_frame_description
+from .. import primitives as P
+from ..primitives import shape_of
+
+# numpy names re-exported as they are (dtypes and constants)
+from numpy import (float16, float32, float64, int8, int16, int32, int64, uint8, uint32, bool_,
+                   complex64, complex128, dtype, pi, e, inf, nan, newaxis, ndarray)
+
+_PY_SCALARS = (bool, int, float, complex)
+_WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_DEFAULT_DTYPE = {"b": np.dtype(bool), "i": np.dtype(np.int64), "f": np.dtype(np.float64),
+                  "c": np.dtype(np.complex128)}
+
+
+def _dtype_info(x):
+    """(dtype, weak) of an operand."""
+    if isinstance(x, Tracer):
+        a = x.aval
+        return a.dtype, a.weak_type
+    t = type(x)
+    if t in _PY_SCALARS:
+        return P.get_aval(x).dtype, True
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype, False
+    return np.asarray(x).dtype, False
+
+
+@functools.lru_cache(maxsize=2048)
+def _result_dtype(infos: tuple) -> tuple:
+    strong = [d for d, w in infos if not w]
+    weak = [d for d, w in infos if w]
+    if not strong:
+        return np.result_type(*weak), True
+    out = np.result_type(*strong)
+    for d in weak:
+        if _WEAK_KIND_ORDER[d.kind] > _WEAK_KIND_ORDER.get(out.kind, 3):
+            out = np.result_type(out, _DEFAULT_DTYPE[d.kind]) if out.kind in "biu" else _DEFAULT_DTYPE[d.kind]
+    return out, False
+
+
+def _cast(x, dtype):
+    if isinstance(x, Tracer):
+        return x if x.aval.dtype == dtype else P.convert_element_type(x, dtype)
+    if isinstance(x, np.ndarray) and x.dtype == dtype:
+        return x
+    return np.asarray(x, dtype=dtype)
+
+
+def _promote(*args):
+    """Cast operands to their common numpy result dtype (respecting weak Python scalars)."""
+    if len(args) == 2:
+        x, y = args
+        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype:
+            return args
+    dt, _ = _result_dtype(tuple(_dtype_info(a) for a in args))
+    return tuple(_cast(a, dt) for a in args)
+
+
+def _to_array(x):
+    if isinstance(x, Tracer) or isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in _flat(x)):
+        return stack([_to_array(v) for v in x])
+    return np.asarray(x)
+
+
+def _flat(seq):
+    for v in seq:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _to_float(x):
+    x = _to_array(x)
+    d = x.dtype
+    if is_float_dtype(d):
+        return x
+    return _cast(x, np.dtype(np.float64))
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def asarray(a, dtype=None):
+    x = _to_array(a)
+    return x if dtype is None else _cast(x, np.dtype(dtype))
+
+
+def array(a, dtype=None, copy=True):
+    x = _to_array(a)
+    if not isinstance(x, Tracer):
+        return np.array(x, dtype=dtype, copy=copy)
+    return x if dtype is None else _cast(x, np.dtype(dtype))
+
+
+def zeros(shape, dtype=float):
+    return np.zeros(shape, dtype=dtype)
+
+
+def ones(shape, dtype=float):
+    return np.ones(shape, dtype=dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    if isinstance(fill_value, Tracer):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        fv = fill_value if dtype is None else _cast(fill_value, np.dtype(dtype))
+        return broadcast_to(fv, shape)
+    return np.full(shape, fill_value, dtype=dtype)
+
+
+def empty(shape, dtype=float):
+    return np.zeros(shape, dtype=dtype)
+
+
+def zeros_like(x, dtype=None):
+    return np.zeros(shape_of(x), dtype=dtype or _to_array(x).dtype)
+
+
+def ones_like(x, dtype=None):
+    return np.ones(shape_of(x), dtype=dtype or _to_array(x).dtype)
+
+
+def full_like(x, fill_value, dtype=None):
+    return full(shape_of(x), fill_value, dtype=dtype or _to_array(x).dtype)
+
+
+def empty_like(x, dtype=None):
+    return zeros_like(x, dtype)
+
+
+arange = np.arange
+linspace = np.linspace
+eye = np.eye
+identity = np.identity
+tri = np.tri
+
+
+def _concrete_only(name):
+    def f(*args, **kwargs):
+        for a in _flat(list(args) + list(kwargs.values())):
+            if isinstance(a, Tracer):
+                a._concrete(name)
+        return getattr(np, name)(*args, **kwargs)
+    f.__name__ = name
+    return f
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _unary(prim, float_only=True):
+    def f(x):
+        return prim.bind(_to_float(x) if float_only else _to_array(x))
+    f.__name__ = prim.name
+    return f
+
+
+sin = _unary(P.sin_p)
+cos = _unary(P.cos_p)
+tan = _unary(P.tan_p)
+tanh = _unary(P.tanh_p)
+exp = _unary(P.exp_p)
+log = _unary(P.log_p)
+log1p = _unary(P.log1p_p)
+expm1 = _unary(P.expm1_p)
+sqrt = _unary(P.sqrt_p)
+floor = _unary(P.floor_p)
+ceil = _unary(P.ceil_p)
+rint = round_ = _unary(P.round_p)
+negative = _unary(P.neg_p, float_only=False)
+absolute = abs = _unary(P.abs_p, float_only=False)
+sign = _unary(P.sign_p, float_only=False)
+isfinite = _unary(P.is_finite_p)
+
+
+def round(x, decimals=0):
+    if decimals:
+        scale = 10.0 ** decimals
+        return rint(multiply(x, scale)) / scale
+    return rint(x)
+
+
+around = round
+
+
+def positive(x):
+    return _to_array(x)
+
+
+def _binary(prim, float_only=False):
+    def f(x, y):
+        if float_only:
+            x, y = _promote(_to_float(x) if not isinstance(x, _PY_SCALARS) else x,
+                            _to_float(y) if not isinstance(y, _PY_SCALARS) else y)
+            if not is_float_dtype(_dtype_info(x)[0]):
+                x, y = _to_float(x), _to_float(y)
+        else:
+            x, y = _promote(x, y)
+        return prim.bind(x, y)
+    f.__name__ = prim.name
+    return f
+
+
+add = _binary(P.add_p)
+subtract = _binary(P.sub_p)
+multiply = _binary(P.mul_p)
+true_divide = divide = _binary(P.div_p, float_only=True)
+floor_divide = _binary(P.floor_div_p)
+remainder = mod = _binary(P.rem_p)
+maximum = _binary(P.max_p)
+minimum = _binary(P.min_p)
+arctan2 = _binary(P.atan2_p, float_only=True)
+equal = _binary(P.eq_p)
+not_equal = _binary(P.ne_p)
+less = _binary(P.lt_p)
+less_equal = _binary(P.le_p)
+greater = _binary(P.gt_p)
+greater_equal = _binary(P.ge_p)
+bitwise_and = _binary(P.and_p)
+bitwise_or = _binary(P.or_p)
+bitwise_xor = _binary(P.xor_p)
+fmax, fmin = maximum, minimum
+
+
+def logical_and(x, y):
+    return P.and_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+
+
+def logical_or(x, y):
+    return P.or_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+
+
+def logical_xor(x, y):
+    return P.xor_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+
+
+def logical_not(x):
+    return P.not_p.bind(asarray(x, bool))
+
+
+def invert(x):
+    x = _to_array(x)
+    if x.dtype == np.dtype(bool):
+        return logical_not(x)
+    return subtract(-1, x)  # two's complement: ~x == -1 - x
+
+
+def power(x, y):
+    if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
+        x = _to_array(x)
+        if x.dtype.kind in "fc" or y >= 0:
+            return P.integer_pow(x, int(y))
+    return P.pow_p.bind(*_promote(x, y))
+
+
+def square(x):
+    return P.integer_pow(_to_array(x), 2)
+
+
+def reciprocal(x):
+    return divide(1.0, x)
+
+
+def sigmoid(x):
+    return P.logistic_p.bind(_to_float(x))
+
+
+def log2(x):
+    return log(x) / math.log(2)
+
+
+def log10(x):
+    return log(x) / math.log(10)
+
+
+def exp2(x):
+    return exp(multiply(x, math.log(2)))
+
+
+def sinh(x):
+    x = _to_float(x)
+    return (exp(x) - exp(-x)) * 0.5
+
+
+def cosh(x):
+    x = _to_float(x)
+    return (exp(x) + exp(-x)) * 0.5
+
+
+def arctan(x):
+    x = _to_float(x)
+    return arctan2(x, ones_like(x))
+
+
+def arcsin(x):
+    x = _to_float(x)
+    return arctan2(x, sqrt((1.0 - x) * (1.0 + x)))
+
+
+def arccos(x):
+    x = _to_float(x)
+    return arctan2(sqrt((1.0 - x) * (1.0 + x)), x)
+
+
+def arcsinh(x):
+    x = _to_float(x)
+    return log(x + sqrt(x * x + 1.0))
+
+
+def arccosh(x):
+    x = _to_float(x)
+    return log(x + sqrt(x * x - 1.0))
+
+
+def arctanh(x):
+    x = _to_float(x)
+    return 0.5 * log1p(2.0 * x / (1.0 - x))
+
+
+def hypot(x, y):
+    x, y = _promote(_to_float(x), _to_float(y))
+    return sqrt(x * x + y * y)
+
+
+def logaddexp(x, y):
+    x, y = _promote(_to_float(x), _to_float(y))
+    m = P.stop_gradient_p.bind(maximum(x, y)) if isinstance(x, Tracer) or isinstance(y, Tracer) else maximum(x, y)
+    m = where(isfinite(m), m, zeros_like(m))
+    return m + log(exp(x - m) + exp(y - m))
+
+
+def isnan(x):
+    x = _to_array(x)
+    return not_equal(x, x)
+
+
+def isinf(x):
+    x = _to_array(x)
+    return logical_and(logical_not(isfinite(x)), logical_not(isnan(x)))
+
+
+def where(condition, x=None, y=None):
+    if x is None and y is None:
+        return nonzero(condition)
+    x, y = _promote(x, y)
+    return P.select(asarray(condition, bool), x, y)
+
+
+def clip(a, a_min=None, a_max=None):
+    if a_min is not None:
+        a = maximum(a, a_min)
+    if a_max is not None:
+        a = minimum(a, a_max)
+    return a
+
+
+def nonzero(x):
+    if isinstance(x, Tracer):
+        x._concrete("nonzero (its output shape depends on the values)")
+    return np.nonzero(x)
+
+
+argwhere = _concrete_only("argwhere")
+flatnonzero = _concrete_only("flatnonzero")
+unique = _concrete_only("unique")
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _norm_axes(axis, ndim, fname="reduction"):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
+                             f"{user_frame_description()}")
+        out.append(int(a) % ndim)
+    return tuple(sorted(set(out)))
+
+
+def _keep(out, x_shape, axes, keepdims):
+    if not keepdims:
+        return out
+    return P.reshape(out, tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
+
+
+def sum(a, axis=None, dtype=None, keepdims=False):
+    x = _to_array(a)
+    if dtype is not None:
+        x = _cast(x, np.dtype(dtype))
+    elif x.dtype.kind in "biu" and x.dtype != np.int64 and x.dtype.kind != "u":
+        x = _cast(x, np.dtype(np.int64))
+    axes = _norm_axes(axis, x.ndim, "sum")
+    return _keep(P.reduce_sum(x, axes), x.shape, axes, keepdims)
+
+
+def prod(a, axis=None, dtype=None, keepdims=False):
+    x = _to_array(a)
+    if dtype is not None:
+        x = _cast(x, np.dtype(dtype))
+    axes = _norm_axes(axis, x.ndim, "prod")
+    return _keep(P.reduce_prod(x, axes), x.shape, axes, keepdims)
+
+
+def max(a, axis=None, keepdims=False):
+    x = _to_array(a)
+    axes = _norm_axes(axis, x.ndim, "max")
+    if builtins.any(x.shape[i] == 0 for i in axes):
+        raise ValueError("zero-size array to reduction operation max which has no identity")
+    return _keep(P.reduce_max_p.bind(x, axes=axes), x.shape, axes, keepdims)
+
+
+def min(a, axis=None, keepdims=False):
+    x = _to_array(a)
+    axes = _norm_axes(axis, x.ndim, "min")
+    if builtins.any(x.shape[i] == 0 for i in axes):
+        raise ValueError("zero-size array to reduction operation min which has no identity")
+    return _keep(P.reduce_min_p.bind(x, axes=axes), x.shape, axes, keepdims)
+
+
+amax, amin = max, min
+
+
+def all(a, axis=None, keepdims=False):
+    return min(asarray(a, bool), axis, keepdims)
+
+
+def any(a, axis=None, keepdims=False):
+    return max(asarray(a, bool), axis, keepdims)
+
+
+def mean(a, axis=None, dtype=None, keepdims=False):
+    x = _to_float(a) if dtype is None else asarray(a, dtype)
+    axes = _norm_axes(axis, x.ndim, "mean")
+    n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    return divide(sum(x, axes, keepdims=keepdims), n)
+
+
+def var(a, axis=None, ddof=0, keepdims=False):
+    x = _to_float(a)
+    axes = _norm_axes(axis, x.ndim, "var")
+    n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    centered = x - mean(x, axes, keepdims=True)
+    return divide(sum(centered * centered, axes, keepdims=keepdims), n - ddof)
+
+
+def std(a, axis=None, ddof=0, keepdims=False):
+    return sqrt(var(a, axis, ddof, keepdims))
+
+
+def average(a, axis=None, weights=None):
+    if weights is None:
+        return mean(a, axis)
+    a, w = _promote(_to_float(a), _to_float(weights))
+    return sum(a * w, axis) / sum(w, axis)
+
+
+def _arg_reduce(prim, a, axis, keepdims):
+    x = _to_array(a)
+    if axis is None:
+        x, axis = ravel(x), 0
+    axis = _norm_axes(axis, x.ndim)[0]
+    out = prim.bind(x, axis=axis)
+    return P.expand_dims(out, (axis,)) if keepdims else out
+
+
+def argmax(a, axis=None, keepdims=False):
+    return _arg_reduce(P.argmax_p, a, axis, keepdims)
+
+
+def argmin(a, axis=None, keepdims=False):
+    return _arg_reduce(P.argmin_p, a, axis, keepdims)
+
+
+def cumsum(a, axis=None, dtype=None):
+    x = _to_array(a) if dtype is None else asarray(a, dtype)
+    if axis is None:
+        x, axis = ravel(x), 0
+    return P.cumsum(x, _norm_axes(axis, x.ndim, "cumsum")[0])
+
+
+def trace(a, offset=0, axis1=0, axis2=1):
+    return sum(diagonal(a, offset, axis1, axis2), -1)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    x = _to_array(a)
+    x = moveaxis(x, (axis1, axis2), (-2, -1))
+    n, m = x.shape[-2], x.shape[-1]
+    rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
+    flat = reshape(x, x.shape[:-2] + (n * m,))
+    return P.take(flat, (rows * m + rows + offset).astype(np.int64), x.ndim - 2)
+
+
+def diag(v, k=0):
+    x = _to_array(v)
+    if x.ndim == 2:
+        return diagonal(x, k)
+    n = x.shape[0] + builtins.abs(k)
+    idx = np.arange(x.shape[0])
+    flat_idx = ((idx + builtins.max(0, -k)) * n + idx + builtins.max(0, k)).astype(np.int64)
+    zeros_flat = P.broadcast_in_dim(P.scalar_like(x, 0), (n * n,), ())
+    return reshape(P.scatter_add(zeros_flat, flat_idx, x, 0), (n, n))
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def shape(a):
+    return shape_of(a)
+
+
+def ndim(a):
+    return len(shape_of(a))
+
+
+def size(a):
+    return int(np.prod(shape_of(a), dtype=np.int64))
+
+
+def reshape(a, newshape, order="C"):
+    if order != "C":
+        raise NotImplementedError("functrace.numpy.reshape supports only order='C'")
+    x = _to_array(a)
+    newshape = (newshape,) if isinstance(newshape, (int, np.integer)) else tuple(int(n) for n in newshape)
+    if builtins.sum(1 for n in newshape if n == -1) > 1:
+        raise ShapeError(f"reshape: can only specify one unknown dimension, got {newshape} "
+                         f"{user_frame_description()}")
+    if -1 in newshape:
+        known = int(np.prod([n for n in newshape if n != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise ShapeError(f"reshape: cannot reshape array of shape {x.shape} into shape {newshape} "
+                             f"{user_frame_description()}")
+        newshape = tuple(x.size // known if n == -1 else n for n in newshape)
+    if newshape == x.shape:
+        return x
+    return P.reshape(x, newshape)
+
+
+def ravel(a):
+    return reshape(a, (-1,))
+
+
+def transpose(a, axes=None):
+    x = _to_array(a)
+    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(i) % x.ndim for i in axes)
+    return P.transpose(x, axes)
+
+
+def swapaxes(a, axis1, axis2):
+    x = _to_array(a)
+    perm = list(range(x.ndim))
+    a1, a2 = axis1 % x.ndim, axis2 % x.ndim
+    perm[a1], perm[a2] = perm[a2], perm[a1]
+    return P.transpose(x, perm)
+
+
+def moveaxis(a, source, destination):
+    x = _to_array(a)
+    src = [s % x.ndim for s in ((source,) if isinstance(source, int) else source)]
+    dst = [d % x.ndim for d in ((destination,) if isinstance(destination, int) else destination)]
+    perm = [i for i in range(x.ndim) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        perm.insert(d, s)
+    return P.transpose(x, perm)
+
+
+def expand_dims(a, axis):
+    x = _to_array(a)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out_ndim = x.ndim + len(axes)
+    return P.expand_dims(x, tuple(sorted(a % out_ndim for a in axes)))
+
+
+def squeeze(a, axis=None):
+    x = _to_array(a)
+    if axis is None:
+        axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
+    else:
+        axes = _norm_axes(axis, x.ndim, "squeeze")
+    return P.squeeze(x, axes) if axes else x
+
+
+def broadcast_to(a, shape):
+    x = _to_array(a)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    P.broadcast_shapes("broadcast_to", x.shape, shape)
+    if len(shape) < x.ndim or P.broadcast_shapes("broadcast_to", x.shape, shape) != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape} {user_frame_description()}")
+    return P.broadcast_to(x, shape)
+
+
+def broadcast_arrays(*args):
+    arrs = [_to_array(a) for a in args]
+    shp = P.broadcast_shapes("broadcast_arrays", *(a.shape for a in arrs))
+    return [broadcast_to(a, shp) for a in arrs]
+
+
+def atleast_1d(a):
+    x = _to_array(a)
+    return reshape(x, (1,)) if x.ndim == 0 else x
+
+
+def atleast_2d(a):
+    x = atleast_1d(a)
+    return reshape(x, (1,) + x.shape) if x.ndim == 1 else x
+
+
+def concatenate(arrays, axis=0):
+    arrs = _promote(*[_to_array(a) for a in arrays]) if len(arrays) > 1 else [_to_array(arrays[0])]
+    if axis is None:
+        arrs, axis = [ravel(a) for a in arrs], 0
+    nd = arrs[0].ndim
+    for a in arrs:
+        if a.ndim != nd:
+            raise ShapeError("concatenate: all inputs must have the same number of dimensions, got shapes "
+                             f"{[x.shape for x in arrs]} {user_frame_description()}")
+    return P.concatenate(list(arrs), axis % nd)
+
+
+def stack(arrays, axis=0):
+    arrs = [_to_array(a) for a in arrays]
+    nd = arrs[0].ndim + 1
+    return concatenate([P.expand_dims(a, (axis % nd,)) for a in arrs], axis % nd)
+
+
+def hstack(arrays):
+    arrs = [atleast_1d(a) for a in arrays]
+    return concatenate(arrs, 0 if arrs[0].ndim == 1 else 1)
+
+
+def vstack(arrays):
+    return concatenate([atleast_2d(a) for a in arrays], 0)
+
+
+def split(a, indices_or_sections, axis=0):
+    x = _to_array(a)
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        if n % indices_or_sections:
+            raise ShapeError(f"split: array split does not result in an equal division ({n} into "
+                             f"{indices_or_sections}) {user_frame_description()}")
+        step = n // indices_or_sections
+        bounds = list(range(0, n + 1, step))
+    else:
+        bounds = [0] + [builtins.min(int(i), n) for i in indices_or_sections] + [n]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        start = tuple(lo if d == axis else 0 for d in range(x.ndim))
+        limit = tuple(builtins.max(hi, lo) if d == axis else m for d, m in enumerate(x.shape))
+        out.append(P.slice_op(x, start, limit))
+    return out
+
+
+def array_split(a, sections, axis=0):
+    x = _to_array(a)
+    n = x.shape[axis]
+    q, r = divmod(n, sections)
+    sizes = [q + 1] * r + [q] * (sections - r)
+    return split(x, np.cumsum(sizes)[:-1].tolist(), axis)
+
+
+def tile(a, reps):
+    x = _to_array(a)
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    nd = builtins.max(x.ndim, len(reps))
+    x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    reps = (1,) * (nd - len(reps)) + reps
+    # broadcast to (r0, n0, r1, n1, ...) then merge pairs
+    big = tuple(v for r, n in zip(reps, x.shape) for v in (r, n))
+    y = P.broadcast_in_dim(x, big, tuple(range(1, 2 * nd, 2)))
+    return reshape(y, tuple(r * n for r, n in zip(reps, x.shape)))
+
+
+def repeat(a, repeats, axis=None):
+    x = _to_array(a)
+    if axis is None:
+        x, axis = ravel(x), 0
+    axis = axis % x.ndim
+    if isinstance(repeats, (int, np.integer)):
+        shp = x.shape[:axis + 1] + (int(repeats),) + x.shape[axis + 1:]
+        y = P.broadcast_in_dim(x, shp, tuple(d if d <= axis else d + 1 for d in range(x.ndim)))
+        return reshape(y, x.shape[:axis] + (x.shape[axis] * int(repeats),) + x.shape[axis + 1:])
+    idx = np.repeat(np.arange(x.shape[axis]), np.asarray(repeats))
+    return P.take(x, idx.astype(np.int64), axis)
+
+
+def flip(a, axis=None):
+    x = _to_array(a)
+    return P.rev(x, _norm_axes(axis, x.ndim, "flip"))
+
+
+def fliplr(a):
+    return flip(a, 1)
+
+
+def flipud(a):
+    return flip(a, 0)
+
+
+def pad(a, pad_width, mode="constant", constant_values=0):
+    if mode != "constant":
+        raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (only 'constant')")
+    x = _to_array(a)
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    value = _cast(constant_values, x.dtype)
+    return P.pad(x, value, tuple((int(lo), int(hi), 0) for lo, hi in pw))
+
+
+def take(a, indices, axis=None):
+    x = _to_array(a)
+    if axis is None:
+        x, axis = ravel(x), 0
+    axis = axis % x.ndim
+    return P.take(x, _normalize_index(indices, x.shape[axis]), axis)
+
+
+def take_along_axis(arr, indices, axis):
+    x = _to_array(arr)
+    axis = axis % x.ndim
+    idx = _normalize_index(indices, x.shape[axis])
+    # flat gather: linear index over the broadcast of the other axes
+    shp = P.broadcast_shapes("take_along_axis", tuple(1 if d == axis else n for d, n in enumerate(x.shape)),
+                             tuple(1 if d == axis else n for d, n in enumerate(shape_of(idx))))
+    full_shape = tuple(shape_of(idx)[d] if d == axis else shp[d] for d in range(x.ndim))
+    idx = broadcast_to(idx, full_shape)
+    xb = broadcast_to(x, tuple(x.shape[d] if d == axis else shp[d] for d in range(x.ndim)))
+    strides = np.cumprod((shape_of(xb)[1:] + (1,))[::-1])[::-1]
+    lin = None
+    for d in range(x.ndim):
+        term = idx if d == axis else P.iota(np.int64, full_shape, d)
+        term = multiply(term, int(strides[d]))
+        lin = term if lin is None else add(lin, term)
+    return P.take(ravel(xb), lin, 0)
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+def dot(a, b):
+    a, b = _promote(_to_array(a), _to_array(b))
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    _check_contract("dot", a.shape[-1], b.shape[0 if b.ndim == 1 else -2], a.shape, b.shape)
+    return P.dot_general(a, b, (((a.ndim - 1,), (builtins.max(b.ndim - 2, 0),)), ((), ())))
+
+
+def _check_contract(name, n, m, sa, sb):
+    if n != m:
+        raise ShapeError(f"{name}: shapes {sa} and {sb} are not aligned ({n} != {m}) {user_frame_description()}")
+
+
+def matmul(a, b):
+    a, b = _promote(_to_array(a), _to_array(b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must not be scalars {user_frame_description()}")
+    _check_contract("matmul", a.shape[-1], b.shape[0 if b.ndim == 1 else -2], a.shape, b.shape)
+    if b.ndim <= 2:
+        return P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())))
+    if a.ndim == 1:
+        return P.dot_general(a, b, (((0,), (b.ndim - 2,)), ((), ())))
+    batch = P.broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(a, batch + a.shape[-2:])
+    b = broadcast_to(b, batch + b.shape[-2:])
+    nb = len(batch)
+    return P.dot_general(a, b, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
+
+
+def vdot(a, b):
+    return dot(ravel(a), ravel(b))
+
+
+def inner(a, b):
+    a, b = _promote(_to_array(a), _to_array(b))
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    _check_contract("inner", a.shape[-1], b.shape[-1], a.shape, b.shape)
+    return P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())))
+
+
+def outer(a, b):
+    a, b = ravel(a), ravel(b)
+    return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
+
+
+def tensordot(a, b, axes=2):
+    a, b = _promote(_to_array(a), _to_array(b))
+    if isinstance(axes, (int, np.integer)):
+        ax_a = tuple(range(a.ndim - axes, a.ndim))
+        ax_b = tuple(range(axes))
+    else:
+        ax_a, ax_b = axes
+        ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
+        ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
+    ax_a = tuple(i % a.ndim for i in ax_a)
+    ax_b = tuple(i % b.ndim for i in ax_b)
+    for i, j in zip(ax_a, ax_b):
+        _check_contract("tensordot", a.shape[i], b.shape[j], a.shape, b.shape)
+    return P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
+
+
+def einsum(subscripts: str, *operands):
+    """Einstein summation by pairwise ``dot_general`` contractions (left to right)."""
+    ops = list(_promote(*[_to_array(o) for o in operands])) if len(operands) > 1 else [_to_array(operands[0])]
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        lhs, out = subscripts.split("->")
+    else:
+        lhs, out = subscripts, None
+    terms = lhs.split(",")
+    if len(terms) != len(ops):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(ops)} operands")
+    unused = iter(c for c in string.ascii_uppercase[::-1] if c not in subscripts)
+    if "..." in subscripts:
+        ell_nd = builtins.max(o.ndim - (len(t) - 3) for t, o in zip(terms, ops) if "..." in t)
+        ell = "".join(next(unused) for _ in range(ell_nd))
+        terms = [t.replace("...", ell[ell_nd - (o.ndim - (len(t) - 3)):]) if "..." in t else t
+                 for t, o in zip(terms, ops)]
+        if out is not None:
+            out = out.replace("...", ell)
+    if out is None:
+        counts = {}
+        for t in terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c in string.ascii_lowercase))
+        if "..." in subscripts:
+            out = ell + out
+    for t, o in zip(terms, ops):
+        if len(t) != o.ndim:
+            raise ShapeError(f"einsum: subscripts '{t}' do not match operand shape {o.shape}")
+        if len(set(t)) != len(t):
+            raise NotImplementedError("einsum with a repeated index within one operand (a trace/diagonal) "
+                                      "is not implemented; use fnp.diagonal / fnp.trace")
+    # broadcast size-1 dimensions of indices shared between operands
+    sizes: dict = {}
+    for t, o in zip(terms, ops):
+        for c, n in zip(t, o.shape):
+            if n != 1:
+                if sizes.get(c, n) != n:
+                    raise ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {n}")
+                sizes[c] = n
+    ops = [broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) if builtins.any(
+        n == 1 and sizes.get(c, 1) != 1 for c, n in zip(t, o.shape)) else o for t, o in zip(terms, ops)]
+
+    def sum_unique(t, o, keep):
+        axes = tuple(i for i, c in enumerate(t) if c not in keep)
+        if axes:
+            o = P.reduce_sum(o, axes)
+            t = "".join(c for c in t if c in keep)
+        return t, o
+
+    cur_t, cur = terms[0], ops[0]
+    for k in range(1, len(ops)):
+        later = set(out) | set("".join(terms[k + 1:]))
+        t2, o2 = terms[k], ops[k]
+        cur_t, cur = sum_unique(cur_t, cur, later | set(t2))
+        t2, o2 = sum_unique(t2, o2, later | set(cur_t))
+        shared = [c for c in cur_t if c in t2]
+        batch = [c for c in shared if c in later]
+        contract = [c for c in shared if c not in later]
+        dn = ((tuple(cur_t.index(c) for c in contract), tuple(t2.index(c) for c in contract)),
+              (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
+        cur = P.dot_general(cur, o2, dn)
+        cur_t = "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(
+            c for c in t2 if c not in shared)
+    cur_t, cur = sum_unique(cur_t, cur, set(out))
+    return P.transpose(cur, tuple(cur_t.index(c) for c in out))
+
+
+# --------------------------------------------------------------------------- indexing
+
+
+def _normalize_index(idx, n: int):
+    """Integer index array with negative entries wrapped; out-of-range concrete indices raise."""
+    if isinstance(idx, Tracer):
+        if idx.dtype.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer type, got {idx.dtype.name} "
+                             f"{user_frame_description()}")
+        idx = _cast(idx, np.dtype(np.int64))
+        return P.select(P.lt_p.bind(idx, np.array(0, np.int64)), P.add(idx, np.array(n, np.int64)), idx)
+    arr = np.asarray(idx)
+    if arr.dtype.kind not in "iu":
+        raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
+                         f"{user_frame_description()}")
+    if arr.size and (arr.max() >= n or arr.min() < -n):
+        raise IndexError(f"index {int(arr.max() if arr.max() >= n else arr.min())} is out of bounds for axis "
+                         f"with size {n} {user_frame_description()}")
+    return np.where(arr < 0, arr + n, arr).astype(np.int64)
+
+
+def _is_advanced(i) -> bool:
+    if isinstance(i, Tracer):
+        return True
+    if isinstance(i, (list, np.ndarray)):
+        return True
+    return False
+
+
+def getitem(x, idx):
+    """numpy indexing: ints, slices, None, Ellipsis, integer and boolean arrays (differentiable)."""
+    x = _to_array(x)
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    # boolean masks: concrete only (the result shape depends on values)
+    expanded = []
+    for i in idx:
+        if isinstance(i, Tracer) and i.dtype == np.dtype(bool):
+            raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
+                             f"use fnp.where(mask, x, 0) instead {user_frame_description()}")
+        if isinstance(i, (np.ndarray, list)) and np.asarray(i).dtype == np.dtype(bool):
+            expanded.extend(np.nonzero(np.asarray(i)))
+        else:
+            expanded.append(i)
+    idx = expanded
+    n_ell = builtins.sum(1 for i in idx if i is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but {consumed} "
+                         f"were indexed {user_frame_description()}")
+    if n_ell:
+        k = idx.index(Ellipsis)
+        idx = idx[:k] + [slice(None)] * (x.ndim - consumed) + idx[k + 1:]
+    else:
+        idx = idx + [slice(None)] * (x.ndim - consumed)
+    # newaxis: insert unit axes, then index them with full slices
+    new_axes = [p for p, i in enumerate(idx) if i is None]
+    if new_axes:
+        x = P.expand_dims(x, tuple(new_axes))
+        idx = [slice(None) if i is None else i for i in idx]
+    # basic indexing
+    starts, limits, strides, flips, squeeze_axes, advanced = [], [], [], [], [], []
+    for d, (i, n) in enumerate(zip(idx, x.shape)):
+        if isinstance(i, slice):
+            s, e, st = i.indices(n)
+            if st < 0:
+                flips.append(d)
+                # reversed axis: element k of the result is x[s + k*st] == rev(x)[n-1-s - k*st]
+                s, e, st = n - 1 - s, n - 1 - e, -st
+            length = builtins.max(0, -(-(e - s) // st))
+            starts.append(s if length else 0)
+            limits.append(s + (length - 1) * st + 1 if length else 0)
+            strides.append(st)
+        elif _is_advanced(i):
+            starts.append(0)
+            limits.append(n)
+            strides.append(1)
+            advanced.append(d)
+        else:
+            try:
+                k = int(i)
+            except TypeError:
+                raise IndexError(f"invalid index {i!r} of type {type(i).__name__} {user_frame_description()}") from None
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} {user_frame_description()}")
+            k %= n
+            starts.append(k)
+            limits.append(k + 1)
+            strides.append(1)
+            squeeze_axes.append(d)
+    if flips:
+        x = P.rev(x, tuple(flips))
+    x = P.slice_op(x, tuple(starts), tuple(limits), tuple(strides))
+    # advanced indices, on the axes that remain after squeezing integer positions
+    if advanced:
+        positions = [d - builtins.sum(1 for s in squeeze_axes if s < d) for d in advanced]
+        arrays = [_normalize_index(idx[d], x.shape[d]) for d in advanced]
+        if squeeze_axes:
+            x = P.squeeze(x, tuple(squeeze_axes))
+        bshape = P.broadcast_shapes("indexing", *(shape_of(a) for a in arrays))
+        arrays = [broadcast_to(a, bshape) if shape_of(a) != bshape else a for a in arrays]
+        contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
+        if not contiguous:
+            rest = [p for p in range(x.ndim) if p not in positions]
+            x = P.transpose(x, positions + rest)
+            positions = list(range(len(positions)))
+        first = positions[0]
+        dims = [x.shape[p] for p in positions]
+        lin = arrays[0]
+        for a, n in zip(arrays[1:], dims[1:]):
+            lin = add(multiply(lin, n), a)
+        merged = x.shape[:first] + (int(np.prod(dims, dtype=np.int64)),) + x.shape[first + len(dims):]
+        x = reshape(x, merged)
+        return P.take(x, lin, first)
+    if squeeze_axes:
+        x = P.squeeze(x, tuple(squeeze_axes))
+    return x
+
+
+# --------------------------------------------------------------------------- unsupported
+
+_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate", "searchsorted",
+                    "histogram", "interp", "median", "percentile", "quantile", "lexsort", "partition"}
+
+
+def __getattr__(name: str):
+    if name.startswith("_"):
+        raise AttributeError(name)
+    hint = " (it has no differentiable primitive yet)" if name in _NOT_IMPLEMENTED else ""
+    raise NotImplementedError(f"functrace.numpy does not implement numpy.{name}{hint}. "
+                              "Compute it outside the transformed function, or build it from fnp primitives.")
+
+
+# --------------------------------------------------------------------------- tracer methods
+
+import importlib  # noqa: E402
+linalg = importlib.import_module(".linalg", __name__)
+importlib.import_module("._tracer_methods", __name__)  # installs operators on Tracer

@@ -1,0 +1,64 @@
+"""Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+import functrace.numpy as fnp
+from ..core import Tracer
+
+
+def _swap(f):
+    return lambda self, other: f(other, self)
+
+
+_OPERATORS = {
+    "__add__": fnp.add, "__radd__": _swap(fnp.add),
+    "__sub__": fnp.subtract, "__rsub__": _swap(fnp.subtract),
+    "__mul__": fnp.multiply, "__rmul__": _swap(fnp.multiply),
+    "__truediv__": fnp.divide, "__rtruediv__": _swap(fnp.divide),
+    "__floordiv__": fnp.floor_divide, "__rfloordiv__": _swap(fnp.floor_divide),
+    "__mod__": fnp.remainder, "__rmod__": _swap(fnp.remainder),
+    "__pow__": fnp.power, "__rpow__": _swap(fnp.power),
+    "__matmul__": fnp.matmul, "__rmatmul__": _swap(fnp.matmul),
+    "__lt__": fnp.less, "__le__": fnp.less_equal, "__gt__": fnp.greater, "__ge__": fnp.greater_equal,
+    "__eq__": fnp.equal, "__ne__": fnp.not_equal,
+    "__and__": fnp.bitwise_and, "__rand__": _swap(fnp.bitwise_and),
+    "__or__": fnp.bitwise_or, "__ror__": _swap(fnp.bitwise_or),
+    "__xor__": fnp.bitwise_xor, "__rxor__": _swap(fnp.bitwise_xor),
+    "__neg__": fnp.negative, "__pos__": fnp.positive, "__abs__": fnp.abs, "__invert__": fnp.invert,
+    "__getitem__": fnp.getitem,
+    "reshape": lambda self, *shape, order="C": fnp.reshape(
+        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape, order),
+    "transpose": lambda self, *axes: fnp.transpose(self, axes[0] if len(axes) == 1 and not isinstance(
+        axes[0], int) else (axes or None)),
+    "astype": lambda self, dtype: fnp.asarray(self, dtype),
+    "sum": fnp.sum, "mean": fnp.mean, "var": fnp.var, "std": fnp.std, "prod": fnp.prod,
+    "max": fnp.max, "min": fnp.min, "argmax": fnp.argmax, "argmin": fnp.argmin,
+    "all": fnp.all, "any": fnp.any, "cumsum": fnp.cumsum, "ravel": fnp.ravel, "flatten": fnp.ravel,
+    "squeeze": fnp.squeeze, "swapaxes": fnp.swapaxes, "dot": fnp.dot, "clip": fnp.clip,
+    "take": fnp.take, "round": fnp.round, "conj": lambda self: self, "copy": lambda self: self,
+}
+for _name, _fn in _OPERATORS.items():
+    setattr(Tracer, _name, _fn)
+Tracer.T = property(lambda self: fnp.transpose(self))
+Tracer.real = property(lambda self: self)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """``np.sin(tracer)`` and ``ndarray + tracer`` dispatch to functrace.numpy."""
+    if method != "__call__" or kwargs.get("out") is not None:
+        raise NotImplementedError(f"numpy.{ufunc.__name__}.{method} on a functrace tracer is not supported")
+    name = {"absolute": "abs", "conjugate": "positive"}.get(ufunc.__name__, ufunc.__name__)
+    fn = getattr(fnp, name)  # raises NotImplementedError naming the function when missing
+    return fn(*inputs)
+
+
+def _array_function(self, func, types, args, kwargs):
+    """``np.sum(tracer)`` etc. dispatch to the functrace.numpy function of the same name."""
+    module = func.__module__ or ""
+    target = fnp.linalg if module.endswith("linalg") else fnp
+    return getattr(target, func.__name__)(*args, **kwargs)
+
+
+Tracer.__array_ufunc__ = _array_ufunc
+Tracer.__array_function__ = _array_function

@@ -1,0 +1,936 @@
+"""The primitive registry: every primitive declared once, with all of its rules.
+
+Each entry gives, in one place:
+
+* the shape/dtype rule (``abstract_eval``),
+* the numpy implementation (``impl``, the reference backend),
+* forward- and reverse-mode derivatives (``jvp`` / ``vjp``, one rule per argument),
+* the batching rule for ``vmap`` (``batch``).
+
+Derivative rules are written with the ops of this module, which ``bind`` primitives, so
+the derivative of every rule is itself available: derivatives nest to any depth.
+
+Elementwise binary primitives broadcast like numpy (equal dtypes required; the
+``functrace.numpy`` layer promotes first).  Derivative rules therefore ``unbroadcast``
+cotangents back to each operand's shape.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .core import Primitive, ShapedArray, get_aval, Tracer
+from .errors import DtypeError, ShapeError, user_frame_description
+
+registry: dict[str, Primitive] = {}
+
+
+def new_primitive(name: str) -> Primitive:
+    p = Primitive(name)
+    registry[name] = p
+    return p
+
+
+def shape_of(x) -> tuple:
+    return x.aval.shape if isinstance(x, Tracer) else np.shape(x)
+
+
+def dtype_of(x) -> np.dtype:
+    return get_aval(x).dtype
+
+
+def scalar_like(x, value) -> np.ndarray:
+    """A 0-d constant with ``x``'s dtype (keeps float32 programs float32)."""
+    return np.array(value, dtype=dtype_of(x))
+
+
+def _shape_error(prim: str, msg: str):
+    return ShapeError(f"{prim}: {msg} {user_frame_description()}")
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+@functools.lru_cache(maxsize=4096)
+def broadcast_shapes(prim: str, *shapes: tuple) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise _shape_error(prim, "shapes " + " and ".join(map(str, shapes)) +
+                           " cannot be broadcast together") from None
+
+
+def _elementwise_abstract(name: str, out_dtype=None):
+    def rule(*avals, **params):
+        d0 = avals[0].dtype
+        for a in avals[1:]:
+            if a.dtype != d0:
+                raise DtypeError(f"{name}: operand dtypes differ ({d0.name} vs {a.dtype.name}); "
+                                 f"promote first {user_frame_description()}")
+        shape = avals[0].shape
+        for a in avals[1:]:
+            if a.shape != shape:
+                shape = broadcast_shapes(name, *(a.shape for a in avals))
+                break
+        weak = all(a.weak_type for a in avals)
+        return ShapedArray(shape, d0 if out_dtype is None else out_dtype, weak and out_dtype is None)
+    return rule
+
+
+def unbroadcast(g, shape: tuple):
+    """Sum the cotangent ``g`` down to an operand's (numpy-broadcast) ``shape``."""
+    gshape = shape_of(g)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
+    if axes:
+        g = reduce_sum(g, axes)
+    if shape_of(g) != shape:
+        g = reshape(g, shape)
+    return g
+
+
+def _batch_elementwise(prim: Primitive):
+    """Batching for broadcasting elementwise ops: batch axis to the front, ranks aligned."""
+    def rule(vals, dims, **params):
+        out_rank = max(len(shape_of(v)) - (d is not None) for v, d in zip(vals, dims))
+        new = []
+        for v, d in zip(vals, dims):
+            if d is not None:
+                v = moveaxis(v, d, 0)
+                s = shape_of(v)
+                if len(s) - 1 < out_rank:
+                    v = reshape(v, (s[0],) + (1,) * (out_rank - len(s) + 1) + s[1:])
+            new.append(v)
+        return prim.bind(*new, **params), 0
+    return rule
+
+
+def elementwise(name: str, impl: Callable, partials: Sequence | None = (), out_dtype=None) -> Primitive:
+    """Declare an elementwise primitive from its numpy ufunc and its partial derivatives.
+
+    ``partials[i](ans, *args)`` is d ans / d args[i]; it yields both derivative modes:
+    jvp contribution ``t * partial`` and vjp ``unbroadcast(g * partial)``.  ``None``
+    marks an argument with zero derivative (comparisons, sign, ...).
+    """
+    p = new_primitive(name)
+    p.impl = impl
+    p.abstract_eval = _elementwise_abstract(name, out_dtype)
+    p.batch = _batch_elementwise(p)
+    if partials is not None:
+        p.jvp = [None if d is None else (lambda d: lambda t, ans, *a, **kw: mul(t, d(ans, *a)))(d)
+                 for d in partials]
+        p.vjp = [None if d is None else (lambda i, d: lambda g, ans, *a, **kw:
+                                         unbroadcast(mul(g, d(ans, *a)), shape_of(a[i])))(i, d)
+                 for i, d in enumerate(partials)]
+    return p
+
+
+
+neg_p = elementwise("neg", np.negative)
+sin_p = elementwise("sin", np.sin, [lambda ans, x: cos(x)])
+cos_p = elementwise("cos", np.cos, [lambda ans, x: neg(sin(x))])
+tan_p = elementwise("tan", np.tan, [lambda ans, x: add(scalar_like(ans, 1), mul(ans, ans))])
+tanh_p = elementwise("tanh", np.tanh, [lambda ans, x: sub(scalar_like(ans, 1), mul(ans, ans))])
+exp_p = elementwise("exp", np.exp, [lambda ans, x: ans])
+log_p = elementwise("log", np.log, [lambda ans, x: div(scalar_like(x, 1), x)])
+log1p_p = elementwise("log1p", np.log1p, [lambda ans, x: div(scalar_like(x, 1), add(x, scalar_like(x, 1)))])
+expm1_p = elementwise("expm1", np.expm1, [lambda ans, x: add(ans, scalar_like(ans, 1))])
+sqrt_p = elementwise("sqrt", np.sqrt, [lambda ans, x: div(scalar_like(ans, 0.5), ans)])
+rsqrt_p = elementwise("rsqrt", lambda x: 1 / np.sqrt(x),
+                      [lambda ans, x: mul(scalar_like(x, -0.5), div(ans, x))])
+abs_p = elementwise("abs", np.abs, [lambda ans, x: sign(x)])
+sign_p = elementwise("sign", np.sign, [None])
+floor_p = elementwise("floor", np.floor, [None])
+ceil_p = elementwise("ceil", np.ceil, [None])
+round_p = elementwise("round", np.round, [None])
+is_finite_p = elementwise("is_finite", np.isfinite, [None], out_dtype=np.dtype(bool))
+logistic_p = elementwise("logistic", lambda x: np.exp(-np.logaddexp(0, -x)).astype(x.dtype),
+                         [lambda ans, x: mul(ans, sub(scalar_like(ans, 1), ans))])
+not_p = elementwise("not", np.logical_not, None)
+
+add_p = elementwise("add", np.add)
+sub_p = elementwise("sub", np.subtract)
+mul_p = elementwise("mul", np.multiply, [lambda ans, x, y: y, lambda ans, x, y: x])
+div_p = elementwise("div", np.true_divide,
+                    [lambda ans, x, y: div(scalar_like(y, 1), y), lambda ans, x, y: neg(div(ans, y))])
+floor_div_p = elementwise("floor_div", np.floor_divide, [None, None])
+rem_p = elementwise("rem", np.remainder,
+                    [lambda ans, x, y: scalar_like(x, 1), lambda ans, x, y: neg(floor(div(x, y)))])
+atan2_p = elementwise("atan2", np.arctan2, [
+    lambda ans, x, y: div(y, add(mul(x, x), mul(y, y))),
+    lambda ans, x, y: div(neg(x), add(mul(x, x), mul(y, y)))])
+
+
+def _pow_dy(ans, x, y):
+    # d/dy x**y = log(x) * x**y, taken as 0 where x == 0 (the limit used by JAX and numpy users).
+    safe_log = log(select(eq(x, scalar_like(x, 0)), scalar_like(x, 1), x))
+    return mul(safe_log, ans)
+
+
+pow_p = elementwise("pow", np.power, [lambda ans, x, y: mul(y, pow(x, sub(y, scalar_like(y, 1)))), _pow_dy])
+
+
+def _tie_mask(which):
+    # Derivative of max/min: 1 where this operand wins, 1/2 at ties (as in JAX).
+    def d(ans, x, y):
+        a, b = (x, y) if which == 0 else (y, x)
+        wins = convert_element_type(eq(ans, a), dtype_of(a))
+        tie = convert_element_type(eq(a, b), dtype_of(a))
+        return sub(wins, mul(scalar_like(a, 0.5), tie))
+    return d
+
+
+max_p = elementwise("max", np.maximum, [_tie_mask(0), _tie_mask(1)])
+min_p = elementwise("min", np.minimum, [_tie_mask(0), _tie_mask(1)])
+
+_BOOL = np.dtype(bool)
+eq_p = elementwise("eq", np.equal, None, out_dtype=_BOOL)
+ne_p = elementwise("ne", np.not_equal, None, out_dtype=_BOOL)
+lt_p = elementwise("lt", np.less, None, out_dtype=_BOOL)
+le_p = elementwise("le", np.less_equal, None, out_dtype=_BOOL)
+gt_p = elementwise("gt", np.greater, None, out_dtype=_BOOL)
+ge_p = elementwise("ge", np.greater_equal, None, out_dtype=_BOOL)
+and_p = elementwise("and", lambda x, y: np.logical_and(x, y) if x.dtype == bool else np.bitwise_and(x, y), None)
+or_p = elementwise("or", lambda x, y: np.logical_or(x, y) if x.dtype == bool else np.bitwise_or(x, y), None)
+xor_p = elementwise("xor", lambda x, y: np.logical_xor(x, y) if x.dtype == bool else np.bitwise_xor(x, y), None)
+
+# Linear elementwise ops: the tangent passes through; cotangents unbroadcast.
+add_p.jvp = [lambda t, ans, x, y: t, lambda t, ans, x, y: t]
+add_p.vjp = [lambda g, ans, x, y: unbroadcast(g, shape_of(x)), lambda g, ans, x, y: unbroadcast(g, shape_of(y))]
+sub_p.jvp = [lambda t, ans, x, y: t, lambda t, ans, x, y: neg(t)]
+sub_p.vjp = [lambda g, ans, x, y: unbroadcast(g, shape_of(x)), lambda g, ans, x, y: unbroadcast(neg(g), shape_of(y))]
+neg_p.jvp = [lambda t, ans, x: neg(t)]
+neg_p.vjp = [lambda g, ans, x: neg(g)]
+
+# integer_pow: x ** n for a static integer n.
+integer_pow_p = new_primitive("integer_pow")
+integer_pow_p.impl = lambda x, *, y: np.power(x, y, dtype=x.dtype) if y >= 0 else (1 / np.power(x, -y)).astype(x.dtype)
+integer_pow_p.abstract_eval = lambda a, *, y: a
+integer_pow_p.batch = lambda vals, dims, *, y: (integer_pow(vals[0], y), dims[0])
+
+
+def _integer_pow_partial(ans, x, *, y):
+    if y == 0:
+        return zeros_like(x)
+    if y == 1:
+        return ones_like(x)
+    return mul(scalar_like(x, y), x if y == 2 else integer_pow(x, y - 1))
+
+
+integer_pow_p.jvp = [lambda t, ans, x, *, y: mul(t, _integer_pow_partial(ans, x, y=y))]
+integer_pow_p.vjp = [lambda g, ans, x, *, y: mul(g, _integer_pow_partial(ans, x, y=y))]
+
+# select(pred, on_true, on_false) == numpy.where
+select_p = new_primitive("select")
+select_p.impl = np.where
+
+
+def _select_abstract(pred, t, f):
+    if pred.dtype != _BOOL:
+        raise DtypeError(f"select: predicate must be bool, got {pred.dtype.name} {user_frame_description()}")
+    if t.dtype != f.dtype:
+        raise DtypeError(f"select: branch dtypes differ ({t.dtype.name} vs {f.dtype.name}) "
+                         f"{user_frame_description()}")
+    shape = broadcast_shapes("select", pred.shape, t.shape, f.shape)
+    return ShapedArray(shape, t.dtype, t.weak_type and f.weak_type)
+
+
+select_p.abstract_eval = _select_abstract
+select_p.batch = _batch_elementwise(select_p)
+select_p.jvp = [None, lambda t, ans, p, x, y: select(p, t, zeros_like(t)),
+                lambda t, ans, p, x, y: select(p, zeros_like(t), t)]
+select_p.vjp = [None, lambda g, ans, p, x, y: unbroadcast(select(p, g, zeros_like(g)), shape_of(x)),
+                lambda g, ans, p, x, y: unbroadcast(select(p, zeros_like(g), g), shape_of(y))]
+
+convert_element_type_p = new_primitive("convert_element_type")
+convert_element_type_p.impl = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)
+convert_element_type_p.abstract_eval = lambda a, *, new_dtype: ShapedArray(a.shape, new_dtype, False)
+convert_element_type_p.batch = lambda vals, dims, *, new_dtype: (convert_element_type(vals[0], new_dtype), dims[0])
+convert_element_type_p.jvp = [lambda t, ans, x, *, new_dtype:
+                              convert_element_type(t, new_dtype) if new_dtype.kind in "fc" else None]
+convert_element_type_p.vjp = [lambda g, ans, x, *, new_dtype:
+                              convert_element_type(g, dtype_of(x)) if dtype_of(x).kind in "fc" else None]
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduce_abstract(name):
+    def rule(a, *, axes):
+        for ax in axes:
+            if not 0 <= ax < len(a.shape):
+                raise _shape_error(name, f"axis {ax} out of range for shape {a.shape}")
+        shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+        return ShapedArray(shape, a.dtype, a.weak_type)
+    return rule
+
+
+def _batch_reduce(prim):
+    def rule(vals, dims, *, axes):
+        x = moveaxis(vals[0], dims[0], 0)
+        return prim.bind(x, axes=tuple(a + 1 for a in axes)), 0
+    return rule
+
+
+def _expand_reduced(g, x_shape, axes):
+    """Broadcast a reduced value back over the reduced ``axes`` of ``x_shape``."""
+    kept = tuple(i for i in range(len(x_shape)) if i not in axes)
+    return broadcast_in_dim(g, x_shape, kept)
+
+
+def reduction(name, impl, vjp_rule) -> Primitive:
+    p = new_primitive(name)
+    p.impl = impl
+    p.abstract_eval = _reduce_abstract(name)
+    p.batch = _batch_reduce(p)
+    p.vjp = [vjp_rule]
+    # Every reduction here is differentiable through its vjp (tangents reduce the same
+    # way as cotangents expand), so its jvp is written with the same local derivative.
+    return p
+
+
+def _sum_impl(x, *, axes):
+    return np.sum(x, axis=axes, dtype=x.dtype)
+
+
+reduce_sum_p = reduction("reduce_sum", _sum_impl,
+                         lambda g, ans, x, *, axes: _expand_reduced(g, shape_of(x), axes))
+reduce_sum_p.jvp = [lambda t, ans, x, *, axes: reduce_sum(t, axes)]
+
+
+def _extremum_weights(ans, x, axes):
+    # Cotangent of max/min split equally between tied positions (as JAX does).
+    hits = convert_element_type(eq(x, _expand_reduced(ans, shape_of(x), axes)), dtype_of(x))
+    return div(hits, _expand_reduced(reduce_sum(hits, axes), shape_of(x), axes))
+
+
+def _extremum_vjp(g, ans, x, *, axes):
+    return mul(_expand_reduced(g, shape_of(x), axes), _extremum_weights(ans, x, axes))
+
+
+def _extremum_jvp(t, ans, x, *, axes):
+    return reduce_sum(mul(t, _extremum_weights(ans, x, axes)), axes)
+
+
+reduce_max_p = reduction("reduce_max", lambda x, *, axes: np.max(x, axis=axes), _extremum_vjp)
+reduce_min_p = reduction("reduce_min", lambda x, *, axes: np.min(x, axis=axes), _extremum_vjp)
+reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
+
+
+def _prod_of_others(x, axes):
+    """prod over ``axes`` of x with each element left out in turn, without dividing by x.
+
+    The reduced axes are flattened to one axis of size n and an (n, n) identity mask
+    replaces the left-out element by 1: O(n^2) but exact at zeros and differentiable.
+    """
+    shape = shape_of(x)
+    rest = tuple(i for i in range(len(shape)) if i not in axes)
+    xt = transpose(x, rest + tuple(axes))
+    rest_shape = tuple(shape[i] for i in rest)
+    n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    xf = reshape(xt, rest_shape + (n,))
+    k = len(rest_shape)
+    eye = np.eye(n, dtype=bool)
+    tiled = broadcast_in_dim(xf, rest_shape + (n, n), tuple(range(k)) + (k + 1,))
+    masked = select(eye, ones_like(tiled), tiled)
+    others = reduce_prod(masked, (k + 1,))
+    others = reshape(others, rest_shape + tuple(shape[a] for a in axes))
+    inv = np.argsort(rest + tuple(axes))
+    return transpose(others, tuple(int(i) for i in inv))
+
+
+reduce_prod_p = reduction("reduce_prod", lambda x, *, axes: np.prod(x, axis=axes, dtype=x.dtype),
+                          lambda g, ans, x, *, axes: mul(_expand_reduced(g, shape_of(x), axes),
+                                                         _prod_of_others(x, axes)))
+reduce_prod_p.jvp = [lambda t, ans, x, *, axes: reduce_sum(mul(t, _prod_of_others(x, axes)), axes)]
+
+
+def _arg_reduction(name, impl):
+    p = new_primitive(name)
+    p.impl = lambda x, *, axis: impl(x, axis=axis).astype(np.int64)
+
+    def abstract(a, *, axis):
+        if not 0 <= axis < len(a.shape):
+            raise _shape_error(name, f"axis {axis} out of range for shape {a.shape}")
+        return ShapedArray(a.shape[:axis] + a.shape[axis + 1:], np.dtype(np.int64))
+    p.abstract_eval = abstract
+    p.batch = lambda vals, dims, *, axis: (p.bind(moveaxis(vals[0], dims[0], 0), axis=axis + 1), 0)
+    p.jvp = [None]
+    p.vjp = [None]
+    return p
+
+
+argmax_p = _arg_reduction("argmax", np.argmax)
+argmin_p = _arg_reduction("argmin", np.argmin)
+
+cumsum_p = new_primitive("cumsum")
+cumsum_p.impl = lambda x, *, axis, reverse: (
+    np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis) if reverse
+    else np.cumsum(x, axis=axis, dtype=x.dtype))
+cumsum_p.abstract_eval = lambda a, *, axis, reverse: a
+cumsum_p.batch = lambda vals, dims, *, axis, reverse: (
+    cumsum(moveaxis(vals[0], dims[0], 0), axis + 1, reverse), 0)
+cumsum_p.jvp = [lambda t, ans, x, *, axis, reverse: cumsum(t, axis, reverse)]
+cumsum_p.vjp = [lambda g, ans, x, *, axis, reverse: cumsum(g, axis, not reverse)]
+
+
+# --------------------------------------------------------------------------- shape ops
+
+
+def linear_unary(name, impl, abstract, transpose_rule, batch) -> Primitive:
+    """A primitive linear in its one operand: its jvp applies itself to the tangent."""
+    p = new_primitive(name)
+    p.impl = impl
+    p.abstract_eval = abstract
+    p.batch = batch
+    p.jvp = [lambda t, ans, x, **params: p.bind(t, **params)]
+    p.vjp = [transpose_rule]
+    return p
+
+
+def _bid_abstract(a, *, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) != len(a.shape) or any(
+            a.shape[i] not in (1, shape[d]) for i, d in enumerate(broadcast_dimensions)):
+        raise _shape_error("broadcast_in_dim", f"cannot broadcast shape {a.shape} to {shape} "
+                                               f"along dimensions {broadcast_dimensions}")
+    return ShapedArray(tuple(shape), a.dtype, a.weak_type)
+
+
+def _bid_impl(x, *, shape, broadcast_dimensions):
+    x = np.asarray(x)
+    expanded = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        expanded[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+def _bid_transpose(g, ans, x, *, shape, broadcast_dimensions):
+    x_shape = shape_of(x)
+    new_axes = tuple(d for d in range(len(shape)) if d not in broadcast_dimensions)
+    expanded = tuple(d for i, d in enumerate(broadcast_dimensions) if x_shape[i] == 1 and shape[d] != 1)
+    axes = tuple(sorted(new_axes + expanded))
+    if axes:
+        g = reduce_sum(g, axes)
+    return reshape(g, x_shape) if shape_of(g) != x_shape else g
+
+
+def _bid_batch(vals, dims, *, shape, broadcast_dimensions):
+    x = moveaxis(vals[0], dims[0], 0)
+    b = shape_of(x)[0]
+    return broadcast_in_dim(x, (b,) + tuple(shape), (0,) + tuple(d + 1 for d in broadcast_dimensions)), 0
+
+
+broadcast_in_dim_p = linear_unary("broadcast_in_dim", _bid_impl, _bid_abstract, _bid_transpose, _bid_batch)
+
+
+def _reshape_abstract(a, *, new_sizes):
+    if int(np.prod(new_sizes, dtype=np.int64)) != a.size:
+        raise _shape_error("reshape", f"cannot reshape array of shape {a.shape} into shape {new_sizes}")
+    return ShapedArray(tuple(new_sizes), a.dtype, a.weak_type)
+
+
+reshape_p = linear_unary(
+    "reshape", lambda x, *, new_sizes: np.reshape(x, new_sizes), _reshape_abstract,
+    lambda g, ans, x, *, new_sizes: reshape(g, shape_of(x)),
+    lambda vals, dims, *, new_sizes: (reshape(moveaxis(vals[0], dims[0], 0),
+                                              (shape_of(vals[0])[dims[0]],) + tuple(new_sizes)), 0))
+
+
+def _transpose_abstract(a, *, permutation):
+    if sorted(permutation) != list(range(len(a.shape))):
+        raise _shape_error("transpose", f"permutation {permutation} does not match shape {a.shape}")
+    return ShapedArray(tuple(a.shape[i] for i in permutation), a.dtype, a.weak_type)
+
+
+transpose_p = linear_unary(
+    "transpose", lambda x, *, permutation: np.transpose(x, permutation), _transpose_abstract,
+    lambda g, ans, x, *, permutation: transpose(g, tuple(int(i) for i in np.argsort(permutation))),
+    lambda vals, dims, *, permutation: (transpose(moveaxis(vals[0], dims[0], 0),
+                                                  (0,) + tuple(p + 1 for p in permutation)), 0))
+
+
+def _squeeze_abstract(a, *, dimensions):
+    if any(a.shape[d] != 1 for d in dimensions):
+        raise _shape_error("squeeze", f"cannot squeeze dimensions {dimensions} of shape {a.shape}")
+    return ShapedArray(tuple(n for i, n in enumerate(a.shape) if i not in dimensions), a.dtype, a.weak_type)
+
+
+squeeze_p = linear_unary(
+    "squeeze", lambda x, *, dimensions: np.squeeze(x, dimensions), _squeeze_abstract,
+    lambda g, ans, x, *, dimensions: reshape(g, shape_of(x)),
+    lambda vals, dims, *, dimensions: (squeeze(moveaxis(vals[0], dims[0], 0),
+                                               tuple(d + 1 for d in dimensions)), 0))
+
+
+def _expand_dims_abstract(a, *, dimensions):
+    shape = list(a.shape)
+    for d in sorted(dimensions):
+        shape.insert(d, 1)
+    return ShapedArray(tuple(shape), a.dtype, a.weak_type)
+
+
+expand_dims_p = linear_unary(
+    "expand_dims", lambda x, *, dimensions: np.expand_dims(x, dimensions), _expand_dims_abstract,
+    lambda g, ans, x, *, dimensions: reshape(g, shape_of(x)),
+    lambda vals, dims, *, dimensions: (expand_dims(moveaxis(vals[0], dims[0], 0),
+                                                   tuple(d + 1 for d in dimensions)), 0))
+
+rev_p = linear_unary(
+    "rev", lambda x, *, dimensions: np.flip(x, dimensions), lambda a, *, dimensions: a,
+    lambda g, ans, x, *, dimensions: rev(g, dimensions),
+    lambda vals, dims, *, dimensions: (rev(moveaxis(vals[0], dims[0], 0), tuple(d + 1 for d in dimensions)), 0))
+
+
+def _slice_abstract(a, *, start_indices, limit_indices, strides):
+    if len(start_indices) != len(a.shape) or any(
+            not (0 <= s <= l <= n) for s, l, n in zip(start_indices, limit_indices, a.shape)):
+        raise _shape_error("slice", f"slice {start_indices}:{limit_indices} out of bounds for shape {a.shape}")
+    shape = tuple(max(0, -(-(l - s) // st)) for s, l, st in zip(start_indices, limit_indices, strides))
+    return ShapedArray(shape, a.dtype, a.weak_type)
+
+
+def _slice_impl(x, *, start_indices, limit_indices, strides):
+    return x[tuple(slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides))]
+
+
+def _slice_transpose(g, ans, x, *, start_indices, limit_indices, strides):
+    x_shape = shape_of(x)
+    out_shape = shape_of(g)
+    config = []
+    for s, st, n, m in zip(start_indices, strides, x_shape, out_shape):
+        if m == 0:
+            config.append((n, 0, 0))
+            continue
+        hi = n - (s + (m - 1) * st + 1)
+        config.append((s, hi, st - 1))
+    return pad(g, scalar_like(g, 0), tuple(config))
+
+
+slice_p = linear_unary(
+    "slice", _slice_impl, _slice_abstract, _slice_transpose,
+    lambda vals, dims, *, start_indices, limit_indices, strides: (slice_op(
+        moveaxis(vals[0], dims[0], 0), (0,) + tuple(start_indices),
+        (shape_of(vals[0])[dims[0]],) + tuple(limit_indices), (1,) + tuple(strides)), 0))
+
+
+# pad(x, padding_value, padding_config=((lo, hi, interior), ...)), lo/hi >= 0
+pad_p = new_primitive("pad")
+
+
+def _pad_impl(x, value, *, padding_config):
+    x = np.asarray(x)
+    shape = tuple(lo + hi + n + max(n - 1, 0) * it for (lo, hi, it), n in zip(padding_config, x.shape))
+    out = np.full(shape, value, dtype=x.dtype)
+    out[tuple(slice(lo, lo + (n - 1) * (it + 1) + 1 if n else lo, it + 1)
+              for (lo, hi, it), n in zip(padding_config, x.shape))] = x
+    return out
+
+
+def _pad_abstract(a, v, *, padding_config):
+    if v.shape != () or v.dtype != a.dtype:
+        raise _shape_error("pad", f"padding value must be a scalar of dtype {a.dtype.name}, got {v.str_short()}")
+    if any(lo < 0 or hi < 0 or it < 0 for lo, hi, it in padding_config):
+        raise _shape_error("pad", f"negative padding {padding_config} is not supported")
+    shape = tuple(lo + hi + n + max(n - 1, 0) * it for (lo, hi, it), n in zip(padding_config, a.shape))
+    return ShapedArray(shape, a.dtype, a.weak_type)
+
+
+def _unpad(g, x_shape, padding_config):
+    starts = tuple(lo for lo, hi, it in padding_config)
+    limits = tuple(lo + (n - 1) * (it + 1) + 1 if n else lo for (lo, hi, it), n in zip(padding_config, x_shape))
+    return slice_op(g, starts, limits, tuple(it + 1 for lo, hi, it in padding_config))
+
+
+pad_p.impl = _pad_impl
+pad_p.abstract_eval = _pad_abstract
+pad_p.jvp = [lambda t, ans, x, v, *, padding_config: pad(t, zeros_like(v), padding_config),
+             lambda t, ans, x, v, *, padding_config: pad(zeros_like(x), t, padding_config)]
+pad_p.vjp = [lambda g, ans, x, v, *, padding_config: _unpad(g, shape_of(x), padding_config),
+             lambda g, ans, x, v, *, padding_config: sub(reduce_sum(g, tuple(range(len(shape_of(g))))),
+                                                         reduce_sum(_unpad(g, shape_of(x), padding_config),
+                                                                    tuple(range(len(shape_of(x))))))]
+
+
+def _pad_batch(vals, dims, *, padding_config):
+    x, v = vals
+    if dims[0] is None:
+        x = broadcast_in_dim(x, (shape_of(v)[dims[1]],) + shape_of(x), tuple(range(1, len(shape_of(x)) + 1)))
+    else:
+        x = moveaxis(x, dims[0], 0)
+    config = ((0, 0, 0),) + tuple(padding_config)
+    if dims[1] is None:
+        return pad(x, v, config), 0
+    # A batched padding value: pad with zeros, then add the value where the mask of padding is set.
+    v = moveaxis(v, dims[1], 0)
+    padded = pad(x, scalar_like(x, 0), config)
+    is_pad = pad(zeros_like(x), scalar_like(x, 1), config)
+    vb = reshape(v, (shape_of(v)[0],) + (1,) * (len(shape_of(x)) - 1))
+    return add(padded, mul(is_pad, vb)), 0
+
+
+pad_p.batch = _pad_batch
+
+concatenate_p = new_primitive("concatenate")
+concatenate_p.impl = lambda *xs, dimension: np.concatenate(xs, axis=dimension)
+
+
+def _concat_abstract(*avals, dimension):
+    a0 = avals[0]
+    for a in avals[1:]:
+        if (len(a.shape) != len(a0.shape) or a.dtype != a0.dtype or
+                any(n != m for i, (n, m) in enumerate(zip(a.shape, a0.shape)) if i != dimension)):
+            raise _shape_error("concatenate", "operands must match except along axis "
+                               f"{dimension}; got " + ", ".join(x.str_short() for x in avals))
+    shape = list(a0.shape)
+    shape[dimension] = sum(a.shape[dimension] for a in avals)
+    return ShapedArray(tuple(shape), a0.dtype, all(a.weak_type for a in avals))
+
+
+concatenate_p.abstract_eval = _concat_abstract
+
+
+def _concat_piece(i):
+    def jvp(t, ans, *xs, dimension):
+        return concatenate([t if j == i else zeros_like(x) for j, x in enumerate(xs)], dimension)
+
+    def vjp(g, ans, *xs, dimension):
+        start = sum(shape_of(x)[dimension] for x in xs[:i])
+        shape = shape_of(g)
+        lo = tuple(start if d == dimension else 0 for d in range(len(shape)))
+        hi = tuple(start + shape_of(xs[i])[dimension] if d == dimension else n for d, n in enumerate(shape))
+        return slice_op(g, lo, hi, (1,) * len(shape))
+    return jvp, vjp
+
+
+class _PerArgRules:
+    """Rules for variadic primitives: rule ``i`` is built on demand."""
+
+    def __init__(self, make):
+        self.make = make
+        self.cache: dict = {}
+
+    def __getitem__(self, i):
+        if i not in self.cache:
+            self.cache[i] = self.make(i)
+        return self.cache[i]
+
+
+concatenate_p.jvp = _PerArgRules(lambda i: _concat_piece(i)[0])
+concatenate_p.vjp = _PerArgRules(lambda i: _concat_piece(i)[1])
+
+
+def _concat_batch(vals, dims, *, dimension):
+    b = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    xs = [moveaxis(v, d, 0) if d is not None else
+          broadcast_in_dim(v, (b,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
+          for v, d in zip(vals, dims)]
+    return concatenate(xs, dimension + 1), 0
+
+
+concatenate_p.batch = _concat_batch
+
+
+# --------------------------------------------------------------------------- dot_general
+
+
+dot_general_p = new_primitive("dot_general")
+
+
+def _dot_dims(lhs_ndim, rhs_ndim, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    lf = tuple(i for i in range(lhs_ndim) if i not in lc and i not in lb)
+    rf = tuple(i for i in range(rhs_ndim) if i not in rc and i not in rb)
+    return lc, rc, lb, rb, lf, rf
+
+
+def _dot_impl(x, y, *, dimension_numbers):
+    """Transpose both operands to (batch, free, contract) and run one BLAS matmul."""
+    x = np.asarray(x)
+    y = np.asarray(y)
+    lc, rc, lb, rb, lf, rf = _dot_dims(x.ndim, y.ndim, dimension_numbers)
+    bshape = tuple(x.shape[i] for i in lb)
+    lfs = tuple(x.shape[i] for i in lf)
+    rfs = tuple(y.shape[i] for i in rf)
+    k = int(np.prod([x.shape[i] for i in lc], dtype=np.int64))
+    nb = int(np.prod(bshape, dtype=np.int64))
+    xm = np.transpose(x, lb + lf + lc).reshape(nb, int(np.prod(lfs, dtype=np.int64)), k)
+    ym = np.transpose(y, rb + rc + rf).reshape(nb, k, int(np.prod(rfs, dtype=np.int64)))
+    out = np.matmul(xm, ym)
+    return out.reshape(bshape + lfs + rfs)
+
+
+def _dot_abstract(a, b, *, dimension_numbers):
+    lc, rc, lb, rb, lf, rf = _dot_dims(len(a.shape), len(b.shape), dimension_numbers)
+    if a.dtype != b.dtype:
+        raise DtypeError(f"dot_general: operand dtypes differ ({a.dtype.name} vs {b.dtype.name}) "
+                         f"{user_frame_description()}")
+    if ([a.shape[i] for i in lc] != [b.shape[i] for i in rc] or
+            [a.shape[i] for i in lb] != [b.shape[i] for i in rb]):
+        raise _shape_error("dot_general", f"contracting/batch dimensions do not match for shapes "
+                                          f"{a.shape} and {b.shape} (dimension_numbers={dimension_numbers})")
+    shape = (tuple(a.shape[i] for i in lb) + tuple(a.shape[i] for i in lf) + tuple(b.shape[i] for i in rf))
+    return ShapedArray(shape, a.dtype, a.weak_type and b.weak_type)
+
+
+def _dot_transpose_lhs(g, ans, x, y, *, dimension_numbers):
+    # d x = g (over rhs-free dims) . y ; result is (batch, lhs-free, rhs-contract sorted) -> x layout
+    x_ndim, y_ndim = len(shape_of(x)), len(shape_of(y))
+    lc, rc, lb, rb, lf, rf = _dot_dims(x_ndim, y_ndim, dimension_numbers)
+    nb, nlf = len(lb), len(lf)
+    g_rf = tuple(range(nb + nlf, nb + nlf + len(rf)))
+    res = dot_general(g, y, ((g_rf, rf), (tuple(range(nb)), rb)))
+    rc_sorted = sorted(rc)
+    perm = [0] * x_ndim
+    for i, d in enumerate(lb):
+        perm[d] = i
+    for j, d in enumerate(lf):
+        perm[d] = nb + j
+    for d, r in zip(lc, rc):
+        perm[d] = nb + nlf + rc_sorted.index(r)
+    return transpose(res, tuple(perm)) if perm != list(range(x_ndim)) else res
+
+
+def _dot_transpose_rhs(g, ans, x, y, *, dimension_numbers):
+    x_ndim, y_ndim = len(shape_of(x)), len(shape_of(y))
+    lc, rc, lb, rb, lf, rf = _dot_dims(x_ndim, y_ndim, dimension_numbers)
+    nb, nlf, nrf = len(lb), len(lf), len(rf)
+    g_lf = tuple(range(nb, nb + nlf))
+    res = dot_general(g, x, ((g_lf, lf), (tuple(range(nb)), lb)))  # (batch, rhs-free, lhs-contract sorted)
+    lc_sorted = sorted(lc)
+    perm = [0] * y_ndim
+    for i, d in enumerate(rb):
+        perm[d] = i
+    for j, d in enumerate(rf):
+        perm[d] = nb + j
+    for l, d in zip(lc, rc):
+        perm[d] = nb + nrf + lc_sorted.index(l)
+    return transpose(res, tuple(perm)) if perm != list(range(y_ndim)) else res
+
+
+def _dot_batch(vals, dims, *, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    x, y = vals
+    dx, dy = dims
+    shift = lambda ds: tuple(d + 1 for d in ds)
+    if dx is not None and dy is not None:
+        x, y = moveaxis(x, dx, 0), moveaxis(y, dy, 0)
+        dn = ((shift(lc), shift(rc)), ((0,) + shift(lb), (0,) + shift(rb)))
+        return dot_general(x, y, dn), 0
+    if dx is not None:
+        x = moveaxis(x, dx, 0)
+        dn = ((shift(lc), rc), (shift(lb), rb))
+        return dot_general(x, y, dn), len(lb)
+    y = moveaxis(y, dy, 0)
+    dn = ((lc, shift(rc)), (lb, shift(rb)))
+    n_lhs_free = len(shape_of(x)) - len(lc) - len(lb)
+    return dot_general(x, y, dn), len(lb) + n_lhs_free
+
+
+dot_general_p.impl = _dot_impl
+dot_general_p.abstract_eval = _dot_abstract
+dot_general_p.jvp = [lambda t, ans, x, y, *, dimension_numbers: dot_general(t, y, dimension_numbers),
+                     lambda t, ans, x, y, *, dimension_numbers: dot_general(x, t, dimension_numbers)]
+dot_general_p.vjp = [_dot_transpose_lhs, _dot_transpose_rhs]
+dot_general_p.batch = _dot_batch
+
+
+# --------------------------------------------------------------------------- gather / scatter-add
+
+
+take_p = new_primitive("take")  # numpy.take(x, indices, axis): the gather behind integer indexing
+
+
+def _take_impl(x, idx, *, axis):
+    return np.take(x, idx, axis=axis, mode="clip")
+
+
+def _take_abstract(a, i, *, axis):
+    if i.dtype.kind not in "iu":
+        raise DtypeError(f"take: indices must be integers, got {i.dtype.name} {user_frame_description()}")
+    return ShapedArray(a.shape[:axis] + i.shape + a.shape[axis + 1:], a.dtype, a.weak_type)
+
+
+scatter_add_p = new_primitive("scatter_add")  # x with updates added at indices along axis (the transpose of take)
+
+
+def _scatter_add_impl(x, idx, upd, *, axis):
+    out = np.array(x, copy=True)
+    moved = np.moveaxis(out, axis, 0)
+    upd = np.asarray(upd)
+    idx = np.asarray(idx)
+    # updates are laid out like take's output: x[:axis] + idx.shape + x[axis+1:]
+    k = idx.ndim
+    upd_moved = np.moveaxis(upd, tuple(range(axis, axis + k)), tuple(range(k)))
+    np.add.at(moved, np.clip(idx, 0, moved.shape[0] - 1), upd_moved)
+    return out
+
+
+def _scatter_add_abstract(a, i, u, *, axis):
+    want = a.shape[:axis] + i.shape + a.shape[axis + 1:]
+    if u.shape != want or u.dtype != a.dtype:
+        raise _shape_error("scatter_add", f"updates {u.str_short()} do not match operand {a.str_short()} "
+                                          f"indexed by {i.str_short()} along axis {axis}")
+    return a
+
+
+take_p.impl = _take_impl
+take_p.abstract_eval = _take_abstract
+take_p.jvp = [lambda t, ans, x, idx, *, axis: take(t, idx, axis), None]
+take_p.vjp = [lambda g, ans, x, idx, *, axis: scatter_add(zeros_like(x), idx, g, axis), None]
+scatter_add_p.impl = _scatter_add_impl
+scatter_add_p.abstract_eval = _scatter_add_abstract
+scatter_add_p.jvp = [lambda t, ans, x, idx, u, *, axis: scatter_add(t, idx, zeros_like(u), axis), None,
+                     lambda t, ans, x, idx, u, *, axis: scatter_add(zeros_like(x), idx, t, axis)]
+scatter_add_p.vjp = [lambda g, ans, x, idx, u, *, axis: g, None,
+                     lambda g, ans, x, idx, u, *, axis: take(g, idx, axis)]
+
+
+def _batched_flat_index(x, idx, axis, b):
+    """Fold a batch axis (axis 0 of both x and idx) into the indexed axis.
+
+    Returns x reshaped to (b*n, rest...) with ``axis`` moved to the front and indices
+    offset by ``batch * n``, so one unbatched gather/scatter serves every batch member.
+    """
+    x = moveaxis(x, axis + 1, 1)
+    xs = shape_of(x)
+    n = xs[1]
+    flat = reshape(x, (b * n,) + xs[2:])
+    idx_shape = shape_of(idx)
+    offsets = broadcast_in_dim(mul(iota(dtype_of(idx), (b,), 0), scalar_like(idx, n)), idx_shape, (0,))
+    return flat, add(idx, offsets), xs
+
+
+def _ensure_batched(v, d, b):
+    if d is None:
+        return broadcast_in_dim(v, (b,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
+    return moveaxis(v, d, 0)
+
+
+def _take_batch(vals, dims, *, axis):
+    x, idx = vals
+    dx, di = dims
+    if di is None:
+        return take(moveaxis(x, dx, 0), idx, axis + 1), 0
+    if dx is None:
+        return take(x, idx, axis), axis + di
+    b = shape_of(x)[dx]
+    x, idx = moveaxis(x, dx, 0), moveaxis(idx, di, 0)
+    flat, fidx, xs = _batched_flat_index(x, idx, axis, b)
+    out = take(flat, fidx, 0)  # (b, idx..., x[:axis], x[axis+1:])
+    k = len(shape_of(idx)) - 1
+    # reorder to (b, x[:axis], idx..., x[axis+1:])
+    perm = (0,) + tuple(range(k + 1, k + 1 + axis)) + tuple(range(1, k + 1)) + tuple(
+        range(k + 1 + axis, len(shape_of(out))))
+    return transpose(out, perm), 0
+
+
+def _scatter_add_batch(vals, dims, *, axis):
+    b = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    x, idx, upd = (_ensure_batched(v, d, b) for v, d in zip(vals, dims))
+    flat, fidx, xs = _batched_flat_index(x, idx, axis, b)
+    k = len(shape_of(idx)) - 1
+    # updates (b, x[:axis], idx..., rest) -> (b, idx..., x[:axis], rest) to match the flat layout
+    perm = (0,) + tuple(range(1 + axis, 1 + axis + k)) + tuple(range(1, 1 + axis)) + tuple(
+        range(1 + axis + k, len(shape_of(upd))))
+    out = scatter_add(flat, fidx, transpose(upd, perm), 0)
+    out = reshape(out, xs)
+    return moveaxis(out, 1, axis + 1), 0
+
+
+take_p.batch = _take_batch
+scatter_add_p.batch = _scatter_add_batch
+
+iota_p = new_primitive("iota")
+iota_p.impl = lambda *, dtype, shape, dimension: np.broadcast_to(
+    np.arange(shape[dimension], dtype=dtype).reshape([-1 if i == dimension else 1 for i in range(len(shape))]),
+    shape)
+iota_p.abstract_eval = lambda *, dtype, shape, dimension: ShapedArray(tuple(shape), dtype)
+iota_p.jvp = []
+iota_p.vjp = []
+
+
+# --------------------------------------------------------------------------- ops (the calls rules use)
+
+
+def neg(x): return neg_p.bind(x)
+def sin(x): return sin_p.bind(x)
+def cos(x): return cos_p.bind(x)
+def log(x): return log_p.bind(x)
+def sign(x): return sign_p.bind(x)
+def floor(x): return floor_p.bind(x)
+def add(x, y): return add_p.bind(x, y)
+def sub(x, y): return sub_p.bind(x, y)
+def mul(x, y): return mul_p.bind(x, y)
+def div(x, y): return div_p.bind(x, y)
+def pow(x, y): return pow_p.bind(x, y)
+def eq(x, y): return eq_p.bind(x, y)
+def select(p, x, y): return select_p.bind(p, x, y)
+def integer_pow(x, y): return integer_pow_p.bind(x, y=y)
+def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(axes))
+def reduce_prod(x, axes): return reduce_prod_p.bind(x, axes=tuple(axes))
+def reshape(x, shape): return reshape_p.bind(x, new_sizes=tuple(shape))
+def squeeze(x, dims): return squeeze_p.bind(x, dimensions=tuple(dims))
+def expand_dims(x, dims): return expand_dims_p.bind(x, dimensions=tuple(dims))
+def rev(x, dims): return rev_p.bind(x, dimensions=tuple(dims))
+def cumsum(x, axis, reverse=False): return cumsum_p.bind(x, axis=axis, reverse=reverse)
+def take(x, idx, axis): return take_p.bind(x, idx, axis=axis)
+def scatter_add(x, idx, upd, axis): return scatter_add_p.bind(x, idx, upd, axis=axis)
+def iota(dtype, shape, dimension): return iota_p.bind(dtype=np.dtype(dtype), shape=tuple(shape), dimension=dimension)
+def concatenate(xs, dimension): return concatenate_p.bind(*xs, dimension=dimension)
+def pad(x, v, config): return pad_p.bind(x, v, padding_config=tuple(tuple(c) for c in config))
+
+
+def convert_element_type(x, dtype):
+    dtype = np.dtype(dtype)
+    return x if dtype_of(x) == dtype and not get_aval(x).weak_type else convert_element_type_p.bind(x, new_dtype=dtype)
+
+
+def broadcast_in_dim(x, shape, dims):
+    shape, dims = tuple(shape), tuple(dims)
+    if shape_of(x) == shape and dims == tuple(range(len(shape))):
+        return x
+    return broadcast_in_dim_p.bind(x, shape=shape, broadcast_dimensions=dims)
+
+
+def transpose(x, perm):
+    perm = tuple(int(p) for p in perm)
+    return x if perm == tuple(range(len(perm))) else transpose_p.bind(x, permutation=perm)
+
+
+def broadcast_to(x, shape):
+    """numpy-style (right-aligned) broadcast of ``x`` to ``shape``."""
+    shape = tuple(shape)
+    return broadcast_in_dim(x, shape, tuple(range(len(shape) - len(shape_of(x)), len(shape))))
+
+
+def moveaxis(x, src: int, dst: int):
+    if src == dst:
+        return x
+    n = len(shape_of(x))
+    perm = [i for i in range(n) if i != src]
+    perm.insert(dst, src)
+    return transpose(x, perm)
+
+
+def slice_op(x, start, limit, strides=None):
+    strides = (1,) * len(start) if strides is None else tuple(strides)
+    if tuple(start) == (0,) * len(start) and tuple(limit) == shape_of(x) and strides == (1,) * len(start):
+        return x
+    return slice_p.bind(x, start_indices=tuple(start), limit_indices=tuple(limit), strides=strides)
+
+
+def dot_general(x, y, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    return dot_general_p.bind(x, y, dimension_numbers=((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb))))
+
+
+def zeros_like(x):
+    return broadcast_in_dim(scalar_like(x, 0), shape_of(x), ())
+
+
+def ones_like(x):
+    return broadcast_in_dim(scalar_like(x, 1), shape_of(x), ())

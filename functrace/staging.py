@@ -1,0 +1,119 @@
+"""Staging: tracing a Python function into a ``Jaxpr`` (``make_jaxpr``)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
+                   get_aval, new_main)
+from .errors import ConcretizationError
+from . import tree_util
+
+
+class StagingTracer(Tracer):
+    """A value known only by its abstract value; it stands for an IR variable (or literal)."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, trace: Trace, var):
+        self._trace = trace
+        self.var = var
+
+    @property
+    def aval(self) -> ShapedArray:
+        return self.var.aval
+
+    def concrete_value(self):
+        if type(self.var) is Literal:
+            return self.var.val
+        raise ConcretizationError(self, "")
+
+
+class JaxprBuilder:
+    """Collects the equations and constants of one staged function."""
+
+    def __init__(self):
+        self.eqns: list[JaxprEqn] = []
+        self.const_vars: list[Var] = []
+        self.const_vals: list = []
+        self.const_by_id: dict[int, StagingTracer] = {}
+
+    def build(self, in_vars: list, outs: list) -> ClosedJaxpr:
+        jaxpr = Jaxpr(self.const_vars, in_vars, self.eqns, outs)
+        return ClosedJaxpr(jaxpr, self.const_vals)
+
+
+class StagingTrace(Trace):
+    __slots__ = ()
+
+    def pure(self, val) -> StagingTracer:
+        builder: JaxprBuilder = self.main.global_data
+        t = builder.const_by_id.get(id(val))
+        if t is not None:
+            return t
+        aval = get_aval(val)
+        if aval.shape == () and not isinstance(val, Tracer):
+            t = StagingTracer(self, Literal(val))
+        else:
+            var = Var(aval)
+            builder.const_vars.append(var)
+            builder.const_vals.append(val)
+            t = StagingTracer(self, var)
+            builder.const_by_id[id(val)] = t
+        return t
+
+    def process_primitive(self, primitive, tracers, params):
+        out_aval = primitive.abstract_eval(*[t.var.aval for t in tracers], **params)
+        builder: JaxprBuilder = self.main.global_data
+        if primitive.multiple_results:
+            outs = [Var(a) for a in out_aval]
+            builder.eqns.append(JaxprEqn(primitive, [t.var for t in tracers], params, outs))
+            return [StagingTracer(self, v) for v in outs]
+        out = Var(out_aval)
+        builder.eqns.append(JaxprEqn(primitive, [t.var for t in tracers], params, [out]))
+        return StagingTracer(self, out)
+
+
+def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:
+    """Stage ``fun`` (taking and returning flat lists of arrays) into a ClosedJaxpr."""
+    builder = JaxprBuilder()
+    with new_main(StagingTrace, builder) as main:
+        trace = StagingTrace(main)
+        in_vars = [Var(a) for a in in_avals]
+        outs = fun(*[StagingTracer(trace, v) for v in in_vars])
+        out_atoms = [trace.full_raise(o).var for o in outs]
+    # Constants that are lower-level tracers would escape; they are real inputs of the caller.
+    return builder.build(in_vars, out_atoms)
+
+
+def abstractify(x) -> ShapedArray:
+    return get_aval(x)
+
+
+def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., ClosedJaxpr]:
+    """``make_jaxpr(f)(*args)`` returns the IR of ``f`` specialised to the args' shapes and dtypes."""
+    from .optimize import dce
+    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+    @functools.wraps(fun)
+    def staged(*args, **kwargs) -> ClosedJaxpr:
+        dyn = [a for i, a in enumerate(args) if i not in static]
+        leaves, in_tree = tree_util.tree_flatten(dyn)
+        out_tree_box = []
+
+        def flat_fun(*flat):
+            it = iter(tree_util.tree_unflatten(in_tree, flat))
+            full = [a if i in static else next(it) for i, a in enumerate(args)]
+            out = fun(*full, **kwargs)
+            out_leaves, out_tree = tree_util.tree_flatten(out)
+            out_tree_box.append(out_tree)
+            return out_leaves
+
+        closed = trace_to_jaxpr(flat_fun, [abstractify(x) for x in leaves])
+        closed = dce(closed)
+        closed.in_tree, closed.out_tree = in_tree, out_tree_box[0]
+        return closed
+
+    return staged

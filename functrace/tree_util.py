@@ -1,0 +1,107 @@
+"""Pytrees: nested containers (tuple, list, dict, None, namedtuple, registered nodes) of leaves."""
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Iterable
+
+_registry: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func: Callable) -> None:
+    """Register a container type: ``flatten_func(x) -> (children, aux)``,
+    ``unflatten_func(aux, children) -> x`` (the same convention as JAX)."""
+    _registry[nodetype] = (flatten_func, unflatten_func)
+
+
+register_pytree_node(tuple, lambda t: (t, None), lambda _, c: tuple(c))
+register_pytree_node(list, lambda l: (l, None), lambda _, c: list(c))
+register_pytree_node(dict, lambda d: ([d[k] for k in sorted(d)], tuple(sorted(d))),
+                     lambda keys, c: dict(zip(keys, c)))
+register_pytree_node(type(None), lambda n: ((), None), lambda _, c: None)
+
+
+class PyTreeDef:
+    """The structure of a pytree (hashable, so it can key a compilation cache)."""
+
+    __slots__ = ("node_type", "aux", "children", "num_leaves")
+
+    def __init__(self, node_type, aux, children: tuple):
+        self.node_type = node_type
+        self.aux = aux
+        self.children = children
+        self.num_leaves = 1 if node_type is None else sum(c.num_leaves for c in children)
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, PyTreeDef) and self.node_type is other.node_type
+                and self.aux == other.aux and self.children == other.children)
+
+    def __hash__(self) -> int:
+        return hash((self.node_type, self.aux if isinstance(self.aux, Hashable) else id(self.aux),
+                     self.children))
+
+    def __repr__(self) -> str:
+        if self.node_type is None:
+            return "*"
+        inner = ", ".join(map(repr, self.children))
+        return f"PyTreeDef({self.node_type.__name__}[{self.aux!r}]({inner}))"
+
+
+_LEAF = PyTreeDef(None, None, ())
+
+
+def _node_handlers(x):
+    t = type(x)
+    h = _registry.get(t)
+    if h is None and isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        return (lambda nt: (tuple(nt), None), lambda _, c, t=t: t(*c))
+    return h
+
+
+def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, PyTreeDef]:
+    leaves: list = []
+
+    def rec(x) -> PyTreeDef:
+        h = None if (is_leaf is not None and is_leaf(x)) else _node_handlers(x)
+        if h is None:
+            leaves.append(x)
+            return _LEAF
+        children, aux = h[0](x)
+        node_type = type(x)
+        if node_type not in _registry:  # namedtuple: remember the handlers with the type
+            aux = (node_type, aux)
+        return PyTreeDef(node_type, aux, tuple(rec(c) for c in children))
+
+    treedef = rec(tree)
+    return leaves, treedef
+
+
+def tree_unflatten(treedef: PyTreeDef, leaves: Iterable) -> Any:
+    it = iter(leaves)
+
+    def rec(td: PyTreeDef):
+        if td.node_type is None:
+            return next(it)
+        children = [rec(c) for c in td.children]
+        if td.node_type in _registry:
+            return _registry[td.node_type][1](td.aux, children)
+        return td.aux[0](*children)  # namedtuple
+
+    return rec(treedef)
+
+
+def tree_leaves(tree: Any) -> list:
+    return tree_flatten(tree)[0]
+
+
+def tree_structure(tree: Any) -> PyTreeDef:
+    return tree_flatten(tree)[1]
+
+
+def tree_map(f: Callable, tree: Any, *rest: Any) -> Any:
+    leaves, treedef = tree_flatten(tree)
+    others = []
+    for r in rest:
+        rl, rd = tree_flatten(r)
+        if rd != treedef:
+            raise ValueError(f"tree_map: tree structures differ: {treedef} vs {rd}")
+        others.append(rl)
+    return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
