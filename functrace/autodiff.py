@@ -39,6 +39,10 @@ class JVPTracer(Tracer):
         self.tangent = tangent  # None is a symbolic zero
 
     @property
+    def shape(self) -> tuple:
+        return P.shape_of(self.primal)
+
+    @property
     def aval(self) -> ShapedArray:
         return get_aval(self.primal)
 
@@ -92,6 +96,10 @@ class VJPTracer(Tracer):
         self._trace = trace
         self.primal = primal
         self.node = node  # None: a constant of this trace (no gradient flows)
+
+    @property
+    def shape(self) -> tuple:
+        return P.shape_of(self.primal)
 
     @property
     def aval(self) -> ShapedArray:
@@ -369,11 +377,11 @@ def _std_basis(leaves):
     """An identity matrix over the flattened inputs, split per leaf: (n, *leaf.shape) each."""
     sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
     n = sum(sizes)
-    dtype = np.result_type(*[get_aval(x).dtype for x in leaves])
-    eye = np.eye(n, dtype=dtype)
     out, start = [], 0
     for x, s in zip(leaves, sizes):
-        out.append(eye[:, start:start + s].reshape((n,) + P.shape_of(x)).astype(get_aval(x).dtype))
+        block = np.zeros((n, s), dtype=get_aval(x).dtype)
+        block[start:start + s] = np.eye(s, dtype=block.dtype)
+        out.append(block.reshape((n,) + P.shape_of(x)))
         start += s
     return out
 

@@ -23,6 +23,12 @@ class BatchTracer(Tracer):
         self.batch_dim = batch_dim
 
     @property
+    def shape(self) -> tuple:
+        s = self.val.shape if hasattr(self.val, "shape") else ()
+        d = self.batch_dim
+        return s if d is None else s[:d] + s[d + 1:]
+
+    @property
     def aval(self) -> ShapedArray:
         a = get_aval(self.val)
         if self.batch_dim is None:

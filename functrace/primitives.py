@@ -34,7 +34,9 @@ def new_primitive(name: str) -> Primitive:
 
 
 def shape_of(x) -> tuple:
-    return x.aval.shape if isinstance(x, Tracer) else np.shape(x)
+    """Shape of a tracer, array or Python scalar (hot path: plain attribute access)."""
+    s = getattr(x, "shape", None)
+    return s if s is not None else ()
 
 
 def dtype_of(x) -> np.dtype:
@@ -96,12 +98,14 @@ def unbroadcast(g, shape: tuple):
 def _batch_elementwise(prim: Primitive):
     """Batching for broadcasting elementwise ops: batch axis to the front, ranks aligned."""
     def rule(vals, dims, **params):
-        out_rank = max(len(shape_of(v)) - (d is not None) for v, d in zip(vals, dims))
+        shapes = [shape_of(v) for v in vals]
+        out_rank = max(len(s) - (d is not None) for s, d in zip(shapes, dims))
         new = []
-        for v, d in zip(vals, dims):
+        for v, s, d in zip(vals, shapes, dims):
             if d is not None:
-                v = moveaxis(v, d, 0)
-                s = shape_of(v)
+                if d != 0:
+                    v = moveaxis(v, d, 0)
+                    s = shape_of(v)
                 if len(s) - 1 < out_rank:
                     v = reshape(v, (s[0],) + (1,) * (out_rank - len(s) + 1) + s[1:])
             new.append(v)

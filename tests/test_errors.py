@@ -1,0 +1,105 @@
+"""Bad input gets a clear error naming the user's function (and line where possible)."""
+import re
+
+import numpy as np
+import pytest
+
+import functrace as ft
+import functrace.numpy as fnp
+
+
+def test_grad_of_non_scalar_output_names_function():
+    def my_vector_loss(x):
+        return x * 2
+    with pytest.raises(TypeError, match=r"my_vector_loss.*scalar.*\(3,\)"):
+        ft.grad(my_vector_loss)(np.ones(3))
+
+
+def test_grad_of_integer_input():
+    def int_loss(x):
+        return fnp.sum(x)
+    with pytest.raises(ft.DtypeError, match=r"int_loss.*int64"):
+        ft.grad(int_loss)(np.arange(3))
+    with pytest.raises(ft.DtypeError, match="int_loss"):
+        ft.grad(int_loss)(3)
+
+
+def test_shape_mismatch_reports_both_shapes_and_user_line():
+    def bad_shapes(x, y):
+        return x + y  # the line the error must point at
+    with pytest.raises(ft.ShapeError) as e:
+        ft.make_jaxpr(bad_shapes)(np.ones(3), np.ones(4))
+    msg = str(e.value)
+    assert "(3,)" in msg and "(4,)" in msg and "bad_shapes" in msg
+    assert re.search(r"test_errors\.py:\d+", msg)
+    with pytest.raises(ft.ShapeError, match=r"\(2, 3\).*\(4, 5\)"):
+        ft.grad(lambda a, b: fnp.sum(a @ b))(np.ones((2, 3)), np.ones((4, 5)))
+
+
+def test_matmul_mismatch_eager():
+    with pytest.raises(ft.ShapeError, match=r"\(2, 3\).*\(2, 3\)"):
+        fnp.matmul(np.ones((2, 3)), np.ones((2, 3)))
+
+
+def test_leaked_tracer():
+    leaked = []
+
+    def leaky(x):
+        leaked.append(x)
+        return x * 2
+    ft.make_jaxpr(leaky)(1.0)
+    with pytest.raises(ft.UnexpectedTracerError, match="leaked"):
+        fnp.sin(leaked[0])
+    ft.grad(leaky)(1.0)
+    with pytest.raises(ft.UnexpectedTracerError):
+        leaked[1] * 3.0
+
+
+def test_concretization_error_points_to_cond_and_line():
+    def branchy(x):
+        if x > 0:
+            return x
+        return -x
+    with pytest.raises(ft.ConcretizationError) as e:
+        ft.make_jaxpr(branchy)(1.0)
+    msg = str(e.value)
+    assert "branchy" in msg and "ft.lax.cond" in msg and "fnp.where" in msg
+    assert re.search(r"test_errors\.py:\d+", msg)
+
+
+def test_unsupported_numpy_function():
+    with pytest.raises(NotImplementedError, match="sort"):
+        fnp.sort(np.ones(3))
+    with pytest.raises(NotImplementedError, match="fft"):
+        fnp.fft
+    with pytest.raises(NotImplementedError, match="cholesky"):
+        fnp.linalg.cholesky(np.eye(2))
+
+
+def test_grad_argnums_out_of_range_and_bad_aux():
+    f = lambda x: fnp.sum(x)
+    with pytest.raises(ValueError, match="argnums"):
+        ft.grad(f, argnums=2)(np.ones(2))
+    with pytest.raises(TypeError, match="has_aux"):
+        ft.grad(lambda x: fnp.sum(x), has_aux=True)(np.ones(2))
+
+
+def test_non_array_argument():
+    with pytest.raises(TypeError, match="not a valid array type"):
+        ft.grad(lambda s: 1.0)("hello")
+
+
+def test_index_errors():
+    with pytest.raises(IndexError, match="out of bounds"):
+        ft.make_jaxpr(lambda x: x[5])(np.ones(3))
+    with pytest.raises(IndexError, match="too many indices"):
+        ft.make_jaxpr(lambda x: x[0, 0])(np.ones(3))
+    with pytest.raises(IndexError, match="where"):
+        ft.make_jaxpr(lambda x: x[x > 0])(np.ones(3))
+
+
+def test_reduction_axis_out_of_range():
+    def reducer(x):
+        return fnp.sum(x, axis=3)
+    with pytest.raises(ft.ShapeError, match=r"axis 3.*reducer"):
+        ft.make_jaxpr(reducer)(np.ones((2, 2)))
