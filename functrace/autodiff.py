@@ -24,7 +24,7 @@ import numpy as np
 from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
 from .errors import DtypeError, FunctraceError
 from . import primitives as P
-from .primitives import add, new_primitive
+from .primitives import add
 from . import tree_util
 
 # --------------------------------------------------------------------------- forward mode
@@ -178,7 +178,7 @@ def _vjp_flat(fun: Callable, primal_leaves: list, fname: str):
     """Run ``fun`` on the tape; returns (out leaves, out tree, aux, backward function)."""
     tape: list = []
     with new_main(VJPTrace, tape) as main:
-        trace = VJPTrace(main)
+        trace = main.trace
         inputs = []
         for i, x in enumerate(primal_leaves):
             tape.append((None, None, None, None, x))
@@ -327,7 +327,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             raise ValueError(f"jvp of `{fname}`: primal shape {P.shape_of(p)} and tangent shape "
                              f"{P.shape_of(t)} differ")
     with new_main(JVPTrace) as main:
-        trace = JVPTrace(main)
+        trace = main.trace
         ins = [JVPTracer(trace, p, t if is_float_dtype(get_aval(p).dtype) else None)
                for p, t in zip(p_leaves, t_leaves)]
         out = fun(*tree_util.tree_unflatten(p_tree, ins))
@@ -411,7 +411,12 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             return (out[1], out[2]) if has_aux else out[1]
 
         basis = _std_basis(leaves)
-        res = vmap(push, in_axes=0, out_axes=-1 if not has_aux else (-1, None))(*basis)
+        if len(basis[0]) == 1:  # one input element: a single jvp, no vmap
+            res = push(*[b[0] for b in basis])
+            expand = lambda o: P.expand_dims(o, (len(P.shape_of(o)),))
+            res = (tree_util.tree_map(expand, res[0]), res[1]) if has_aux else tree_util.tree_map(expand, res)
+        else:
+            res = vmap(push, in_axes=0, out_axes=-1 if not has_aux else (-1, None))(*basis)
         jac, aux = res if has_aux else (res, None)
         # jac leaves: (out..., n_total); split the last axis per input leaf
         sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
@@ -458,8 +463,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         def pull(*cts):
             return pullback(tree_util.tree_unflatten(o_tree, list(cts)))
 
-        # cotangent per input: (n_out_total, *in.shape)
-        cts = vmap(pull)(*basis)
+        # cotangent per input: (n_out_total, *in.shape); one output element needs no vmap
+        if sum(sizes) == 1:
+            cts = tree_util.tree_map(lambda c: P.expand_dims(c, (0,)), pull(*[b[0] for b in basis]))
+        else:
+            cts = vmap(pull)(*basis)
         in_leaves, in_tree = tree_util.tree_flatten(cts)
 
         per_out = []
@@ -487,14 +495,7 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 
 # --------------------------------------------------------------------------- stop_gradient
 
-stop_gradient_p = new_primitive("stop_gradient")
-stop_gradient_p.impl = lambda x: x
-stop_gradient_p.abstract_eval = lambda a: a
-stop_gradient_p.jvp = [None]
-stop_gradient_p.vjp = [None]
-stop_gradient_p.batch = lambda vals, dims: (stop_gradient_p.bind(vals[0]), dims[0])
-
 
 def stop_gradient(x: Any) -> Any:
     """Identity on values; blocks derivatives of every order (applies to pytrees)."""
-    return tree_util.tree_map(lambda v: stop_gradient_p.bind(v) if isinstance(v, Tracer) else v, x)
+    return tree_util.tree_map(lambda v: P.stop_gradient(v) if isinstance(v, Tracer) else v, x)

@@ -106,7 +106,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
             raise ValueError(f"vmap of `{fname}`: mapped axes have inconsistent or no sizes {sorted(sizes)}")
         size = sizes.pop()
         with new_main(BatchTrace) as main:
-            trace = BatchTrace(main)
+            trace = main.trace
             ins = [BatchTracer(trace, x if isinstance(x, Tracer) else np.asarray(x), ax)
                    if ax is not None else x for x, ax in zip(leaves, norm_axes)]
             out = fun(*tree_util.tree_unflatten(in_tree, ins))

@@ -16,8 +16,6 @@ Design (autodidax-style, kept small):
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -277,36 +275,37 @@ class Primitive:
     def bind(self, *args, **params):
         """Apply the primitive: eagerly on arrays, or through the innermost active transformation."""
         top = None
-        level = -1
         for x in args:
             if isinstance(x, Tracer):
-                main = x._trace.main
-                if main.level > level:
-                    if not main.alive:
-                        raise UnexpectedTracerError(
-                            f"A tracer from a finished transformation ({main.trace_type.__name__}) was "
-                            f"used in {self.name} {user_frame_description()}. This is a leaked tracer: a "
-                            "value computed inside a transformed function escaped it (e.g. stored in a "
-                            "global or closure). Return it from the function instead.")
-                    level = main.level
-                    top = main
+                t = x._trace
+                if top is None or t.level > top.level:
+                    top = t
         if top is None:
             return self.impl(*args, **params)
-        trace = top.trace_type(top)
-        return trace.process_primitive(self, [trace.full_raise(x) for x in args], params)
+        if not top.main.alive:
+            raise UnexpectedTracerError(
+                f"A tracer from a finished transformation ({type(top).__name__}) was used in "
+                f"{self.name} {user_frame_description()}. This is a leaked tracer: a value computed "
+                "inside a transformed function escaped it (e.g. stored in a global or closure). "
+                "Return it from the function instead.")
+        return top.process_primitive(
+            self, [x if isinstance(x, Tracer) and x._trace is top else top.full_raise(x) for x in args], params)
 
 
 # --------------------------------------------------------------------------- traces
 
 
 class MainTrace:
-    __slots__ = ("level", "trace_type", "global_data", "alive")
+    """One active transformation on the trace stack; ``trace`` is its (single) Trace object."""
+
+    __slots__ = ("level", "trace_type", "global_data", "alive", "trace")
 
     def __init__(self, level: int, trace_type: type, global_data=None):
         self.level = level
         self.trace_type = trace_type
         self.global_data = global_data
         self.alive = True
+        self.trace = trace_type(self)
 
 
 trace_stack: list[MainTrace] = []
@@ -331,21 +330,21 @@ class new_main:
 class Trace:
     """A view of a transformation level; subclasses implement ``pure``/``process_primitive``."""
 
-    __slots__ = ("main",)
+    __slots__ = ("main", "level")
 
     def __init__(self, main: MainTrace):
         self.main = main
+        self.level = main.level
 
     def full_raise(self, val):
         """Wrap ``val`` as a tracer of this trace (arrays and lower-level tracers are lifted)."""
         if isinstance(val, Tracer):
-            tmain = val._trace.main
-            if tmain is self.main:
+            if val._trace is self:
                 return val
-            if tmain.level < self.main.level:
+            if val._trace.level < self.level:
                 return self.pure(val)
             raise UnexpectedTracerError(
-                f"A tracer of a transformation at level {tmain.level} reached level {self.main.level}; "
+                f"A tracer of a transformation at level {val._trace.level} reached level {self.level}; "
                 "this means a tracer escaped its transformation (leaked tracer).")
         return self.pure(val)
 
@@ -436,29 +435,3 @@ class Tracer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}<{self.aval.str_short()}>"
-
-
-def full_lower(x):
-    return x
-
-
-def find_top_main(args) -> MainTrace | None:
-    top = None
-    for x in args:
-        if isinstance(x, Tracer):
-            m = x._trace.main
-            if top is None or m.level > top.level:
-                top = m
-    return top
-
-
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _setrecursion():
-    # Long chains (5,000+ ops) are processed iteratively; this only guards pretty printing etc.
-    if sys.getrecursionlimit() < 10000:
-        sys.setrecursionlimit(10000)
-
-
-_setrecursion()

@@ -9,16 +9,17 @@ from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal
 def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Dead-code elimination: keep only equations that an output depends on."""
     jaxpr = closed.jaxpr
-    live = {id(v) for v in jaxpr.outs if type(v) is not Literal}
+    live = {v for v in jaxpr.outs if type(v) is not Literal}
     kept = []
     for eqn in reversed(jaxpr.eqns):
-        if any(id(v) in live for v in eqn.out_vars):
+        outs = eqn.out_vars
+        if (outs[0] in live) if len(outs) == 1 else not live.isdisjoint(outs):
             kept.append(eqn)
             for a in eqn.inputs:
                 if type(a) is not Literal:
-                    live.add(id(a))
+                    live.add(a)
     kept.reverse()
-    const_pairs = [(v, c) for v, c in zip(jaxpr.const_vars, closed.consts) if id(v) in live]
+    const_pairs = [(v, c) for v, c in zip(jaxpr.const_vars, closed.consts) if v in live]
     new = Jaxpr([v for v, _ in const_pairs], jaxpr.in_vars, kept, jaxpr.outs)
     return ClosedJaxpr(new, [c for _, c in const_pairs], closed.in_tree, closed.out_tree)
 

@@ -66,18 +66,21 @@ def broadcast_shapes(prim: str, *shapes: tuple) -> tuple:
 
 def _elementwise_abstract(name: str, out_dtype=None):
     def rule(*avals, **params):
-        d0 = avals[0].dtype
-        for a in avals[1:]:
+        a0 = avals[0]
+        if out_dtype is None and all(a is a0 or a == a0 for a in avals):
+            return a0  # the common case: same shape and dtype (avals are immutable, so share it)
+        d0 = a0.dtype
+        for a in avals:
             if a.dtype != d0:
                 raise DtypeError(f"{name}: operand dtypes differ ({d0.name} vs {a.dtype.name}); "
                                  f"promote first {user_frame_description()}")
-        shape = avals[0].shape
-        for a in avals[1:]:
+        shape = a0.shape
+        for a in avals:
             if a.shape != shape:
                 shape = broadcast_shapes(name, *(a.shape for a in avals))
                 break
-        weak = all(a.weak_type for a in avals)
-        return ShapedArray(shape, d0 if out_dtype is None else out_dtype, weak and out_dtype is None)
+        weak = out_dtype is None and all(a.weak_type for a in avals)
+        return ShapedArray(shape, d0 if out_dtype is None else out_dtype, weak)
     return rule
 
 
@@ -857,6 +860,14 @@ iota_p.jvp = []
 iota_p.vjp = []
 
 
+stop_gradient_p = new_primitive("stop_gradient")  # identity whose derivatives are zero
+stop_gradient_p.impl = lambda x: x
+stop_gradient_p.abstract_eval = lambda a: a
+stop_gradient_p.jvp = [None]
+stop_gradient_p.vjp = [None]
+stop_gradient_p.batch = lambda vals, dims: (stop_gradient_p.bind(vals[0]), dims[0])
+
+
 # --------------------------------------------------------------------------- ops (the calls rules use)
 
 
@@ -872,6 +883,7 @@ def mul(x, y): return mul_p.bind(x, y)
 def div(x, y): return div_p.bind(x, y)
 def pow(x, y): return pow_p.bind(x, y)
 def eq(x, y): return eq_p.bind(x, y)
+def stop_gradient(x): return stop_gradient_p.bind(x)
 def select(p, x, y): return select_p.bind(p, x, y)
 def integer_pow(x, y): return integer_pow_p.bind(x, y=y)
 def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(axes))

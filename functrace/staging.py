@@ -65,14 +65,15 @@ class StagingTrace(Trace):
         return t
 
     def process_primitive(self, primitive, tracers, params):
-        out_aval = primitive.abstract_eval(*[t.var.aval for t in tracers], **params)
-        builder: JaxprBuilder = self.main.global_data
+        in_vars = [t.var for t in tracers]
+        out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)
+        eqns = self.main.global_data.eqns
         if primitive.multiple_results:
             outs = [Var(a) for a in out_aval]
-            builder.eqns.append(JaxprEqn(primitive, [t.var for t in tracers], params, outs))
+            eqns.append(JaxprEqn(primitive, in_vars, params, outs))
             return [StagingTracer(self, v) for v in outs]
         out = Var(out_aval)
-        builder.eqns.append(JaxprEqn(primitive, [t.var for t in tracers], params, [out]))
+        eqns.append(JaxprEqn(primitive, in_vars, params, [out]))
         return StagingTracer(self, out)
 
 
@@ -80,7 +81,7 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxp
     """Stage ``fun`` (taking and returning flat lists of arrays) into a ClosedJaxpr."""
     builder = JaxprBuilder()
     with new_main(StagingTrace, builder) as main:
-        trace = StagingTrace(main)
+        trace = main.trace
         in_vars = [Var(a) for a in in_avals]
         outs = fun(*[StagingTracer(trace, v) for v in in_vars])
         out_atoms = [trace.full_raise(o).var for o in outs]
