@@ -377,6 +377,8 @@ def _std_basis(leaves):
     """An identity matrix over the flattened inputs, split per leaf: (n, *leaf.shape) each."""
     sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
     n = sum(sizes)
+    if len(leaves) == 1:
+        return [np.eye(n, dtype=get_aval(leaves[0]).dtype).reshape((n,) + P.shape_of(leaves[0]))]
     out, start = [], 0
     for x, s in zip(leaves, sizes):
         block = np.zeros((n, s), dtype=get_aval(x).dtype)

@@ -39,6 +39,7 @@ class JaxprBuilder:
         self.const_vars: list[Var] = []
         self.const_vals: list = []
         self.const_by_id: dict[int, StagingTracer] = {}
+        self.memo: dict = {}
 
     def build(self, in_vars: list, outs: list) -> ClosedJaxpr:
         jaxpr = Jaxpr(self.const_vars, in_vars, self.eqns, outs)
@@ -66,15 +67,28 @@ class StagingTrace(Trace):
 
     def process_primitive(self, primitive, tracers, params):
         in_vars = [t.var for t in tracers]
+        builder: JaxprBuilder = self.main.global_data
+        # Trace-time CSE: primitives are pure, so the same op on the same variables is
+        # recorded once (derivative rules often recompute e.g. cos(x) of the forward pass).
+        try:
+            key = (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
+            known = builder.memo.get(key)
+        except TypeError:  # unhashable params (sub-jaxprs): never shared
+            key = known = None
+        if known is not None:
+            return known
         out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)
-        eqns = self.main.global_data.eqns
         if primitive.multiple_results:
             outs = [Var(a) for a in out_aval]
-            eqns.append(JaxprEqn(primitive, in_vars, params, outs))
-            return [StagingTracer(self, v) for v in outs]
-        out = Var(out_aval)
-        eqns.append(JaxprEqn(primitive, in_vars, params, [out]))
-        return StagingTracer(self, out)
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, outs))
+            result = [StagingTracer(self, v) for v in outs]
+        else:
+            out = Var(out_aval)
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out]))
+            result = StagingTracer(self, out)
+        if key is not None:
+            builder.memo[key] = result
+        return result
 
 
 def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:

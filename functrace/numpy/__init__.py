@@ -475,6 +475,11 @@ def average(a, axis=None, weights=None):
     if weights is None:
         return mean(a, axis)
     a, w = _promote(_to_float(a), _to_float(weights))
+    if w.ndim != a.ndim:  # numpy: 1-D weights of length a.shape[axis]
+        if not isinstance(axis, (int, np.integer)) or w.ndim != 1:
+            raise TypeError("average: weights must have the shape of a, or be 1-D with an int axis")
+        ax = axis % a.ndim
+        w = broadcast_to(reshape(w, tuple(n if d == ax else 1 for d, n in enumerate(a.shape))), a.shape)
     return sum(a * w, axis) / sum(w, axis)
 
 
@@ -929,6 +934,11 @@ def getitem(x, idx):
     # boolean masks: concrete only (the result shape depends on values)
     expanded = []
     for i in idx:
+        if isinstance(i, (bool, np.bool_)) or (isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype == bool):
+            if not bool(i):
+                raise IndexError("a scalar False index (an empty result) is not supported")
+            expanded.append(None)  # x[True] == x[None]
+            continue
         if isinstance(i, Tracer) and i.dtype == np.dtype(bool):
             raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
                              f"use fnp.where(mask, x, 0) instead {user_frame_description()}")

@@ -9,6 +9,9 @@ import functrace.numpy as fnp
 def norm(x, ord=None, axis=None, keepdims=False):
     """Vector p-norms (2, 1, inf, -inf, p) and the Frobenius matrix norm."""
     x = fnp._to_float(x)
+    matrix = (axis is None and x.ndim == 2) or (isinstance(axis, tuple) and len(axis) == 2)
+    if matrix and ord not in (None, "fro"):
+        raise NotImplementedError(f"linalg.norm: the matrix norm ord={ord!r} is not implemented")
     if axis is None and ord is None:
         return fnp.sqrt(fnp.sum(x * x, keepdims=keepdims) if not keepdims else
                         fnp.sum(x * x, axis=None, keepdims=True))
