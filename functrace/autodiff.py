@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import core
 from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
 from .errors import DtypeError, FunctraceError
 from . import primitives as P
@@ -63,6 +64,8 @@ class JVPTrace(Trace):
 
     def process_primitive(self, primitive, tracers, params):
         primals = [t.primal for t in tracers]
+        if primitive.jvp_rule is not None:
+            return self._process_general(primitive, primals, [t.tangent for t in tracers], params)
         ans = primitive.bind(*primals, **params)
         rules = primitive.jvp
         tangent = None
@@ -82,6 +85,15 @@ class JVPTrace(Trace):
         if P.shape_of(tangent) != P.shape_of(ans):  # a linear rule passed a broadcast operand through
             tangent = P.broadcast_to(tangent, P.shape_of(ans))
         return JVPTracer(self, ans, tangent)
+
+    def _process_general(self, primitive, primals, tangents, params):
+        """Primitives with a whole-primitive rule (control flow, custom rules, remat)."""
+        if all(t is None for t in tangents):
+            return primitive.bind(*primals, **params)
+        outs, t_outs = primitive.jvp_rule(primals, tangents, **params)
+        if not primitive.multiple_results:
+            return JVPTracer(self, outs, t_outs) if t_outs is not None else outs
+        return [JVPTracer(self, o, t) if t is not None else o for o, t in zip(outs, t_outs)]
 
 
 # --------------------------------------------------------------------------- reverse mode
@@ -118,35 +130,60 @@ class VJPTrace(Trace):
 
     def process_primitive(self, primitive, tracers, params):
         primals = [t.primal for t in tracers]
-        ans = primitive.bind(*primals, **params)
         nodes = [t.node for t in tracers]
+        if primitive.vjp_rule is not None:
+            return self._process_general(primitive, primals, nodes, params)
+        ans = primitive.bind(*primals, **params)
         if all(n is None for n in nodes) or not is_float_dtype(get_aval(ans).dtype):
             return ans
         tape: list = self.main.global_data
         tape.append((primitive, params, primals, nodes, ans))
         return VJPTracer(self, ans, len(tape) - 1)
 
+    def _process_general(self, primitive, primals, nodes, params):
+        """``vjp_rule(primals, needs_ct, **params) -> (outs, backward)``; backward(cts_out) -> cts_in."""
+        if all(n is None for n in nodes):
+            return primitive.bind(*primals, **params)
+        outs, backward = primitive.vjp_rule(primals, [n is not None for n in nodes], **params)
+        tape: list = self.main.global_data
+        tape.append((primitive, params, backward, nodes, outs))
+        i = len(tape) - 1
+        if not primitive.multiple_results:
+            return VJPTracer(self, outs, i) if is_float_dtype(get_aval(outs).dtype) else outs
+        return [VJPTracer(self, o, (i, k)) if is_float_dtype(get_aval(o).dtype) else o
+                for k, o in enumerate(outs)]
+
 
 def backward_pass(tape: list, seeds: dict, num_inputs: int) -> list:
-    """Sweep the tape from the end, accumulating cotangents; returns input cotangents (or None)."""
+    """Sweep the tape from the end, accumulating cotangents; returns input cotangents (or None).
+
+    Node keys are tape indices, or ``(index, k)`` for output ``k`` of a multi-output primitive.
+    Equations staged meanwhile are tagged as the backward phase (see ``core.phase``).
+    """
     cts = dict(seeds)
-    for i in range(len(tape) - 1, num_inputs - 1, -1):
-        g = cts.pop(i, None)
-        if g is None:
-            continue
-        primitive, params, primals, nodes, ans = tape[i]
-        rules = primitive.vjp
-        for j, nd in enumerate(nodes):
-            if nd is None:
-                continue
-            if rules is None:
-                raise _missing_rule(primitive, "reverse-mode")
-            rule = rules[j]
-            if rule is None:
-                continue
-            c = rule(g, ans, *primals, **params)
-            if c is not None:
-                cts[nd] = add(cts[nd], c) if nd in cts else c
+    with core.phase("backward"):
+        for i in range(len(tape) - 1, num_inputs - 1, -1):
+            primitive, params, primals, nodes, ans = tape[i]
+            if primitive.vjp_rule is not None:
+                if primitive.multiple_results:
+                    gs = [cts.pop((i, k), None) for k in range(len(ans))]
+                else:
+                    gs = [cts.pop(i, None)]
+                if all(g is None for g in gs):
+                    continue
+                contributions = primals(gs)  # the stored backward function
+            else:
+                g = cts.pop(i, None)
+                if g is None:
+                    continue
+                rules = primitive.vjp
+                if rules is None:
+                    raise _missing_rule(primitive, "reverse-mode")
+                contributions = [None if nd is None or rules[j] is None else rules[j](g, ans, *primals, **params)
+                                 for j, nd in enumerate(nodes)]
+            for nd, c in zip(nodes, contributions):
+                if nd is not None and c is not None:
+                    cts[nd] = add(cts[nd], c) if nd in cts else c
     return [cts.get(i) for i in range(num_inputs)]
 
 
@@ -501,3 +538,93 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 def stop_gradient(x: Any) -> Any:
     """Identity on values; blocks derivatives of every order (applies to pytrees)."""
     return tree_util.tree_map(lambda v: P.stop_gradient(v) if isinstance(v, Tracer) else v, x)
+
+
+# --------------------------------------------------------------------------- flat and IR-level forms
+# (used by the rules of primitives that hold sub-programs: control flow, custom rules, remat)
+
+
+def jvp_flat(fun: Callable, primals: Sequence, tangents: Sequence) -> tuple[list, list]:
+    """Forward mode on flat lists; a ``None`` tangent is a symbolic zero (in and out)."""
+    with new_main(JVPTrace) as main:
+        trace = main.trace
+        ins = [p if t is None else JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+        outs = fun(*ins)
+        primal_out, tangent_out = [], []
+        for o in outs:
+            if isinstance(o, JVPTracer) and o._trace is trace:
+                primal_out.append(o.primal)
+                tangent_out.append(o.tangent)
+            else:
+                primal_out.append(o)
+                tangent_out.append(None)
+    return primal_out, tangent_out
+
+
+def vjp_flat(fun: Callable, primals: Sequence, diff_mask: Sequence[bool]):
+    """Reverse mode on flat lists: ``(outs, backward)`` with ``backward(cts) -> cts of the
+    differentiated inputs`` (``None`` entries are zeros, in and out)."""
+    tape: list = []
+    with new_main(VJPTrace, tape) as main:
+        trace = main.trace
+        ins = []
+        for p, d in zip(primals, diff_mask):
+            if d:
+                tape.append((None, None, None, None, p))
+                ins.append(VJPTracer(trace, p, len(tape) - 1))
+            else:
+                ins.append(p)
+        outs = fun(*ins)
+    num_inputs = sum(1 for d in diff_mask if d)
+    out_primals = [_lower(o, main) for o in outs]
+    nodes = [o.node if isinstance(o, VJPTracer) and o._trace is trace else None for o in outs]
+
+    def backward(cts: Sequence) -> list:
+        seeds: dict = {}
+        for nd, ct in zip(nodes, cts):
+            if nd is not None and ct is not None:
+                seeds[nd] = add(seeds[nd], ct) if nd in seeds else ct
+        return backward_pass(tape, seeds, num_inputs)
+
+    return out_primals, backward
+
+
+def float_mask(avals) -> list:
+    return [is_float_dtype(a.dtype) for a in avals]
+
+
+def jvp_of_closed(closed) -> "core.ClosedJaxpr":
+    """IR-to-IR forward mode: ``[*primals, *tangents of float inputs] -> [*outs, *tangents of
+    float outputs]`` (zero tangents instantiated)."""
+    from .staging import trace_to_jaxpr
+    in_avals = closed.in_avals
+    in_float, out_float = float_mask(in_avals), float_mask(closed.out_avals)
+    n = len(in_avals)
+
+    def f(*args):
+        it = iter(args[n:])
+        tangents = [next(it) if fl else None for fl in in_float]
+        outs, touts = jvp_flat(lambda *a: core.eval_jaxpr(closed.jaxpr, closed.consts, *a), args[:n], tangents)
+        return list(outs) + [P.zeros_like(o) if t is None else t
+                             for o, t, fl in zip(outs, touts, out_float) if fl]
+
+    return trace_to_jaxpr(f, list(in_avals) + [a for a, fl in zip(in_avals, in_float) if fl])
+
+
+def vjp_of_closed(closed, diff_mask: Sequence[bool]) -> "core.ClosedJaxpr":
+    """IR-to-IR reverse mode: ``[*primals, *cts of float outputs] -> [cts of the inputs in
+    diff_mask]`` (zeros instantiated).  The forward pass is recomputed inside."""
+    from .staging import trace_to_jaxpr
+    in_avals, out_avals = closed.in_avals, closed.out_avals
+    out_float = float_mask(out_avals)
+    n = len(in_avals)
+
+    def f(*args):
+        outs, backward = vjp_flat(lambda *a: core.eval_jaxpr(closed.jaxpr, closed.consts, *a),
+                                  args[:n], diff_mask)
+        it = iter(args[n:])
+        cts = backward([next(it) if fl else None for fl in out_float])
+        diff_inputs = [p for p, d in zip(args[:n], diff_mask) if d]
+        return [P.zeros_like(p) if c is None else c for c, p in zip(cts, diff_inputs)]
+
+    return trace_to_jaxpr(f, list(in_avals) + [a for a, fl in zip(out_avals, out_float) if fl])

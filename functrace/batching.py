@@ -128,6 +128,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
                     val = P.broadcast_in_dim(val, (size,) + vshape, tuple(range(1, len(vshape) + 1)))
                     bd = 0
                 nd = len(P.shape_of(val))
+                if not -nd <= oax < nd:
+                    raise ValueError(f"vmap of `{fname}`: out_axes {oax} is out of range for an output "
+                                     f"of rank {nd - 1}")
                 results.append(P.moveaxis(val, bd, oax % nd))
         return tree_util.tree_unflatten(o_tree, results)
 

@@ -108,13 +108,38 @@ class Literal:
 
 
 class JaxprEqn:
-    __slots__ = ("primitive", "inputs", "params", "out_vars")
+    """``out_vars = primitive[params](inputs)``; ``phase`` is "forward" or "backward" (reverse mode)."""
 
-    def __init__(self, primitive: "Primitive", inputs: list, params: dict, out_vars: list):
+    __slots__ = ("primitive", "inputs", "params", "out_vars", "phase")
+
+    def __init__(self, primitive: "Primitive", inputs: list, params: dict, out_vars: list,
+                 phase: str = "forward"):
         self.primitive = primitive
         self.inputs = inputs
         self.params = params
         self.out_vars = out_vars
+        self.phase = phase
+
+
+_phase = ["forward"]
+
+
+class phase:
+    """Context manager tagging the equations staged inside it (the backward pass uses it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        _phase.append(self.name)
+
+    def __exit__(self, *exc):
+        _phase.pop()
+        return False
+
+
+def current_phase() -> str:
+    return _phase[-1]
 
 
 class Jaxpr:
@@ -203,6 +228,8 @@ def _fmt_param(v) -> str:
         return "{ jaxpr }"
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
+    if callable(v):
+        return getattr(v, "__name__", type(v).__name__)
     return repr(v)
 
 
@@ -211,6 +238,12 @@ def _fmt_literal(val) -> str:
     if v.dtype == bool:
         return str(bool(v))
     return f"{v.item()!r}:{_DTYPE_SHORT.get(v.dtype, v.dtype.name)}"
+
+
+def _is_subprogram(v) -> bool:
+    if isinstance(v, tuple) and v:
+        return all(isinstance(s, (Jaxpr, ClosedJaxpr)) for s in v)
+    return isinstance(v, (Jaxpr, ClosedJaxpr))
 
 
 def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> str:
@@ -232,16 +265,16 @@ def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> s
     lines = [f"{pad}{{ lambda {' '.join(map(decl, jaxpr.const_vars))}"
              f"{'; ' if jaxpr.const_vars else ''}{' '.join(map(decl, jaxpr.in_vars))}. let"]
     for eqn in jaxpr.eqns:
-        params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in eqn.params.items()
-                           if not isinstance(v, (Jaxpr, ClosedJaxpr)))
+        params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in eqn.params.items() if not _is_subprogram(v))
         lhs = " ".join(map(decl, eqn.out_vars))
         rhs = f"{eqn.primitive.name}{'[' + params + ']' if params else ''} {' '.join(map(name, eqn.inputs))}"
         lines.append(f"{pad}    {lhs} = {rhs.rstrip()}")
         for k, v in eqn.params.items():
-            if isinstance(v, (Jaxpr, ClosedJaxpr)):
-                sub = v.jaxpr if isinstance(v, ClosedJaxpr) else v
-                lines.append(f"{pad}      {k}=")
-                lines.append(pp_jaxpr(sub, None, indent + 8))
+            subs = v if isinstance(v, tuple) and v and all(isinstance(s, (Jaxpr, ClosedJaxpr)) for s in v) else (v,)
+            for j, sub in enumerate(subs):
+                if isinstance(sub, (Jaxpr, ClosedJaxpr)):
+                    lines.append(f"{pad}      {k}{f'[{j}]' if len(subs) > 1 else ''}=")
+                    lines.append(pp_jaxpr(sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub, None, indent + 8))
     outs = " ".join(map(name, jaxpr.outs))
     lines.append(f"{pad}  in ({outs}) }}")
     return "\n".join(lines)
@@ -268,6 +301,11 @@ class Primitive:
         self.jvp: Callable | None = None
         self.vjp: Callable | None = None
         self.batch: Callable | None = None
+        # whole-primitive rules, for primitives that hold sub-programs (control flow, custom rules):
+        # jvp_rule(primals, tangents, **params) -> (outs, tangents_out)  (None tangent = zero)
+        # vjp_rule(primals, needs_ct, **params) -> (outs, backward), backward(cts_out) -> cts_in
+        self.jvp_rule: Callable | None = None
+        self.vjp_rule: Callable | None = None
 
     def __repr__(self) -> str:
         return self.name
@@ -281,7 +319,7 @@ class Primitive:
                 if top is None or t.level > top.level:
                     top = t
         if top is None:
-            return self.impl(*args, **params)
+            return self.impl(*[np.asarray(a) if type(a) in _PY_SCALAR_DTYPE else a for a in args], **params)
         if not top.main.alive:
             raise UnexpectedTracerError(
                 f"A tracer from a finished transformation ({type(top).__name__}) was used in "

@@ -1,9 +1,33 @@
-"""IR passes.  Every primitive is pure, so unused equations can always be dropped."""
+"""IR passes and the bookkeeping backends need.
+
+Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive is pure, so any equation
+whose outputs are unused can go):
+
+* ``cse``: equal equations on equal inputs are computed once;
+* ``fold_constants``: equations whose inputs are all known are evaluated at compile time
+  (unless that would turn a small constant into a large one, e.g. a broadcast);
+* ``simplify``: the algebra differentiation leaves behind (``x*1``, ``x+0``, ``neg(neg x)``,
+  chains of reshapes / transposes / broadcasts, identity conversions);
+* ``dce``: dead-code elimination.
+
+``analyze`` gives each value's last use, the values the backward phase reads from the
+forward phase (saved residuals) and peak live bytes.  ``optimize`` runs the pipeline and
+returns a report of equation counts per pass.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal
+from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, get_aval
+
+_FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
+
+
+def _rebuild(closed: ClosedJaxpr, const_vars, consts, eqns, outs) -> ClosedJaxpr:
+    return ClosedJaxpr(Jaxpr(const_vars, closed.jaxpr.in_vars, eqns, outs), consts,
+                       closed.in_tree, closed.out_tree)
 
 
 def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -19,9 +43,8 @@ def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
                 if type(a) is not Literal:
                     live.add(a)
     kept.reverse()
-    const_pairs = [(v, c) for v, c in zip(jaxpr.const_vars, closed.consts) if v in live]
-    new = Jaxpr([v for v, _ in const_pairs], jaxpr.in_vars, kept, jaxpr.outs)
-    return ClosedJaxpr(new, [c for _, c in const_pairs], closed.in_tree, closed.out_tree)
+    pairs = [(v, c) for v, c in zip(jaxpr.const_vars, closed.consts) if v in live]
+    return _rebuild(closed, [v for v, _ in pairs], [c for _, c in pairs], kept, jaxpr.outs)
 
 
 def _param_key(v):
@@ -38,35 +61,289 @@ def _param_key(v):
         return ("id", id(v))
 
 
+def _literal_key(a: Literal):
+    v = np.asarray(a.val)
+    return ("lit", v.dtype.str, v.item())
+
+
+class _Renamer:
+    """Substitutions of variables by other variables or literals, applied to atoms."""
+
+    def __init__(self):
+        self.map: dict = {}
+
+    def __call__(self, a):
+        if type(a) is Literal:
+            return a
+        while a in self.map:
+            a = self.map[a]
+            if type(a) is Literal:
+                break
+        return a
+
+
 def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Common-subexpression elimination: equal equations on equal inputs are computed once."""
-    jaxpr = closed.jaxpr
-    rename: dict = {}
+    rename = _Renamer()
     seen: dict = {}
     eqns = []
-
-    def atom(a):
-        if type(a) is Literal:
-            v = np.asarray(a.val)
-            return ("lit", v.dtype.str, v.item())
-        return id(rename.get(a, a))
-
-    for eqn in jaxpr.eqns:
-        inputs = [a if type(a) is Literal else rename.get(a, a) for a in eqn.inputs]
-        key = (eqn.primitive, tuple(atom(a) for a in eqn.inputs), _param_key(eqn.params))
+    for eqn in closed.jaxpr.eqns:
+        inputs = [rename(a) for a in eqn.inputs]
+        key = (eqn.primitive, tuple(_literal_key(a) if type(a) is Literal else a for a in inputs),
+               _param_key(eqn.params))
         prev = seen.get(key)
         if prev is not None:
             for old, new in zip(eqn.out_vars, prev.out_vars):
-                rename[old] = new
+                rename.map[old] = new
             continue
-        new_eqn = JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars)
+        new_eqn = JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase)
         seen[key] = new_eqn
         eqns.append(new_eqn)
-    outs = [a if type(a) is Literal else rename.get(a, a) for a in jaxpr.outs]
-    return ClosedJaxpr(Jaxpr(jaxpr.const_vars, jaxpr.in_vars, eqns, outs), closed.consts,
-                       closed.in_tree, closed.out_tree)
+    return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, [rename(a) for a in closed.jaxpr.outs])
 
 
-def optimize(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """The default pipeline so far: CSE then DCE."""
-    return dce(cse(closed))
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Evaluate equations whose inputs are all constants (when the result stays small)."""
+    from .core import Tracer
+    known = {v: c for v, c in zip(closed.jaxpr.const_vars, closed.consts) if not isinstance(c, Tracer)}
+    const_vars, consts = list(closed.jaxpr.const_vars), list(closed.consts)
+    rename = _Renamer()
+    eqns = []
+    for eqn in closed.jaxpr.eqns:
+        inputs = [rename(a) for a in eqn.inputs]
+        vals = [a.val if type(a) is Literal else known.get(a, _MISSING) for a in inputs]
+        foldable = (not eqn.primitive.multiple_results and eqn.primitive.impl is not None
+                    and all(v is not _MISSING for v in vals)
+                    and _size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
+                        [_size(np.shape(v)) for v in vals], default=0))
+        if foldable:
+            out = np.asarray(eqn.primitive.impl(*vals, **eqn.params))
+            var = eqn.out_vars[0]
+            if out.shape == ():
+                rename.map[var] = Literal(out.astype(var.aval.dtype)[()])
+            else:
+                known[var] = out
+                const_vars.append(var)
+                consts.append(out)
+            continue
+        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase))
+    return _rebuild(closed, const_vars, consts, eqns, [rename(a) for a in closed.jaxpr.outs])
+
+
+_MISSING = object()
+
+
+def _is_scalar_literal(a, value) -> bool:
+    return type(a) is Literal and np.asarray(a.val).item() == value
+
+
+def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict):
+    """Return an atom equal to the equation's output, a replacement equation, or None."""
+    name = eqn.primitive.name
+    out = eqn.out_vars[0]
+    same_shape = lambda a: a.aval.shape == out.aval.shape and a.aval.dtype == out.aval.dtype
+    if name == "mul":
+        x, y = inputs
+        if _is_scalar_literal(y, 1) and same_shape(x):
+            return x
+        if _is_scalar_literal(x, 1) and same_shape(y):
+            return y
+    elif name in ("add", "sub"):
+        x, y = inputs
+        if _is_scalar_literal(y, 0) and same_shape(x):
+            return x
+        if name == "add" and _is_scalar_literal(x, 0) and same_shape(y):
+            return y
+    elif name == "div":
+        if _is_scalar_literal(inputs[1], 1) and same_shape(inputs[0]):
+            return inputs[0]
+    elif name == "integer_pow" and eqn.params["y"] == 1:
+        return inputs[0]
+    elif name in ("neg", "reshape", "transpose", "broadcast_in_dim", "convert_element_type"):
+        x = inputs[0]
+        if type(x) is not Literal and same_shape(x) and name in ("reshape", "convert_element_type"):
+            return x
+        if name == "transpose" and eqn.params["permutation"] == tuple(range(len(out.aval.shape))):
+            return x
+        prev = producer.get(x)
+        if prev is None:
+            return None
+        inner = prev.inputs[0]
+        if name == "neg" and prev.primitive.name == "neg":
+            return inner
+        if name == "reshape" and prev.primitive.name == "reshape":
+            return JaxprEqn(eqn.primitive, [inner], eqn.params, eqn.out_vars, eqn.phase)
+        if name == "transpose" and prev.primitive.name == "transpose":
+            p1, p2 = prev.params["permutation"], eqn.params["permutation"]
+            perm = tuple(p1[i] for i in p2)
+            if perm == tuple(range(len(perm))):
+                return inner
+            return JaxprEqn(eqn.primitive, [inner], {"permutation": perm}, eqn.out_vars, eqn.phase)
+        if name == "broadcast_in_dim" and prev.primitive.name == "broadcast_in_dim":
+            d1, d2 = prev.params["broadcast_dimensions"], eqn.params["broadcast_dimensions"]
+            return JaxprEqn(eqn.primitive, [inner], {"shape": eqn.params["shape"],
+                                                     "broadcast_dimensions": tuple(d2[d] for d in d1)},
+                            eqn.out_vars, eqn.phase)
+    elif name == "reduce_sum" and not eqn.params["axes"]:
+        return inputs[0]
+    return None
+
+
+def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Algebraic simplification of the zeros, ones, reshapes and transposes autodiff leaves."""
+    rename = _Renamer()
+    producer: dict = {}
+    eqns = []
+    for eqn in closed.jaxpr.eqns:
+        inputs = [rename(a) for a in eqn.inputs]
+        result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer)
+        if isinstance(result, JaxprEqn):
+            eqn, inputs = result, result.inputs
+            result = None
+        if result is not None:
+            rename.map[eqn.out_vars[0]] = result
+            continue
+        new = JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase)
+        for v in eqn.out_vars:
+            producer[v] = new
+        eqns.append(new)
+    return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, [rename(a) for a in closed.jaxpr.outs])
+
+
+PIPELINE = (("fold_constants", fold_constants), ("simplify", simplify), ("cse", cse), ("dce", dce))
+
+
+@dataclass
+class Analysis:
+    """Buffer bookkeeping of an optimized program."""
+
+    last_use: dict = field(default_factory=dict)     # Var -> index of the last equation reading it
+    saved_for_backward: list = field(default_factory=list)  # forward values read by backward equations
+    peak_bytes: int = 0
+    peak_at: int = -1
+
+
+def _nbytes(aval) -> int:
+    return _size(aval.shape) * aval.dtype.itemsize
+
+
+def analyze(closed: ClosedJaxpr) -> Analysis:
+    """Last uses (for freeing buffers), residuals saved for the backward phase, peak live bytes."""
+    jaxpr = closed.jaxpr
+    n = len(jaxpr.eqns)
+    last_use: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for a in eqn.inputs:
+            if type(a) is not Literal:
+                last_use[a] = i
+    for a in jaxpr.outs:
+        if type(a) is not Literal:
+            last_use[a] = n  # outputs live to the end
+    forward_defined = set(jaxpr.in_vars) | set(jaxpr.const_vars)
+    saved: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.phase == "backward":
+            for a in eqn.inputs:
+                if type(a) is not Literal and a in forward_defined:
+                    saved[a] = None
+        else:
+            forward_defined.update(eqn.out_vars)
+    # peak of live intermediate bytes (inputs and constants are owned by the caller)
+    live = 0
+    peak, peak_at = 0, -1
+    dying: dict = {}
+    for v, i in last_use.items():
+        dying.setdefault(i, []).append(v)
+    produced = set()
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.out_vars:
+            live += _nbytes(v.aval)
+            produced.add(v)
+        if live > peak:
+            peak, peak_at = live, i
+        for v in dying.get(i, ()):
+            if v in produced:
+                live -= _nbytes(v.aval)
+    return Analysis(last_use, list(saved), peak, peak_at)
+
+
+@dataclass
+class Report:
+    """What each pass did, and the buffer analysis of the result."""
+
+    counts: list  # [(stage, equation count)]
+    analysis: Analysis
+
+    def __str__(self) -> str:
+        lines = ["pass                 equations"]
+        for name, n in self.counts:
+            lines.append(f"{name:<20} {n:>9}")
+        a = self.analysis
+        lines.append(f"saved for backward: {len(a.saved_for_backward)} values, "
+                     f"{sum(_nbytes(v.aval) for v in a.saved_for_backward)} bytes")
+        lines.append(f"peak live intermediate bytes: {a.peak_bytes}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def optimize(closed: ClosedJaxpr, passes=PIPELINE) -> tuple[ClosedJaxpr, Report]:
+    """Run the pass pipeline; returns the optimized program and a report."""
+    counts = [("input", len(closed.eqns))]
+    for name, p in passes:
+        closed = p(closed)
+        counts.append((name, len(closed.eqns)))
+    return closed, Report(counts, analyze(closed))
+
+
+def partial_eval(closed: ClosedJaxpr, unknown_inputs, saveable) -> tuple[ClosedJaxpr, ClosedJaxpr, list]:
+    """Split a program into a *known* part (computable from the known inputs now) and an
+    *unknown* part (needing the unknown inputs), as reverse mode does for fwd/bwd.
+
+    ``saveable(eqn) -> bool`` decides which known values the unknown part may read as saved
+    residuals; the other known values it needs are recomputed inside it (rematerialization).
+    Returns ``(known, unknown, known_out_mask)`` where ``known`` maps the known inputs to the
+    known outputs plus residuals, and ``unknown`` maps [known inputs, residuals, unknown
+    inputs] to the unknown outputs.
+    """
+    jaxpr = closed.jaxpr
+    unknown = {v for v, u in zip(jaxpr.in_vars, unknown_inputs) if u}
+    known_eqns, unknown_eqns = [], []
+    for eqn in jaxpr.eqns:
+        if any(type(a) is not Literal and a in unknown for a in eqn.inputs):
+            unknown.update(eqn.out_vars)
+            unknown_eqns.append(eqn)
+        else:
+            known_eqns.append(eqn)
+    known_out_mask = [type(a) is Literal or a not in unknown for a in jaxpr.outs]
+    producer = {v: e for e in known_eqns for v in e.out_vars}
+    known_in = [v for v, u in zip(jaxpr.in_vars, unknown_inputs) if not u]
+    # residuals: known values read by the unknown part; unsaveable ones are recomputed
+    needed = [a for e in unknown_eqns for a in e.inputs] + [a for a, k in zip(jaxpr.outs, known_out_mask) if not k]
+    residuals: dict = {}  # ordered set
+    recompute: set = set()
+    stack = [a for a in needed if type(a) is not Literal and a not in unknown]
+    while stack:
+        v = stack.pop()
+        if v in residuals or v in known_in or v in jaxpr.const_vars:
+            continue
+        eqn = producer[v]
+        if eqn in recompute:
+            continue
+        if saveable(eqn):
+            residuals[v] = None
+        else:
+            recompute.add(eqn)
+            stack.extend(a for a in eqn.inputs if type(a) is not Literal)
+    res_vars = list(residuals)
+    known = dce(ClosedJaxpr(Jaxpr(jaxpr.const_vars, known_in, known_eqns,
+                                  [a for a, k in zip(jaxpr.outs, known_out_mask) if k] + res_vars), closed.consts))
+    unknown_in = [v for v, u in zip(jaxpr.in_vars, unknown_inputs) if u]
+    rec_eqns = [e for e in known_eqns if e in recompute]
+    unk = ClosedJaxpr(Jaxpr(jaxpr.const_vars, known_in + res_vars + unknown_in, rec_eqns + unknown_eqns,
+                            [a for a, k in zip(jaxpr.outs, known_out_mask) if not k]), closed.consts)
+    return known, dce(unk), known_out_mask

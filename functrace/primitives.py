@@ -702,20 +702,22 @@ def _dot_transpose_lhs(g, ans, x, y, *, dimension_numbers):
 
 
 def _dot_transpose_rhs(g, ans, x, y, *, dimension_numbers):
+    # d y = x . g (over lhs-free dims); result is (batch, lhs-contract sorted, rhs-free) -> y layout,
+    # which for the usual (K, N) weight is already y's layout (no transpose)
     x_ndim, y_ndim = len(shape_of(x)), len(shape_of(y))
     lc, rc, lb, rb, lf, rf = _dot_dims(x_ndim, y_ndim, dimension_numbers)
-    nb, nlf, nrf = len(lb), len(lf), len(rf)
+    nb, nlf, nlc = len(lb), len(lf), len(lc)
     g_lf = tuple(range(nb, nb + nlf))
-    res = dot_general(g, x, ((g_lf, lf), (tuple(range(nb)), lb)))  # (batch, rhs-free, lhs-contract sorted)
+    res = dot_general(x, g, ((lf, g_lf), (lb, tuple(range(nb)))))
     lc_sorted = sorted(lc)
     perm = [0] * y_ndim
     for i, d in enumerate(rb):
         perm[d] = i
-    for j, d in enumerate(rf):
-        perm[d] = nb + j
     for l, d in zip(lc, rc):
-        perm[d] = nb + nrf + lc_sorted.index(l)
-    return transpose(res, tuple(perm)) if perm != list(range(y_ndim)) else res
+        perm[d] = nb + lc_sorted.index(l)
+    for j, d in enumerate(rf):
+        perm[d] = nb + nlc + j
+    return transpose(res, tuple(perm))
 
 
 def _dot_batch(vals, dims, *, dimension_numbers):

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
-                   get_aval, new_main)
+                   get_aval, new_main, _phase)
 from .errors import ConcretizationError
 from . import tree_util
 
@@ -15,19 +15,19 @@ from . import tree_util
 class StagingTracer(Tracer):
     """A value known only by its abstract value; it stands for an IR variable (or literal)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("ir_var",)
 
     def __init__(self, trace: Trace, var):
         self._trace = trace
-        self.var = var
+        self.ir_var = var
 
     @property
     def aval(self) -> ShapedArray:
-        return self.var.aval
+        return self.ir_var.aval
 
     def concrete_value(self):
-        if type(self.var) is Literal:
-            return self.var.val
+        if type(self.ir_var) is Literal:
+            return self.ir_var.val
         raise ConcretizationError(self, "")
 
 
@@ -66,7 +66,7 @@ class StagingTrace(Trace):
         return t
 
     def process_primitive(self, primitive, tracers, params):
-        in_vars = [t.var for t in tracers]
+        in_vars = [t.ir_var for t in tracers]
         builder: JaxprBuilder = self.main.global_data
         # Trace-time CSE: primitives are pure, so the same op on the same variables is
         # recorded once (derivative rules often recompute e.g. cos(x) of the forward pass).
@@ -80,11 +80,11 @@ class StagingTrace(Trace):
         out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)
         if primitive.multiple_results:
             outs = [Var(a) for a in out_aval]
-            builder.eqns.append(JaxprEqn(primitive, in_vars, params, outs))
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, outs, _phase[-1]))
             result = [StagingTracer(self, v) for v in outs]
         else:
             out = Var(out_aval)
-            builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out]))
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out], _phase[-1]))
             result = StagingTracer(self, out)
         if key is not None:
             builder.memo[key] = result
@@ -98,7 +98,7 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxp
         trace = main.trace
         in_vars = [Var(a) for a in in_avals]
         outs = fun(*[StagingTracer(trace, v) for v in in_vars])
-        out_atoms = [trace.full_raise(o).var for o in outs]
+        out_atoms = [trace.full_raise(o).ir_var for o in outs]
     # Constants that are lower-level tracers would escape; they are real inputs of the caller.
     return builder.build(in_vars, out_atoms)
 

@@ -573,6 +573,70 @@ case("prim-max-(3,)", lambda x, y: P.max_p.bind(x, y), *distinct((3,), (3,)))
 case("prim-min-(3,)", lambda x, y: P.min_p.bind(x, y), *distinct((3,), (3,)))
 
 
+# --------------------------------------------------------------------------- control flow, custom rules, remat
+
+
+@ft.custom_jvp
+def _softplus(x):
+    return fnp.log1p(fnp.exp(x))
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _softplus(x), t * fnp.sigmoid(x)
+
+
+@ft.custom_vjp
+def _scaled_sin(x, y):
+    return fnp.sin(x) * y
+
+
+def _scaled_sin_fwd(x, y):
+    return _scaled_sin(x, y), (x, y)
+
+
+def _scaled_sin_bwd(res, g):
+    x, y = res
+    return g * fnp.cos(x) * y, g * fnp.sin(x)
+
+
+_scaled_sin.defvjp(_scaled_sin_fwd, _scaled_sin_bwd)
+
+case("lax-cond-true_branch", lambda x: ft.lax.cond(fnp.sum(x) > 0, lambda v: fnp.sin(v) * v, fnp.cos, x),
+     uniform(0.1, 1.0, 3))
+case("lax-cond-false_branch-closure", lambda x, w: ft.lax.cond(fnp.sum(x) > 0, lambda v: v * w, lambda v: fnp.exp(v) * w, x),
+     uniform(-1.0, -0.1, 3), normal(3))
+case("lax-switch-3_branches", lambda x: ft.lax.switch(2, [fnp.sin, fnp.cos, lambda v: v ** 3], x), normal(2, 2))
+case("lax-scan-(2,)x4", lambda c, xs: ft.lax.scan(lambda c, x: (fnp.sin(c) * x + c, c * x), c, xs), normal(2), normal(4, 2))
+case("lax-scan-reverse-closure", lambda w, xs: ft.lax.scan(lambda c, x: (fnp.tanh(c * w + x), c ** 2), fnp.zeros(2),
+                                                            xs, reverse=True)[1], normal(2), normal(3, 2))
+case("lax-scan-pytree_carry", lambda a, b: ft.lax.scan(lambda c, x: ((c[0] * x, c[1] + fnp.sin(c[0])), None),
+                                                      (a, b), np.array([0.5, 1.5, -0.7]))[0], normal(2), normal(2))
+case("lax-fori_loop-static_bounds", lambda x: ft.lax.fori_loop(0, 3, lambda i, v: fnp.sin(v) * 1.1 + v * 0.5, x), normal(3))
+case("custom_jvp-softplus", _softplus, normal(3))
+case("checkpoint-nothing_saveable", ft.checkpoint(lambda x: fnp.sum(fnp.sin(fnp.sin(x)) * x)), normal(3))
+case("checkpoint-dots_saveable", ft.checkpoint(lambda w, x: fnp.tanh(x @ w) * 2.0,
+                                               policy=ft.checkpoint_policies.dots_saveable), normal(2, 3), normal(4, 2))
+
+# while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
+FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
+                               (np.array([0.8, 0.6]),), id="lax-while_loop"),
+                  pytest.param(lambda x: ft.lax.fori_loop(0, fnp.asarray(3), lambda i, v: fnp.sin(v) + v, x),
+                               (np.array([0.3, 0.4]),), id="lax-fori_loop-traced_bounds")]
+REV_ONLY_CASES = [pytest.param(_scaled_sin, (np.array([0.3, -0.4]), np.array([1.5, 2.0])), id="custom_vjp")]
+
+
+@pytest.mark.parametrize("f, args", FWD_ONLY_CASES)
+def test_grads_forward_only(f, args):
+    ft.test_util.check_grads(f, args, order=2, modes=("fwd",))
+
+
+@pytest.mark.parametrize("f, args", REV_ONLY_CASES)
+def test_grads_reverse_only(f, args):
+    ft.test_util.check_grads(f, args, order=2, modes=("rev",))
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -596,7 +660,7 @@ NON_DIFFERENTIABLE = {
 
 def test_every_differentiable_primitive_is_covered():
     seen, trace_errors = set(), {}
-    for param in CASES:
+    for param in CASES + FWD_ONLY_CASES + REV_ONLY_CASES:
         f, args = param.values
         try:
             closed = ft.make_jaxpr(f)(*args)

@@ -1,0 +1,72 @@
+"""The reference backend: the optimized IR replayed with each primitive's numpy implementation.
+
+Compilation resolves every variable to a slot in a flat list and precomputes which slots
+die after each step, so a call is one tight loop and intermediates are freed at their
+last use.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import ClosedJaxpr, Literal
+from ..optimize import analyze
+
+
+class NumpyExecutable:
+    """A compiled program: ``exe(*flat_args) -> list of outputs``."""
+
+    backend = "numpy"
+
+    def __init__(self, closed: ClosedJaxpr):
+        jaxpr = closed.jaxpr
+        self.closed = closed
+        analysis = analyze(closed)
+        slots: dict = {}
+        template: list = []
+
+        def slot(a) -> int:
+            if type(a) is Literal:
+                template.append(a.val)
+                return len(template) - 1
+            if a not in slots:
+                slots[a] = len(template)
+                template.append(None)
+            return slots[a]
+
+        for v, c in zip(jaxpr.const_vars, closed.consts):
+            template[slot(v)] = c
+        self.in_slots = [slot(v) for v in jaxpr.in_vars]
+        steps = []
+        for i, eqn in enumerate(jaxpr.eqns):
+            ins = [slot(a) for a in eqn.inputs]
+            outs = [slot(v) for v in eqn.out_vars]
+            impl = eqn.primitive.impl
+            if impl is None:
+                raise NotImplementedError(f"primitive '{eqn.primitive.name}' has no numpy implementation")
+            frees = tuple(slots[a] for a in set(eqn.inputs)
+                          if type(a) is not Literal and analysis.last_use.get(a) == i
+                          and a not in jaxpr.const_vars and a not in jaxpr.in_vars)
+            steps.append((impl, eqn.params, tuple(ins), outs[0] if not eqn.primitive.multiple_results else tuple(outs),
+                          eqn.primitive.multiple_results, frees))
+        self.steps = steps
+        self.out_slots = [slot(a) for a in jaxpr.outs]
+        self.template = template
+        self.num_steps = len(steps)
+
+    def __call__(self, *args):
+        env = list(self.template)
+        for s, a in zip(self.in_slots, args):
+            env[s] = a
+        for impl, params, ins, out, multiple, frees in self.steps:
+            result = impl(*[env[i] for i in ins], **params)
+            if multiple:
+                for s, r in zip(out, result):
+                    env[s] = r
+            else:
+                env[out] = result
+            for f in frees:
+                env[f] = None
+        return [env[s] for s in self.out_slots]
+
+    def as_text(self) -> str:
+        return str(self.closed)

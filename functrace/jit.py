@@ -1,0 +1,159 @@
+"""``jit``: trace once per signature, optimize the IR, run it on a backend.
+
+Called on concrete arrays, a jitted function runs its cached compiled program.  Called
+on tracers (inside ``grad``, ``vmap``, ``make_jaxpr``, another ``jit``, ...), it replays its
+cached *optimized* IR through ``eval_jaxpr``, so the outer transformation sees the
+primitives: every transformation composes with ``jit`` in both orders, and the pipeline
+is optimize -> differentiate -> optimize for ``jit(grad(jit(f)))``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval
+from .optimize import Report, optimize
+from .staging import trace_to_jaxpr
+from . import tree_util
+
+
+def _leaf_signature(x) -> tuple:
+    if type(x) is np.ndarray:
+        return (x.shape, x.dtype, False)
+    a = get_aval(x)
+    return (a.shape, a.dtype, a.weak_type)
+
+
+def _as_tuple(v) -> tuple:
+    if v is None:
+        return ()
+    return (v,) if isinstance(v, (int, str)) else tuple(v)
+
+
+class Lowered:
+    """The optimized IR of a jitted function for one signature (``jit(f).lower(*args)``)."""
+
+    def __init__(self, jitted: "Jitted", entry: "_Entry"):
+        self._jitted = jitted
+        self._entry = entry
+        self.jaxpr: ClosedJaxpr = entry.closed
+        self.unoptimized: ClosedJaxpr = entry.raw
+
+    def report(self) -> Report:
+        return self._entry.report
+
+    def compile(self):
+        return self._entry.executable()
+
+    def as_text(self) -> str:
+        return str(self.jaxpr)
+
+
+class _Entry:
+    """One cache entry: raw and optimized IR, pass report, and the compiled executable (lazy)."""
+
+    def __init__(self, raw: ClosedJaxpr, closed: ClosedJaxpr, report: Report, out_tree, backend):
+        self.raw = raw
+        self.closed = closed
+        self.report = report
+        self.out_tree = out_tree
+        self.backend = backend
+        self._exe = None
+
+    def executable(self):
+        if self._exe is None:
+            from .backends import get_backend
+            self._exe = get_backend(self.backend)(self.closed)
+        return self._exe
+
+
+class Jitted:
+    """A function compiled per input signature (pytree structure, shapes, dtypes, static args)."""
+
+    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), backend: str | None = None):
+        self.fun = fun
+        self.backend = backend
+        self.static_argnums = tuple(int(i) for i in _as_tuple(static_argnums))
+        self.static_argnames = tuple(_as_tuple(static_argnames))
+        try:
+            self._signature = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._cache: dict = {}
+        functools.update_wrapper(self, fun)
+        self.__name__ = getattr(fun, "__name__", "jitted")
+
+    def _split(self, args: tuple, kwargs: dict):
+        """Separate static arguments (part of the cache key) from dynamic ones (traced)."""
+        n = len(args)
+        static_pos = tuple(i % n if n else i for i in self.static_argnums if -n <= i < n)
+        static_kw = {k: v for k, v in kwargs.items() if k in self.static_argnames}
+        if self._signature is not None and self.static_argnames:
+            params = list(self._signature.parameters)
+            static_pos += tuple(params.index(k) for k in self.static_argnames
+                                if k in params and params.index(k) < n)
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
+        statics = tuple((i, args[i]) for i in sorted(set(static_pos))) + tuple(sorted(static_kw.items()))
+        return static_pos, statics, dyn_args, dyn_kwargs
+
+    def _entry(self, args: tuple, kwargs: dict):
+        static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        try:
+            key = (in_tree, tuple(_leaf_signature(x) for x in leaves), statics)
+            hash(key)
+        except TypeError:
+            raise TypeError(f"jit of `{self.__name__}`: static arguments must be hashable, got "
+                            f"{[type(v).__name__ for _, v in statics]}") from None
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry, leaves
+        out_tree_box = []
+
+        def flat_fun(*flat):
+            dargs, dkwargs = tree_util.tree_unflatten(in_tree, flat)
+            it = iter(dargs)
+            full = [args[i] if i in static_pos else next(it) for i in range(len(args))]
+            out = self.fun(*full, **dkwargs, **{k: v for k, v in statics if isinstance(k, str)})
+            out_leaves, out_tree = tree_util.tree_flatten(out)
+            out_tree_box.append(out_tree)
+            return out_leaves
+
+        raw = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves])
+        closed, report = optimize(raw)
+        entry = _Entry(raw, closed, report, out_tree_box[0], self.backend)
+        # A program that closed over tracers of an enclosing transformation is only valid
+        # inside that transformation: it is used once and not cached.
+        if not any(isinstance(c, Tracer) for c in closed.consts):
+            self._cache[key] = entry
+        return entry, leaves
+
+    def __call__(self, *args, **kwargs):
+        entry, leaves = self._entry(args, kwargs)
+        if any(isinstance(x, Tracer) for x in leaves) or any(isinstance(c, Tracer) for c in entry.closed.consts):
+            outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
+        else:
+            outs = entry.executable()(*leaves)
+        return tree_util.tree_unflatten(entry.out_tree, outs)
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        entry, _ = self._entry(args, kwargs)
+        return Lowered(self, entry)
+
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+
+def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (), backend: str | None = None):
+    """Compile ``fun``: trace once per input signature, optimize, run on ``backend``.
+
+    Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=...)``.
+    """
+    if fun is None:
+        return lambda f: Jitted(f, static_argnums, static_argnames, backend)
+    return Jitted(fun, static_argnums, static_argnames, backend)

@@ -1,0 +1,544 @@
+"""Structured control flow: ``cond``/``switch``, ``while_loop``, ``fori_loop``, ``scan``.
+
+Each is one primitive holding sub-programs (``ClosedJaxpr`` params).  User functions are
+traced once with abstract inputs; values they close over become explicit operands, so an
+enclosing transformation sees them.  Rules:
+
+* jvp: the sub-programs are transformed IR-to-IR (``jvp_of_closed``) and the same
+  primitive is bound on primals and tangents;
+* vjp: ``scan`` saves the carry of every iteration in its forward pass and runs a reversed
+  ``scan`` of the body's vjp (recomputing one body step at a time, so the IR is never
+  unrolled); ``cond`` runs the vjp of the taken branch; ``while_loop`` has no reverse mode
+  (its trip count is dynamic), as in JAX; ``fori_loop`` with static bounds is a ``scan``;
+* batching: sub-programs are vmapped; a batched ``cond`` predicate becomes a select, a
+  batched ``while_loop`` predicate runs until every member is done.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import primitives as P
+from . import tree_util
+from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
+from .batching import vmap
+from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_aval, is_float_dtype
+from .errors import ShapeError, user_frame_description
+from .primitives import new_primitive, shape_of
+from .staging import trace_to_jaxpr
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _run(closed: ClosedJaxpr, args: Sequence) -> list:
+    """Evaluate a sub-program (compiled once for the numpy backend when all inputs are arrays)."""
+    if any(isinstance(a, Tracer) for a in args):
+        return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+    exe = getattr(closed, "_numpy_exe", None)
+    if exe is None:
+        from .backends.numpy_backend import NumpyExecutable
+        exe = closed._numpy_exe = NumpyExecutable(closed)
+    return exe(*args)
+
+
+def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
+    """Trace a user function of pytrees; closed-over values are hoisted to leading operands.
+
+    Returns (ClosedJaxpr taking [*hoisted, *inputs], hoisted values, out_tree)."""
+    out_tree_box = []
+
+    def flat(*xs):
+        out = fun(*tree_util.tree_unflatten(in_tree, xs))
+        leaves, tree = tree_util.tree_flatten(out)
+        out_tree_box.append(tree)
+        return leaves
+
+    closed = trace_to_jaxpr(flat, in_avals)
+    j = closed.jaxpr
+    opened = ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), [])
+    return opened, list(closed.consts), out_tree_box[0]
+
+
+def _avals(xs) -> list:
+    return [get_aval(x) for x in xs]
+
+
+def _check_same_avals(what: str, got: Sequence, want: Sequence, fname: str):
+    got_s = [a.str_short() for a in got]
+    want_s = [a.str_short() for a in want]
+    if got_s != want_s:
+        raise TypeError(f"{what} of `{fname}` must keep the same types and shapes: got {got_s}, "
+                        f"expected {want_s} {user_frame_description()}")
+
+
+def _fname(f) -> str:
+    return getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
+
+
+def _to_array(x):
+    return x if isinstance(x, Tracer) or isinstance(x, np.ndarray) else np.asarray(x)
+
+
+def _zeros_if_none(ts, xs):
+    return [P.zeros_like(x) if t is None else t for t, x in zip(ts, xs)]
+
+
+# --------------------------------------------------------------------------- cond / switch
+
+cond_p = new_primitive("cond")
+cond_p.multiple_results = True
+
+
+def _cond_impl(index, *ops, branches):
+    i = int(np.clip(int(index), 0, len(branches) - 1))
+    return _run(branches[i], ops)
+
+
+def _cond_abstract(index, *ops, branches):
+    return branches[0].out_avals
+
+
+def _cond_jvp(primals, tangents, *, branches):
+    index, ops = primals[0], primals[1:]
+    tops = tangents[1:]
+    fl = float_mask(_avals(ops))
+    new_branches = tuple(jvp_of_closed(b) for b in branches)
+    t_in = [t for t, f in zip(_zeros_if_none(tops, ops), fl) if f]
+    outs = cond_p.bind(index, *ops, *t_in, branches=new_branches)
+    n = len(branches[0].out_avals)
+    out_fl = float_mask(branches[0].out_avals)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if f else None for f in out_fl]
+
+
+def _cond_vjp(primals, needs_ct, *, branches):
+    index, ops = primals[0], primals[1:]
+    outs = cond_p.bind(index, *ops, branches=branches)
+    diff = [n and is_float_dtype(get_aval(o).dtype) for n, o in zip(needs_ct[1:], ops)]
+    out_fl = float_mask(branches[0].out_avals)
+
+    def backward(cts):
+        bwd = tuple(vjp_of_closed(b, diff) for b in branches)
+        ct_in = [c for c, f in zip(_zeros_if_none(cts, outs), out_fl) if f]
+        res = cond_p.bind(index, *ops, *ct_in, branches=bwd)
+        it = iter(res)
+        return [None] + [next(it) if d else None for d in diff]
+
+    return outs, backward
+
+
+def _cond_batch(vals, dims, *, branches):
+    index, ops = vals[0], vals[1:]
+    idim, odims = dims[0], dims[1:]
+    size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(ops, odims)]
+    axes0 = tuple(0 if d is not None else None for d in odims)
+    new_branches = tuple(
+        trace_to_jaxpr(vmap(lambda *a, b=b: eval_jaxpr(b.jaxpr, b.consts, *a), in_axes=axes0, axis_size=size),
+                       _avals(moved))
+        for b in branches)
+    if idim is None:
+        return cond_p.bind(index, *moved, branches=new_branches), [0] * len(branches[0].out_avals)
+    # a batched predicate: run every branch on the whole batch and select per member
+    index = P.moveaxis(index, idim, 0)
+    results = [cond_p.bind(np.array(0, np.int32), *moved, branches=(nb,)) for nb in new_branches]
+    n = len(branches)
+    clamped = P.max_p.bind(P.min_p.bind(index, np.array(n - 1, index.dtype)), np.array(0, index.dtype))
+    outs = []
+    for k in range(len(results[0])):
+        out = results[0][k]
+        for j in range(1, n):
+            r = results[j][k]
+            pred = P.eq(clamped, np.array(j, index.dtype))
+            pred = P.reshape(pred, shape_of(pred) + (1,) * (len(shape_of(r)) - 1))
+            out = P.select(pred, r, out)
+        outs.append(out)
+    return outs, [0] * len(outs)
+
+
+cond_p.impl = _cond_impl
+cond_p.abstract_eval = _cond_abstract
+cond_p.jvp_rule = _cond_jvp
+cond_p.vjp_rule = _cond_vjp
+cond_p.batch = _cond_batch
+
+
+def switch(index, branches: Sequence[Callable], *operands):
+    """Apply ``branches[index](*operands)`` (index clamped to range), as one primitive."""
+    if not branches:
+        raise ValueError("switch needs at least one branch")
+    leaves, in_tree = tree_util.tree_flatten(operands)
+    leaves = [_to_array(x) for x in leaves]
+    avals = _avals(leaves)
+    traced = [_trace_user_fn(b, avals, in_tree) for b in branches]
+    out_tree = traced[0][2]
+    for (c, _, t), b in zip(traced[1:], branches[1:]):
+        if t != out_tree:
+            raise TypeError(f"switch/cond branches must return the same structure: `{_fname(branches[0])}` "
+                            f"returns {out_tree}, `{_fname(b)}` returns {t}")
+        _check_same_avals("branch outputs", c.out_avals, traced[0][0].out_avals, _fname(b))
+    # every branch takes all hoisted values of all branches, then the operands
+    all_consts = [c for _, consts, _ in traced for c in consts]
+    counts = [len(consts) for _, consts, _ in traced]
+    new_branches = []
+    for k, (closed, consts, _) in enumerate(traced):
+        before = sum(counts[:k])
+        j = closed.jaxpr
+        others_before = [Var(get_aval(c)) for c in all_consts[:before]]
+        others_after = [Var(get_aval(c)) for c in all_consts[before + counts[k]:]]
+        in_vars = others_before + j.in_vars[:counts[k]] + others_after + j.in_vars[counts[k]:]
+        new_branches.append(ClosedJaxpr(Jaxpr([], in_vars, j.eqns, j.outs), []))
+    index = _to_array(index)
+    if get_aval(index).dtype.kind not in "iub":
+        raise TypeError(f"switch index must be an integer or bool scalar, got {get_aval(index).str_short()}")
+    if shape_of(index) != ():
+        raise TypeError(f"cond/switch predicate must be a scalar, got shape {shape_of(index)}")
+    index = P.convert_element_type(index, np.int32)
+    outs = cond_p.bind(index, *all_consts, *leaves, branches=tuple(new_branches))
+    return tree_util.tree_unflatten(out_tree, outs)
+
+
+def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
+    """``true_fun(*operands) if pred else false_fun(*operands)``, staged as one primitive."""
+    return switch(pred, (false_fun, true_fun), *operands)
+
+
+# --------------------------------------------------------------------------- while_loop
+
+while_p = new_primitive("while")
+while_p.multiple_results = True
+
+
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    cc, bc = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts]
+    carry = list(args[cond_nconsts + body_nconsts:])
+    while bool(_run(cond_jaxpr, [*cc, *carry])[0]):
+        carry = _run(body_jaxpr, [*bc, *carry])
+    return carry
+
+
+def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    return list(body_jaxpr.out_avals)
+
+
+def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    nc, nb = cond_nconsts, body_nconsts
+    cc, bc, init = primals[:nc], primals[nc:nc + nb], primals[nc + nb:]
+    tbc, tinit = tangents[nc:nc + nb], tangents[nc + nb:]
+    bc_fl, carry_fl = float_mask(_avals(bc)), float_mask(_avals(init))
+    jbody = jvp_of_closed(body_jaxpr)  # [bc, carry, t_bc, t_carry] -> [carry, t_carry]
+    n_tbc = sum(bc_fl)
+    n_carry = len(init)
+
+    # reorder to the while layout: body consts = bc + t_bc; carry = carry + t_carry
+    def body(*args):
+        consts, carry = args[:nb + n_tbc], args[nb + n_tbc:]
+        return eval_jaxpr(jbody.jaxpr, jbody.consts, *consts[:nb], *carry[:n_carry], *consts[nb:], *carry[n_carry:])
+
+    t_carry_avals = [a for a, f in zip(_avals(init), carry_fl) if f]
+    new_body = trace_to_jaxpr(body, _avals(bc) + [a for a, f in zip(_avals(bc), bc_fl) if f]
+                              + _avals(init) + t_carry_avals)
+    new_cond = trace_to_jaxpr(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a[:nc + n_carry]),
+                              _avals(cc) + _avals(init) + t_carry_avals)
+    t_bc_in = [t for t, f in zip(_zeros_if_none(tbc, bc), bc_fl) if f]
+    t_init_in = [t for t, f in zip(_zeros_if_none(tinit, init), carry_fl) if f]
+    outs = while_p.bind(*cc, *bc, *t_bc_in, *init, *t_init_in, cond_jaxpr=new_cond, body_jaxpr=new_body,
+                        cond_nconsts=nc, body_nconsts=nb + n_tbc)
+    it = iter(outs[n_carry:])
+    return outs[:n_carry], [next(it) if f else None for f in carry_fl]
+
+
+def _while_vjp(primals, needs_ct, **params):
+    raise NotImplementedError(
+        "Reverse-mode differentiation does not work for ft.lax.while_loop (its trip count is only "
+        "known at run time). Use ft.lax.scan, or ft.lax.fori_loop with static (Python int) bounds, "
+        "or forward mode (ft.jvp / ft.jacfwd).")
+
+
+def _while_batch(vals, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    nc, nb = cond_nconsts, body_nconsts
+    moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(vals, dims)]
+    cc, bc, init = moved[:nc], moved[nc:nc + nb], moved[nc + nb:]
+    ccd, bcd = dims[:nc], dims[nc:nc + nb]
+    # every carry is batched (an unbatched carry may become batched in the body)
+    init = [v if d is not None else P.broadcast_in_dim(v, (size,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
+            for v, d in zip(init, dims[nc + nb:])]
+    c_axes = tuple(0 if d is not None else None for d in ccd)
+    b_axes = tuple(0 if d is not None else None for d in bcd)
+    carry_axes = (0,) * len(init)
+    cond_b = vmap(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a), in_axes=c_axes + carry_axes)
+    body_b = vmap(lambda *a: eval_jaxpr(body_jaxpr.jaxpr, body_jaxpr.consts, *a), in_axes=b_axes + carry_axes)
+
+    def any_cond(*args):
+        pred = cond_b(*args)[0]
+        return [P.reduce_max_p.bind(pred, axes=(0,))]
+
+    def guarded_body(*args):
+        consts, carry = args[:nb + nc], args[nb + nc:]
+        pred = cond_b(*consts[nb:], *carry)[0]
+        new = body_b(*consts[:nb], *carry)
+        return [P.select(P.reshape(pred, (size,) + (1,) * (len(shape_of(n)) - 1)), n, c) for n, c in zip(new, carry)]
+
+    carry_avals = _avals(init)
+    new_cond = trace_to_jaxpr(any_cond, _avals(cc) + carry_avals)
+    new_body = trace_to_jaxpr(guarded_body, _avals(bc) + _avals(cc) + carry_avals)
+    outs = while_p.bind(*cc, *bc, *cc, *init, cond_jaxpr=new_cond, body_jaxpr=new_body,
+                        cond_nconsts=nc, body_nconsts=nb + nc)
+    return outs, [0] * len(outs)
+
+
+while_p.impl = _while_impl
+while_p.abstract_eval = _while_abstract
+while_p.jvp_rule = _while_jvp
+while_p.vjp_rule = _while_vjp
+while_p.batch = _while_batch
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+    """``while cond_fun(val): val = body_fun(val)``, staged as one primitive."""
+    leaves, tree = tree_util.tree_flatten(init_val)
+    args_tree = tree_util.tree_structure((init_val,))
+    leaves = [_to_array(x) for x in leaves]
+    avals = _avals(leaves)
+    cond_c, cond_consts, cond_tree = _trace_user_fn(cond_fun, avals, args_tree)
+    if len(cond_c.out_avals) != 1 or cond_c.out_avals[0].shape != () or cond_c.out_avals[0].dtype != np.dtype(bool):
+        raise TypeError(f"while_loop: cond_fun `{_fname(cond_fun)}` must return a boolean scalar, got "
+                        f"{[a.str_short() for a in cond_c.out_avals]}")
+    body_c, body_consts, body_tree = _trace_user_fn(body_fun, avals, args_tree)
+    if body_tree != tree:
+        raise TypeError(f"while_loop: body_fun `{_fname(body_fun)}` must return the structure of init_val "
+                        f"({tree}), got {body_tree}")
+    _check_same_avals("while_loop body output", body_c.out_avals, avals, _fname(body_fun))
+    outs = while_p.bind(*cond_consts, *body_consts, *leaves, cond_jaxpr=cond_c, body_jaxpr=body_c,
+                        cond_nconsts=len(cond_consts), body_nconsts=len(body_consts))
+    return tree_util.tree_unflatten(tree, outs)
+
+
+# --------------------------------------------------------------------------- scan
+
+scan_p = new_primitive("scan")
+scan_p.multiple_results = True
+
+
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
+    consts = list(args[:num_consts])
+    carry = list(args[num_consts:num_consts + num_carry])
+    xs = args[num_consts + num_carry:]
+    ys = []
+    for i in (range(length - 1, -1, -1) if reverse else range(length)):
+        out = _run(jaxpr, consts + carry + [x[i] for x in xs])
+        carry = list(out[:num_carry])
+        ys.append(out[num_carry:])
+    if reverse:
+        ys.reverse()
+    y_avals = jaxpr.out_avals[num_carry:]
+    stacked = [np.stack([np.asarray(y[k]) for y in ys]) if ys else np.zeros((0,) + a.shape, a.dtype)
+               for k, a in enumerate(y_avals)]
+    return carry + stacked
+
+
+def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse):
+    y_avals = jaxpr.out_avals[num_carry:]
+    return list(jaxpr.out_avals[:num_carry]) + [ShapedArray((length,) + a.shape, a.dtype) for a in y_avals]
+
+
+def _split3(xs, a, b):
+    return list(xs[:a]), list(xs[a:a + b]), list(xs[a + b:])
+
+
+def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
+    consts, init, xs = _split3(primals, num_consts, num_carry)
+    tc, tinit, txs = _split3(tangents, num_consts, num_carry)
+    body_in = jaxpr.in_avals
+    c_fl, carry_fl, x_fl = _split3(float_mask(body_in), num_consts, num_carry)
+    jbody = jvp_of_closed(jaxpr)  # [consts, carry, x, t_consts, t_carry, t_x] -> [carry, y, t_carry, t_y]
+    ntc, ntcarry, ntx = sum(c_fl), sum(carry_fl), sum(x_fl)
+    out_fl = float_mask(jaxpr.out_avals)
+    carry_out_fl, y_fl = out_fl[:num_carry], out_fl[num_carry:]
+    ny = len(y_fl)
+
+    def body(*args):
+        cs, tcs, cr, tcr, x, tx = (args[:num_consts], args[num_consts:num_consts + ntc],
+                                   *_split3(args[num_consts + ntc:], num_carry, ntcarry)[:2],
+                                   *_split3(args[num_consts + ntc + num_carry + ntcarry:], len(xs), ntx)[:2])
+        out = eval_jaxpr(jbody.jaxpr, jbody.consts, *cs, *cr, *x, *tcs, *tcr, *tx)
+        carry_o, y_o = out[:num_carry], out[num_carry:num_carry + ny]
+        t_o = out[num_carry + ny:]
+        t_carry_o, t_y_o = t_o[:sum(carry_out_fl)], t_o[sum(carry_out_fl):]
+        return list(carry_o) + list(t_carry_o) + list(y_o) + list(t_y_o)
+
+    x_slice_avals = body_in[num_consts + num_carry:]
+    sel = lambda avs, fl: [a for a, f in zip(avs, fl) if f]
+    new_body = trace_to_jaxpr(body, list(body_in[:num_consts]) + sel(body_in[:num_consts], c_fl)
+                              + list(body_in[num_consts:num_consts + num_carry])
+                              + sel(body_in[num_consts:num_consts + num_carry], carry_fl)
+                              + list(x_slice_avals) + sel(x_slice_avals, x_fl))
+    t_consts = sel(_zeros_if_none(tc, consts), c_fl)
+    t_init = sel(_zeros_if_none(tinit, init), carry_fl)
+    t_xs = sel(_zeros_if_none(txs, xs), x_fl)
+    outs = scan_p.bind(*consts, *t_consts, *init, *t_init, *xs, *t_xs, jaxpr=new_body,
+                       num_consts=num_consts + ntc, num_carry=num_carry + ntcarry, length=length, reverse=reverse)
+    carry_o = outs[:num_carry]
+    t_carry = iter(outs[num_carry:num_carry + ntcarry])
+    ys = outs[num_carry + ntcarry:num_carry + ntcarry + ny]
+    t_ys = iter(outs[num_carry + ntcarry + ny:])
+    return (list(carry_o) + list(ys),
+            [next(t_carry) if f else None for f in carry_out_fl] + [next(t_ys) if f else None for f in y_fl])
+
+
+def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, reverse):
+    consts, init, xs = _split3(primals, num_consts, num_carry)
+    n_y = len(jaxpr.out_avals) - num_carry
+    # forward: also emit the carry entering each step (the only residual)
+    fwd_body = trace_to_jaxpr(
+        lambda *a: (lambda out: list(out) + list(a[num_consts:num_consts + num_carry]))(
+            eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a)), jaxpr.in_avals)
+    outs = scan_p.bind(*consts, *init, *xs, jaxpr=fwd_body, num_consts=num_consts, num_carry=num_carry,
+                       length=length, reverse=reverse)
+    carry_out, ys, carries = outs[:num_carry], outs[num_carry:num_carry + n_y], outs[num_carry + n_y:]
+
+    in_fl = float_mask(jaxpr.in_avals)
+    c_fl, carry_fl, x_fl = _split3(in_fl, num_consts, num_carry)
+    out_fl = float_mask(jaxpr.out_avals)
+    carry_out_fl, y_fl = out_fl[:num_carry], out_fl[num_carry:]
+    diff = in_fl  # cotangents for every float input of the body
+
+    def backward(cts):
+        ct_carry_out = _zeros_if_none(cts[:num_carry], carry_out)
+        ct_ys = _zeros_if_none(cts[num_carry:], ys)
+        body_vjp = vjp_of_closed(jaxpr, diff)  # [consts, carry, x, ct_carry(float), ct_y(float)] -> cts(float ins)
+        n_fc, n_fcarry = sum(c_fl), sum(carry_fl)
+
+        def bwd_step(*args):
+            cs = args[:num_consts]
+            ct_c, acc = args[num_consts:num_consts + n_fcarry], args[num_consts + n_fcarry:num_consts + n_fcarry + n_fc]
+            rest = args[num_consts + n_fcarry + n_fc:]
+            c_i, x_i, ct_y_i = rest[:num_carry], rest[num_carry:num_carry + len(xs)], rest[num_carry + len(xs):]
+            ct_y_f = [c for c, f in zip(ct_y_i, y_fl) if f]
+            res = eval_jaxpr(body_vjp.jaxpr, body_vjp.consts, *cs, *c_i, *x_i, *ct_c, *ct_y_f)
+            ct_consts_i, ct_carry_prev, ct_x = res[:n_fc], res[n_fc:n_fc + n_fcarry], res[n_fc + n_fcarry:]
+            return list(ct_carry_prev) + [P.add(a, b) for a, b in zip(acc, ct_consts_i)] + list(ct_x)
+
+        sel = lambda vals, fl: [v for v, f in zip(vals, fl) if f]
+        init_ct = sel(ct_carry_out, carry_out_fl)
+        acc0 = [P.zeros_like(c) for c in sel(consts, c_fl)]
+        carry_avals = jaxpr.in_avals[num_consts:num_consts + num_carry]
+        x_avals = jaxpr.in_avals[num_consts + num_carry:]
+        y_avals = jaxpr.out_avals[num_carry:]
+        bwd = trace_to_jaxpr(bwd_step, list(jaxpr.in_avals[:num_consts]) + _avals(init_ct) + _avals(acc0)
+                             + list(carry_avals) + list(x_avals) + list(y_avals))
+        res = scan_p.bind(*consts, *init_ct, *acc0, *carries, *xs, *ct_ys, jaxpr=bwd, num_consts=num_consts,
+                          num_carry=len(init_ct) + len(acc0), length=length, reverse=not reverse)
+        ct_init_f = iter(res[:len(init_ct)])
+        ct_consts_f = iter(res[len(init_ct):len(init_ct) + len(acc0)])
+        ct_xs_f = iter(res[len(init_ct) + len(acc0):])
+        return ([next(ct_consts_f) if f else None for f in c_fl] + [next(ct_init_f) if f else None for f in carry_fl]
+                + [next(ct_xs_f) if f else None for f in x_fl])
+
+    return list(carry_out) + list(ys), backward
+
+
+def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse):
+    size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    consts, init, xs = _split3(vals, num_consts, num_carry)
+    cd, _, xd = _split3(dims, num_consts, num_carry)
+    consts = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(consts, cd)]
+    init = [P.moveaxis(v, d, 0) if d is not None else
+            P.broadcast_in_dim(v, (size,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
+            for v, d in zip(init, dims[num_consts:num_consts + num_carry])]
+    xs = [P.moveaxis(v, d, 1) if d is not None else v for v, d in zip(xs, xd)]
+    axes = (tuple(0 if d is not None else None for d in cd) + (0,) * num_carry
+            + tuple(0 if d is not None else None for d in xd))
+    body = vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size)
+    x_slice_avals = [ShapedArray((size,) + a.shape if d is not None else a.shape, a.dtype)
+                     for a, d in zip(jaxpr.in_avals[num_consts + num_carry:], xd)]
+    new_body = trace_to_jaxpr(body, _avals(consts) + _avals(init) + x_slice_avals)
+    outs = scan_p.bind(*consts, *init, *xs, jaxpr=new_body, num_consts=num_consts, num_carry=num_carry,
+                       length=length, reverse=reverse)
+    return outs, [0] * num_carry + [1] * (len(outs) - num_carry)
+
+
+scan_p.impl = _scan_impl
+scan_p.abstract_eval = _scan_abstract
+scan_p.jvp_rule = _scan_jvp
+scan_p.vjp_rule = _scan_vjp
+scan_p.batch = _scan_batch
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False):
+    """``carry, ys = scan(f, init, xs)`` with ``f(carry, x) -> (carry, y)``; ys are stacked."""
+    fname = _fname(f)
+    x_leaves, x_tree = tree_util.tree_flatten(xs)
+    x_leaves = [_to_array(x) for x in x_leaves]
+    lengths = {shape_of(x)[0] for x in x_leaves if shape_of(x)}
+    if any(shape_of(x) == () for x in x_leaves):
+        raise ValueError(f"scan of `{fname}`: every xs leaf needs a leading axis to scan over")
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise ValueError(f"scan of `{fname}`: inconsistent or unknown length; xs leading axes and "
+                         f"length give {sorted(lengths)}")
+    n = lengths.pop()
+    c_leaves, c_tree = tree_util.tree_flatten(init)
+    c_leaves = [_to_array(c) for c in c_leaves]
+    c_avals = _avals(c_leaves)
+    x_avals = [ShapedArray(shape_of(x)[1:], get_aval(x).dtype) for x in x_leaves]
+    out_tree_box = []
+
+    def flat(*args):
+        carry = tree_util.tree_unflatten(c_tree, args[:len(c_leaves)])
+        x = tree_util.tree_unflatten(x_tree, args[len(c_leaves):])
+        res = f(carry, x)
+        if not (isinstance(res, (tuple, list)) and len(res) == 2):
+            raise TypeError(f"scan body `{fname}` must return a pair (carry, y), got {type(res).__name__}")
+        new_carry, y = res
+        cl, ct = tree_util.tree_flatten(new_carry)
+        if ct != c_tree:
+            raise TypeError(f"scan body `{fname}` must return a carry with the structure of init ({c_tree}), "
+                            f"got {ct}")
+        yl, yt = tree_util.tree_flatten(y)
+        out_tree_box.append(yt)
+        return cl + yl
+
+    closed = trace_to_jaxpr(flat, c_avals + x_avals)
+    _check_same_avals("scan carry", closed.out_avals[:len(c_leaves)], c_avals, fname)
+    j = closed.jaxpr
+    body = ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), [])
+    outs = scan_p.bind(*closed.consts, *c_leaves, *x_leaves, jaxpr=body, num_consts=len(closed.consts),
+                       num_carry=len(c_leaves), length=n, reverse=reverse)
+    carry = tree_util.tree_unflatten(c_tree, outs[:len(c_leaves)])
+    return carry, tree_util.tree_unflatten(out_tree_box[0], outs[len(c_leaves):])
+
+
+def _concrete_int(x):
+    if isinstance(x, Tracer):
+        try:
+            return int(x.concrete_value())
+        except Exception:
+            return None
+    return int(x)
+
+
+def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
+    """``for i in range(lower, upper): val = body_fun(i, val)``.  With concrete bounds this is
+    a ``scan`` (reverse-differentiable); with traced bounds a ``while_loop``."""
+    lo, hi = _concrete_int(lower), _concrete_int(upper)
+    if lo is not None and hi is not None:
+        def step(carry, _):
+            i, val = carry
+            return (i + np.int64(1), body_fun(i, val)), None
+        (_, out), _ = scan(step, (np.int64(lo), init_val), None, length=max(hi - lo, 0))
+        return out
+
+    def cond_fun(carry):
+        return carry[0] < carry[1]
+
+    def body(carry):
+        i, hi_, val = carry
+        return i + 1, hi_, body_fun(i, val)
+    lower = P.convert_element_type(_to_array(lower), np.int64)
+    upper = P.convert_element_type(_to_array(upper), np.int64)
+    return while_loop(cond_fun, body, (lower, upper, init_val))[2]
