@@ -9,14 +9,13 @@ import os
 import sys
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import setup  # noqa: E402
+
+THREADS = setup()
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import functrace as ft
 import functrace.numpy as fnp
 from functrace.optimize import optimize

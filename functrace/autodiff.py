@@ -281,7 +281,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     multiple = not isinstance(argnums, int)
     argnum_tuple = tuple(argnums) if multiple else (argnums,)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def value_and_grad_fun(*args, **kwargs):
         for a in argnum_tuple:
             if not -len(args) <= a < len(args):
@@ -341,7 +341,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
     """The gradient of a scalar function, with the structure of the ``argnums`` arguments."""
     vg = value_and_grad(fun, argnums, has_aux)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def grad_fun(*args, **kwargs):
         value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
@@ -432,7 +432,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     multiple = not isinstance(argnums, int)
     argnum_tuple = tuple(argnums) if multiple else (argnums,)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def jac_fun(*args):
         dyn = [args[a] for a in argnum_tuple]
         leaves, in_tree = tree_util.tree_flatten(dyn)
@@ -483,7 +483,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     multiple = not isinstance(argnums, int)
     argnum_tuple = tuple(argnums) if multiple else (argnums,)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def jac_fun(*args):
         dyn = tuple(args[a] for a in argnum_tuple)
 

@@ -77,7 +77,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
     """Map ``fun`` over an axis of its inputs without a Python loop (batching rules)."""
     fname = getattr(fun, "__qualname__", repr(fun))
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def batched_fun(*args):
         axes_tree = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
         if isinstance(in_axes, list):

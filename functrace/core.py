@@ -306,6 +306,7 @@ class Primitive:
         # vjp_rule(primals, needs_ct, **params) -> (outs, backward), backward(cts_out) -> cts_in
         self.jvp_rule: Callable | None = None
         self.vjp_rule: Callable | None = None
+        self.elementwise = False  # numpy-broadcasting elementwise op (fusable, simplifiable)
 
     def __repr__(self) -> str:
         return self.name

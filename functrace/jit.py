@@ -74,6 +74,7 @@ class Jitted:
     """A function compiled per input signature (pytree structure, shapes, dtypes, static args)."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), backend: str | None = None):
+        functools.update_wrapper(self, fun, updated=())  # name and docs only: never the wrapped __dict__
         self.fun = fun
         self.backend = backend
         self.static_argnums = tuple(int(i) for i in _as_tuple(static_argnums))
@@ -83,7 +84,6 @@ class Jitted:
         except (TypeError, ValueError):
             self._signature = None
         self._cache: dict = {}
-        functools.update_wrapper(self, fun)
         self.__name__ = getattr(fun, "__name__", "jitted")
 
     def _split(self, args: tuple, kwargs: dict):

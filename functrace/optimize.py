@@ -193,13 +193,36 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict):
     return None
 
 
+def _uniform_value(c):
+    """The scalar a constant array holds everywhere, if it is a broadcast scalar (else None)."""
+    if not isinstance(c, np.ndarray) or c.size == 0:
+        return None
+    first = c.reshape(-1)[0]
+    if c.size == 1 or all(s == 0 for s in c.strides):
+        return first
+    if c.size <= _UNIFORM_CHECK_MAX and c.dtype.kind in "fiub" and np.all(c == first):
+        return first  # e.g. a cotangent seed of ones materialized by an eager rule
+    return None
+
+
+_UNIFORM_CHECK_MAX = 1 << 16
+
+
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Algebraic simplification of the zeros, ones, reshapes and transposes autodiff leaves."""
     rename = _Renamer()
     producer: dict = {}
     eqns = []
+    uniform = {v: Literal(u) for v, c in zip(closed.jaxpr.const_vars, closed.consts)
+               if (u := _uniform_value(c)) is not None}
     for eqn in closed.jaxpr.eqns:
         inputs = [rename(a) for a in eqn.inputs]
+        if eqn.primitive.elementwise and uniform:
+            # a broadcast-scalar constant operand becomes a literal when another operand
+            # already has the output's shape (numpy broadcasting makes them equivalent)
+            out_shape = eqn.out_vars[0].aval.shape
+            if any(type(a) is not Literal and a.aval.shape == out_shape and a not in uniform for a in inputs):
+                inputs = [uniform.get(a, a) if type(a) is not Literal else a for a in inputs]
         result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer)
         if isinstance(result, JaxprEqn):
             eqn, inputs = result, result.inputs

@@ -124,6 +124,7 @@ def elementwise(name: str, impl: Callable, partials: Sequence | None = (), out_d
     marks an argument with zero derivative (comparisons, sign, ...).
     """
     p = new_primitive(name)
+    p.elementwise = True
     p.impl = impl
     p.abstract_eval = _elementwise_abstract(name, out_dtype)
     p.batch = _batch_elementwise(p)
@@ -247,6 +248,7 @@ def _select_abstract(pred, t, f):
 
 
 select_p.abstract_eval = _select_abstract
+select_p.elementwise = True
 select_p.batch = _batch_elementwise(select_p)
 select_p.jvp = [None, lambda t, ans, p, x, y: select(p, t, zeros_like(t)),
                 lambda t, ans, p, x, y: select(p, zeros_like(t), t)]
@@ -663,11 +665,14 @@ def _dot_impl(x, y, *, dimension_numbers):
     lfs = tuple(x.shape[i] for i in lf)
     rfs = tuple(y.shape[i] for i in rf)
     k = int(np.prod([x.shape[i] for i in lc], dtype=np.int64))
+    m, n = int(np.prod(lfs, dtype=np.int64)), int(np.prod(rfs, dtype=np.int64))
+    if not lb:  # 2-D product: transposed operands stay views and BLAS reads them as such
+        out = np.dot(np.transpose(x, lf + lc).reshape(m, k), np.transpose(y, rc + rf).reshape(k, n))
+        return out.reshape(lfs + rfs)
     nb = int(np.prod(bshape, dtype=np.int64))
-    xm = np.transpose(x, lb + lf + lc).reshape(nb, int(np.prod(lfs, dtype=np.int64)), k)
-    ym = np.transpose(y, rb + rc + rf).reshape(nb, k, int(np.prod(rfs, dtype=np.int64)))
-    out = np.matmul(xm, ym)
-    return out.reshape(bshape + lfs + rfs)
+    xm = np.transpose(x, lb + lf + lc).reshape(nb, m, k)
+    ym = np.transpose(y, rb + rc + rf).reshape(nb, k, n)
+    return np.matmul(xm, ym).reshape(bshape + lfs + rfs)
 
 
 def _dot_abstract(a, b, *, dimension_numbers):

@@ -112,7 +112,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
     from .optimize import dce
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def staged(*args, **kwargs) -> ClosedJaxpr:
         dyn = [a for i, a in enumerate(args) if i not in static]
         leaves, in_tree = tree_util.tree_flatten(dyn)

@@ -1,0 +1,23 @@
+"""Shared benchmark set-up: thread counts and a BLAS that is not slowed down by the host.
+
+Some hosts set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (work-arounds for old OpenBLAS builds);
+they make a current numpy's BLAS about 2.5x slower, which would handicap numpy and functrace
+against JAX / PyTorch (which do not use OpenBLAS).  ``setup()`` re-runs the script without
+them, once, and says so.  Threads default to 1 for every library (OMP_NUM_THREADS overrides).
+"""
+import os
+import sys
+
+
+def setup() -> str:
+    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+        print("(re-running without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow numpy's BLAS)", flush=True)
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    threads = os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=" + threads)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    return threads

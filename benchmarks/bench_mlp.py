@@ -1,0 +1,136 @@
+"""Jitted training step of a 784-512-512-10 tanh MLP (batch 128, softmax cross-entropy, float32).
+
+Contenders, timed interleaved in the same run: functrace ``jit(value_and_grad)`` on the numpy
+backend, functrace eager ``value_and_grad``, and when installed JAX ``jit(value_and_grad)``,
+HIPS autograd and PyTorch eager.  Threads: BLAS/XLA/torch limited to OMP_NUM_THREADS
+(default 1; set it before running to compare at another count).
+Run: ``python benchmarks/bench_mlp.py``.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import setup  # noqa: E402
+
+THREADS = setup()
+
+import numpy as np
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace.optimize import analyze
+
+SIZES = (784, 512, 512, 10)
+BATCH = 128
+
+
+def init_params(rng):
+    return [{"w": (rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32),
+             "b": np.zeros(n, np.float32)} for m, n in zip(SIZES[:-1], SIZES[1:])]
+
+
+def make_loss(np_mod):
+    def loss(params, x, y):
+        h = x
+        for layer in params[:-1]:
+            h = np_mod.tanh(h @ layer["w"] + layer["b"])
+        logits = h @ params[-1]["w"] + params[-1]["b"]
+        m = np_mod.max(logits, axis=1, keepdims=True)
+        shifted = logits - m
+        log_probs = shifted - np_mod.log(np_mod.sum(np_mod.exp(shifted), axis=1, keepdims=True))
+        return -np_mod.mean(np_mod.sum(y * log_probs, axis=1))
+    return loss
+
+
+def timeit(fn, warmup=3, repeat=15):
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def main():
+    rng = np.random.default_rng(0)
+    params = init_params(rng)
+    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
+    y = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
+    contenders = {}
+
+    loss = make_loss(fnp)
+    step = ft.jit(ft.value_and_grad(loss))
+    contenders["functrace jit (numpy backend)"] = lambda: step(params, x, y)
+    eager = ft.value_and_grad(loss)
+    contenders["functrace eager"] = lambda: eager(params, x, y)
+    ref_val, ref_grads = step(params, x, y)
+
+    try:
+        import jax
+        import jax.numpy as jnp
+        jparams = jax.tree_util.tree_map(jnp.asarray, params)
+        jx, jy = jnp.asarray(x), jnp.asarray(y)
+        jstep = jax.jit(jax.value_and_grad(make_loss(jnp)))
+        contenders["JAX jit"] = lambda: jax.block_until_ready(jstep(jparams, jx, jy))
+        jv, _ = jstep(jparams, jx, jy)
+        assert np.allclose(jv, ref_val, rtol=1e-4), (jv, ref_val)
+    except ImportError:
+        pass
+    try:
+        import autograd
+        import autograd.numpy as anp
+        astep = autograd.value_and_grad(make_loss(anp))
+        contenders["autograd"] = lambda: astep(params, x, y)
+    except ImportError:
+        pass
+    try:
+        import torch
+        torch.set_num_threads(int(THREADS))
+        tparams = [{k: torch.tensor(v, requires_grad=True) for k, v in layer.items()} for layer in params]
+        tx, ty = torch.tensor(x), torch.tensor(y)
+        tloss = make_loss_torch(torch)
+
+        def torch_step():
+            for layer in tparams:
+                for v in layer.values():
+                    v.grad = None
+            out = tloss(tparams, tx, ty)
+            out.backward()
+            return out
+        contenders["PyTorch eager"] = torch_step
+    except ImportError:
+        pass
+
+    # interleave: several rounds, each timing every contender once
+    results = {k: [] for k in contenders}
+    for _ in range(5):
+        for name, fn in contenders.items():
+            results[name].append(timeit(fn, warmup=2, repeat=7))
+    base = min(results["functrace jit (numpy backend)"])
+    print(f"MLP {SIZES} batch {BATCH} float32, {THREADS} thread(s); time per value_and_grad step")
+    for name, ts in results.items():
+        t = min(ts)
+        print(f"  {name:<32} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace jit")
+    lowered = step.lower(params, x, y)
+    fwd = ft.jit(loss).lower(params, x, y)
+    n_fwd, n_step = len(fwd.jaxpr.eqns), len(lowered.jaxpr.eqns)
+    print(f"  optimized IR: forward {n_fwd} equations, value_and_grad step {n_step} "
+          f"({n_step / n_fwd:.2f}x forward); saved for backward: "
+          f"{len(lowered.report().analysis.saved_for_backward)} values")
+
+
+def make_loss_torch(torch):
+    def loss(params, x, y):
+        h = x
+        for layer in params[:-1]:
+            h = torch.tanh(h @ layer["w"] + layer["b"])
+        logits = h @ params[-1]["w"] + params[-1]["b"]
+        return -torch.mean(torch.sum(y * torch.log_softmax(logits, dim=1), dim=1))
+    return loss
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""jit: one trace per signature, composition with every transformation, lowering and errors."""
+import re
+
+import numpy as np
+import pytest
+
+import functrace as ft
+import functrace.numpy as fnp
+
+
+def test_traced_once_per_signature():
+    traces = []
+
+    def f(x, y):
+        traces.append(1)
+        return fnp.sin(x) * y
+
+    jf = ft.jit(f)
+    x = np.ones(3)
+    np.testing.assert_allclose(jf(x, 2.0), np.sin(x) * 2)
+    jf(x + 1, 3.0)
+    assert len(traces) == 1
+    jf(np.ones(4), 2.0)                       # new shape
+    assert len(traces) == 2
+    jf(np.ones(4, np.float32), 2.0)           # new dtype
+    assert len(traces) == 3
+    jf(np.ones(4, np.float32), np.float32(2))  # strong float32 scalar instead of a weak Python float
+    assert len(traces) == 4
+    jf(np.ones(4), 5.0)
+    assert len(traces) == 4 and jf.cache_size() == 4
+
+
+def test_pytree_structure_is_part_of_signature():
+    traces = []
+
+    def f(p):
+        traces.append(1)
+        return sum(fnp.sum(v) for v in ft.tree_util.tree_leaves(p))
+    jf = ft.jit(f)
+    assert jf({"a": np.ones(2)}) == 2.0
+    assert jf({"a": np.ones(2), "b": np.ones(3)}) == 5.0
+    assert jf({"a": np.zeros(2)}) == 0.0
+    assert len(traces) == 2
+
+
+def test_static_argnums_and_argnames():
+    traces = []
+
+    def f(x, n, *, mode="sin"):
+        traces.append(1)
+        y = x ** n
+        return fnp.sin(y) if mode == "sin" else fnp.cos(y)
+    jf = ft.jit(f, static_argnums=1, static_argnames="mode")
+    x = np.array([0.5, 1.5])
+    np.testing.assert_allclose(jf(x, 2), np.sin(x ** 2))
+    np.testing.assert_allclose(jf(x, 3), np.sin(x ** 3))
+    np.testing.assert_allclose(jf(x, 3, mode="cos"), np.cos(x ** 3))
+    jf(x * 2, 3, mode="cos")
+    assert len(traces) == 3
+    with pytest.raises(TypeError, match="hashable"):
+        ft.jit(lambda x, s: x, static_argnums=1)(x, [1, 2])
+
+
+def test_decorator_forms():
+    @ft.jit
+    def f(x):
+        return x * 2
+
+    @ft.jit(static_argnums=(1,))
+    def g(x, k):
+        return x * k
+    assert f(3.0) == 6.0 and g(3.0, 4) == 12.0
+
+
+@pytest.mark.parametrize("order", ["grad(jit)", "jit(grad)", "jit(grad(jit))"])
+def test_grad_and_jit_compose_in_both_orders(order):
+    f = lambda w, x: fnp.sum(fnp.tanh(x @ w) ** 2)
+    w, x = np.random.default_rng(0).standard_normal((3, 2)), np.random.default_rng(1).standard_normal((4, 3))
+    want = ft.grad(f)(w, x)
+    g = {"grad(jit)": ft.grad(ft.jit(f)), "jit(grad)": ft.jit(ft.grad(f)),
+         "jit(grad(jit))": ft.jit(ft.grad(ft.jit(f)))}[order]
+    np.testing.assert_allclose(g(w, x), want, rtol=1e-12)
+
+
+def test_vmap_jit_hessian_compositions():
+    f = lambda x: fnp.sum(fnp.sin(x) * x ** 2)
+    xs = np.random.default_rng(0).standard_normal((5, 3))
+    np.testing.assert_allclose(ft.vmap(ft.jit(f))(xs), [f(x) for x in xs])
+    np.testing.assert_allclose(ft.jit(ft.vmap(f))(xs), [f(x) for x in xs])
+    np.testing.assert_allclose(ft.jit(ft.hessian(f))(xs[0]), ft.hessian(f)(xs[0]), rtol=1e-12)
+    np.testing.assert_allclose(ft.hessian(ft.jit(f))(xs[0]), ft.hessian(f)(xs[0]), rtol=1e-12)
+    np.testing.assert_allclose(ft.jit(ft.jit(f))(xs[0]), f(xs[0]))
+    per_example = ft.jit(ft.vmap(ft.grad(lambda w, x: fnp.sum(w * x) ** 2), in_axes=(None, 0)))
+    w = np.ones(3)
+    np.testing.assert_allclose(per_example(w, xs), [2 * np.sum(w * x) * x for x in xs])
+
+
+def test_jit_closing_over_an_outer_tracer():
+    # the inner jitted function closes over x, a tracer of the outer grad
+    g = ft.grad(lambda x: ft.jit(lambda y: x * y ** 2)(3.0))
+    assert g(2.0) == 9.0
+    assert g(5.0) == 9.0
+
+
+def test_lower_exposes_optimized_ir_and_report():
+    f = lambda x: fnp.sum(fnp.exp(x) * 1.0 + 0.0)
+    lowered = ft.jit(ft.grad(f)).lower(np.ones(3))
+    text = str(lowered.jaxpr)
+    assert "exp" in text and "mul" not in text  # x*1 and +0 are simplified away
+    report = lowered.report()
+    names = [n for n, _ in report.counts]
+    assert names == ["input", "fold_constants", "simplify", "cse", "dce"]
+    assert report.counts[-1][1] < report.counts[0][1]
+    assert "peak live intermediate bytes" in str(report)
+    exe = lowered.compile()
+    np.testing.assert_allclose(exe(np.zeros(3))[0], np.ones(3))
+
+
+def test_value_dependent_control_flow_under_jit_names_function_and_line():
+    def relu_branch(x):
+        if fnp.sum(x) > 0:
+            return x
+        return -x
+    with pytest.raises(ft.ConcretizationError) as e:
+        ft.jit(relu_branch)(np.ones(2))
+    msg = str(e.value)
+    assert "relu_branch" in msg and "ft.lax.cond" in msg and "fnp.where" in msg
+    assert re.search(r"test_jit\.py:\d+", msg)
+
+
+def test_outputs_are_numpy_and_pytrees():
+    out = ft.jit(lambda x: {"a": x * 2, "b": (x + 1, x.sum())})(np.arange(3.0))
+    assert isinstance(out["a"], np.ndarray)
+    np.testing.assert_allclose(out["b"][0], [1, 2, 3])
+    assert float(out["b"][1]) == 3.0
+
+
+def test_float32_stays_float32_under_jit_grad():
+    f = lambda w: fnp.mean(fnp.tanh(w * 3.0) ** 2)
+    g = ft.jit(ft.grad(f))(np.ones(4, np.float32))
+    assert g.dtype == np.float32
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="unknown backend"):
+        ft.jit(lambda x: x, backend="tpu")(1.0)
