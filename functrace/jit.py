@@ -61,6 +61,7 @@ class _Entry:
         self.report = report
         self.out_tree = out_tree
         self.backend = backend
+        self.closes_over_tracers = any(isinstance(c, Tracer) for c in closed.consts)
         self._exe = None
 
     def executable(self):
@@ -101,7 +102,10 @@ class Jitted:
         return static_pos, statics, dyn_args, dyn_kwargs
 
     def _entry(self, args: tuple, kwargs: dict):
-        static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        if kwargs or self.static_argnums or self.static_argnames:
+            static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        else:  # the common call: positional, nothing static
+            static_pos, statics, dyn_args, dyn_kwargs = (), (), args, {}
         leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         try:
             key = (in_tree, tuple(_leaf_signature(x) for x in leaves), statics)
@@ -128,13 +132,13 @@ class Jitted:
         entry = _Entry(raw, closed, report, out_tree_box[0], self.backend)
         # A program that closed over tracers of an enclosing transformation is only valid
         # inside that transformation: it is used once and not cached.
-        if not any(isinstance(c, Tracer) for c in closed.consts):
+        if not entry.closes_over_tracers:
             self._cache[key] = entry
         return entry, leaves
 
     def __call__(self, *args, **kwargs):
         entry, leaves = self._entry(args, kwargs)
-        if any(isinstance(x, Tracer) for x in leaves) or any(isinstance(c, Tracer) for c in entry.closed.consts):
+        if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
             outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
         else:
             outs = entry.executable()(*leaves)

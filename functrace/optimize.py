@@ -141,7 +141,20 @@ def _is_scalar_literal(a, value) -> bool:
     return type(a) is Literal and np.asarray(a.val).item() == value
 
 
-def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict):
+def _swapped_dot(dot_eqn: JaxprEqn, perm: tuple):
+    """Dimension numbers computing ``transpose(dot(x, y), perm)`` as ``dot(y, x)`` directly, when the
+    permutation just swaps the lhs-free and rhs-free blocks (no batch dimensions); else None."""
+    (lc, rc), (lb, rb) = dot_eqn.params["dimension_numbers"]
+    if lb:
+        return None
+    nl = len(dot_eqn.inputs[0].aval.shape) - len(lc)
+    nr = len(dot_eqn.inputs[1].aval.shape) - len(rc)
+    if tuple(perm) != tuple(range(nl, nl + nr)) + tuple(range(nl)):
+        return None
+    return ((rc, lc), ((), ()))
+
+
+def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
     """Return an atom equal to the equation's output, a replacement equation, or None."""
     name = eqn.primitive.name
     out = eqn.out_vars[0]
@@ -152,6 +165,16 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict):
             return x
         if _is_scalar_literal(x, 1) and same_shape(y):
             return y
+        # (v * c1) * c2 -> v * (c1 * c2) for scalar literals, when the inner product has no other use
+        lit, var = (x, y) if type(x) is Literal else (y, x)
+        prev = producer.get(var) if type(lit) is Literal and type(var) is not Literal else None
+        if prev is not None and prev.primitive.name == "mul" and uses.get(var) == 1:
+            a, b = prev.inputs
+            inner_lit, inner_var = (a, b) if type(a) is Literal else (b, a)
+            if type(inner_lit) is Literal and type(inner_var) is not Literal and np.shape(inner_lit.val) == () \
+                    and np.shape(lit.val) == ():
+                c = Literal(np.asarray(np.asarray(inner_lit.val) * np.asarray(lit.val), dtype=out.aval.dtype)[()])
+                return JaxprEqn(eqn.primitive, [inner_var, c], {}, eqn.out_vars, eqn.phase)
     elif name in ("add", "sub"):
         x, y = inputs
         if _is_scalar_literal(y, 0) and same_shape(x):
@@ -175,8 +198,15 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict):
         inner = prev.inputs[0]
         if name == "neg" and prev.primitive.name == "neg":
             return inner
-        if name == "reshape" and prev.primitive.name == "reshape":
+        if name == "reshape" and prev.primitive.name in ("reshape", "expand_dims", "squeeze"):
+            if type(inner) is not Literal and same_shape(inner):
+                return inner
             return JaxprEqn(eqn.primitive, [inner], eqn.params, eqn.out_vars, eqn.phase)
+        if name == "transpose" and prev.primitive.name == "dot_general" and uses.get(x) == 1:
+            swapped = _swapped_dot(prev, eqn.params["permutation"])
+            if swapped is not None:
+                return JaxprEqn(prev.primitive, [prev.inputs[1], prev.inputs[0]], {"dimension_numbers": swapped},
+                                eqn.out_vars, eqn.phase)
         if name == "transpose" and prev.primitive.name == "transpose":
             p1, p2 = prev.params["permutation"], eqn.params["permutation"]
             perm = tuple(p1[i] for i in p2)
@@ -215,6 +245,10 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     eqns = []
     uniform = {v: Literal(u) for v, c in zip(closed.jaxpr.const_vars, closed.consts)
                if (u := _uniform_value(c)) is not None}
+    uses: dict = {}
+    for a in [a for e in closed.jaxpr.eqns for a in e.inputs] + list(closed.jaxpr.outs):
+        if type(a) is not Literal:
+            uses[a] = uses.get(a, 0) + 1
     for eqn in closed.jaxpr.eqns:
         inputs = [rename(a) for a in eqn.inputs]
         if eqn.primitive.elementwise and uniform:
@@ -223,7 +257,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
             out_shape = eqn.out_vars[0].aval.shape
             if any(type(a) is not Literal and a.aval.shape == out_shape and a not in uniform for a in inputs):
                 inputs = [uniform.get(a, a) if type(a) is not Literal else a for a in inputs]
-        result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer)
+        result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer, uses)
         if isinstance(result, JaxprEqn):
             eqn, inputs = result, result.inputs
             result = None

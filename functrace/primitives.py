@@ -17,6 +17,7 @@ cotangents back to each operand's shape.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -657,19 +658,25 @@ def _dot_dims(lhs_ndim, rhs_ndim, dimension_numbers):
 
 
 def _dot_impl(x, y, *, dimension_numbers):
-    """Transpose both operands to (batch, free, contract) and run one BLAS matmul."""
+    """Transpose both operands to (batch, free, contract) and run one BLAS product."""
     x = np.asarray(x)
     y = np.asarray(y)
+    (lc, rc), (lb, rb) = dimension_numbers
+    if not lb and len(lc) == 1 and x.ndim <= 2 and y.ndim <= 2:  # the common matrix/vector cases
+        xm = x if x.ndim == 1 or lc[0] == 1 else x.T
+        ym = y if y.ndim == 1 or rc[0] == 0 else y.T
+        return np.dot(xm, ym)
     lc, rc, lb, rb, lf, rf = _dot_dims(x.ndim, y.ndim, dimension_numbers)
-    bshape = tuple(x.shape[i] for i in lb)
-    lfs = tuple(x.shape[i] for i in lf)
-    rfs = tuple(y.shape[i] for i in rf)
-    k = int(np.prod([x.shape[i] for i in lc], dtype=np.int64))
-    m, n = int(np.prod(lfs, dtype=np.int64)), int(np.prod(rfs, dtype=np.int64))
+    xs, ys = x.shape, y.shape
+    bshape = tuple(xs[i] for i in lb)
+    lfs = tuple(xs[i] for i in lf)
+    rfs = tuple(ys[i] for i in rf)
+    k = math.prod(xs[i] for i in lc)
+    m, n = math.prod(lfs), math.prod(rfs)
     if not lb:  # 2-D product: transposed operands stay views and BLAS reads them as such
         out = np.dot(np.transpose(x, lf + lc).reshape(m, k), np.transpose(y, rc + rf).reshape(k, n))
         return out.reshape(lfs + rfs)
-    nb = int(np.prod(bshape, dtype=np.int64))
+    nb = math.prod(bshape)
     xm = np.transpose(x, lb + lf + lc).reshape(nb, m, k)
     ym = np.transpose(y, rb + rc + rf).reshape(nb, k, n)
     return np.matmul(xm, ym).reshape(bshape + lfs + rfs)

@@ -22,21 +22,24 @@ register_pytree_node(type(None), lambda n: ((), None), lambda _, c: None)
 class PyTreeDef:
     """The structure of a pytree (hashable, so it can key a compilation cache)."""
 
-    __slots__ = ("node_type", "aux", "children", "num_leaves")
+    __slots__ = ("node_type", "aux", "children", "num_leaves", "_hash")
 
     def __init__(self, node_type, aux, children: tuple):
         self.node_type = node_type
         self.aux = aux
         self.children = children
         self.num_leaves = 1 if node_type is None else sum(c.num_leaves for c in children)
+        self._hash = None
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, PyTreeDef) and self.node_type is other.node_type
                 and self.aux == other.aux and self.children == other.children)
 
     def __hash__(self) -> int:
-        return hash((self.node_type, self.aux if isinstance(self.aux, Hashable) else id(self.aux),
-                     self.children))
+        if self._hash is None:
+            self._hash = hash((self.node_type, self.aux if isinstance(self.aux, Hashable) else id(self.aux),
+                               self.children))
+        return self._hash
 
     def __repr__(self) -> str:
         if self.node_type is None:
