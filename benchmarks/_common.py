@@ -3,7 +3,8 @@
 Some hosts set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (work-arounds for old OpenBLAS builds);
 they make a current numpy's BLAS about 2.5x slower, which would handicap numpy and functrace
 against JAX / PyTorch (which do not use OpenBLAS).  ``setup()`` re-runs the script without
-them, once, and says so.  Threads default to 1 for every library (OMP_NUM_THREADS overrides).
+them, once, and says so.  Threads default to 1 for every library (OMP_NUM_THREADS overrides), and the process is
+pinned to that many cores.
 """
 import os
 import sys
@@ -15,6 +16,11 @@ def setup() -> str:
         print("(re-running without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow numpy's BLAS)", flush=True)
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
     threads = os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # XLA's CPU runtime starts its own threads whatever its flags say; pinning the process to
+    # `threads` cores holds every library to the same budget.
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))[:int(threads)]
+        os.sched_setaffinity(0, cores)
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, threads)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

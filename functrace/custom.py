@@ -128,7 +128,7 @@ class custom_jvp:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp: Callable | None = None
-        functools.update_wrapper(self, fun)
+        functools.update_wrapper(self, fun, updated=())
 
     def defjvp(self, jvp: Callable) -> Callable:
         """``jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)``."""
@@ -245,7 +245,7 @@ class custom_vjp:
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
-        functools.update_wrapper(self, fun)
+        functools.update_wrapper(self, fun, updated=())
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         """``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, g) -> tuple of
@@ -383,7 +383,7 @@ def checkpoint(fun: Callable | None = None, *, policy: Callable | None = None,
     policy = policy or checkpoint_policies.nothing_saveable
     static = tuple(static_argnums)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def remat_fun(*args):
         nondiff, diff = _split_args(args, static)
         leaves, in_tree = tree_util.tree_flatten(diff)

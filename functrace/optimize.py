@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, get_aval
+from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, get_aval
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
 
@@ -141,6 +141,28 @@ def _is_scalar_literal(a, value) -> bool:
     return type(a) is Literal and np.asarray(a.val).item() == value
 
 
+def _unit_reshape_dims(src: tuple, mid: tuple, dims: tuple, out: tuple):
+    """Broadcast dimensions taking ``src`` straight to ``out`` when ``src -> mid`` only adds or
+    removes unit axes and ``mid`` broadcasts to ``out`` along ``dims``; None if impossible."""
+    mid_targets = [d for n, d in zip(mid, dims) if n != 1]
+    if [n for n in src if n != 1] != [n for n in mid if n != 1]:
+        return None
+    it = iter(mid_targets)
+    targets = [next(it) if n != 1 else None for n in src]
+    used = set(t for t in targets if t is not None)
+    prev = -1
+    for i, t in enumerate(targets):
+        if t is None:  # a unit axis: the first free output position before the next fixed one
+            nxt = next((u for u in targets[i + 1:] if u is not None), len(out))
+            t = next((c for c in range(prev + 1, nxt) if c not in used), None)
+            if t is None:
+                return None
+            targets[i] = t
+            used.add(t)
+        prev = t
+    return tuple(targets)
+
+
 def _swapped_dot(dot_eqn: JaxprEqn, perm: tuple):
     """Dimension numbers computing ``transpose(dot(x, y), perm)`` as ``dot(y, x)`` directly, when the
     permutation just swaps the lhs-free and rhs-free blocks (no batch dimensions); else None."""
@@ -213,6 +235,12 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
             if perm == tuple(range(len(perm))):
                 return inner
             return JaxprEqn(eqn.primitive, [inner], {"permutation": perm}, eqn.out_vars, eqn.phase)
+        if name == "broadcast_in_dim" and prev.primitive.name in ("reshape", "squeeze", "expand_dims"):
+            dims = _unit_reshape_dims(inner.aval.shape, x.aval.shape, eqn.params["broadcast_dimensions"],
+                                      eqn.params["shape"])
+            if dims is not None and type(inner) is not Literal:
+                return JaxprEqn(eqn.primitive, [inner], {"shape": eqn.params["shape"], "broadcast_dimensions": dims},
+                                eqn.out_vars, eqn.phase)
         if name == "broadcast_in_dim" and prev.primitive.name == "broadcast_in_dim":
             d1, d2 = prev.params["broadcast_dimensions"], eqn.params["broadcast_dimensions"]
             return JaxprEqn(eqn.primitive, [inner], {"shape": eqn.params["shape"],
@@ -238,6 +266,44 @@ def _uniform_value(c):
 _UNIFORM_CHECK_MAX = 1 << 16
 
 
+def _implicit_broadcasts(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list) -> list:
+    """Let an elementwise op broadcast its operands itself (numpy rules) instead of reading a
+    materialized ``broadcast_in_dim``: the operand is used as is, or through a cheap reshape to
+    its keep-dims form (which CSE then shares, e.g. with a forward ``keepdims`` reshape)."""
+    out_shape = eqn.out_vars[0].aval.shape
+    new_inputs = list(inputs)
+    for k, a in enumerate(inputs):
+        prev = producer.get(a) if type(a) is not Literal else None
+        if prev is None or prev.primitive.name != "broadcast_in_dim" or type(prev.inputs[0]) is Literal:
+            continue
+        src = prev.inputs[0]
+        dims = prev.params["broadcast_dimensions"]
+        keep = [1] * len(out_shape)
+        if len(prev.params["shape"]) != len(out_shape):
+            continue
+        for i, d in enumerate(dims):
+            keep[d] = src.aval.shape[i]
+        keep = tuple(keep)
+        others = [b.aval.shape for j, b in enumerate(new_inputs) if j != k]
+        if tuple(np.broadcast_shapes(keep, *others)) != out_shape:
+            continue  # the broadcast is what gives the output its shape
+        if src.aval.shape == keep or len(src.aval.shape) < len(keep) and \
+                src.aval.shape == keep[len(keep) - len(src.aval.shape):]:
+            new_inputs[k] = src
+            continue
+        var = Var(ShapedArray(keep, src.aval.dtype, src.aval.weak_type))
+        reshape_eqn = JaxprEqn(_reshape_p(), [src], {"new_sizes": keep}, [var], prev.phase)
+        producer[var] = reshape_eqn
+        eqns.append(reshape_eqn)
+        new_inputs[k] = var
+    return new_inputs
+
+
+def _reshape_p():
+    from .primitives import reshape_p
+    return reshape_p
+
+
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Algebraic simplification of the zeros, ones, reshapes and transposes autodiff leaves."""
     rename = _Renamer()
@@ -257,6 +323,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
             out_shape = eqn.out_vars[0].aval.shape
             if any(type(a) is not Literal and a.aval.shape == out_shape and a not in uniform for a in inputs):
                 inputs = [uniform.get(a, a) if type(a) is not Literal else a for a in inputs]
+        if eqn.primitive.elementwise:
+            inputs = _implicit_broadcasts(eqn, inputs, producer, eqns)
         result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer, uses)
         if isinstance(result, JaxprEqn):
             eqn, inputs = result, result.inputs

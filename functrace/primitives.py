@@ -130,12 +130,28 @@ def elementwise(name: str, impl: Callable, partials: Sequence | None = (), out_d
     p.abstract_eval = _elementwise_abstract(name, out_dtype)
     p.batch = _batch_elementwise(p)
     if partials is not None:
-        p.jvp = [None if d is None else (lambda d: lambda t, ans, *a, **kw: mul(t, d(ans, *a)))(d)
-                 for d in partials]
-        p.vjp = [None if d is None else (lambda i, d: lambda g, ans, *a, **kw:
-                                         unbroadcast(mul(g, d(ans, *a)), shape_of(a[i])))(i, d)
-                 for i, d in enumerate(partials)]
+        p.jvp = [None if d is None else _scale_rule(d, None) for d in partials]
+        p.vjp = [None if d is None else _scale_rule(d, i) for i, d in enumerate(partials)]
     return p
+
+
+class Reciprocal:
+    """A partial derivative of the form ``1 / denominator(ans, *args)``: rules divide by it
+    (one equation) instead of multiplying by a reciprocal (two)."""
+
+    def __init__(self, denominator: Callable):
+        self.denominator = denominator
+
+
+def _scale_rule(partial, arg_index):
+    """``t * partial`` (jvp, arg_index None) or ``unbroadcast(g * partial)`` (vjp of that argument)."""
+    if isinstance(partial, Reciprocal):
+        scale = lambda v, ans, a: div(v, partial.denominator(ans, *a))
+    else:
+        scale = lambda v, ans, a: mul(v, partial(ans, *a))
+    if arg_index is None:
+        return lambda t, ans, *a, **kw: scale(t, ans, a)
+    return lambda g, ans, *a, **kw: unbroadcast(scale(g, ans, a), shape_of(a[arg_index]))
 
 
 
@@ -145,8 +161,8 @@ cos_p = elementwise("cos", np.cos, [lambda ans, x: neg(sin(x))])
 tan_p = elementwise("tan", np.tan, [lambda ans, x: add(scalar_like(ans, 1), mul(ans, ans))])
 tanh_p = elementwise("tanh", np.tanh, [lambda ans, x: sub(scalar_like(ans, 1), mul(ans, ans))])
 exp_p = elementwise("exp", np.exp, [lambda ans, x: ans])
-log_p = elementwise("log", np.log, [lambda ans, x: div(scalar_like(x, 1), x)])
-log1p_p = elementwise("log1p", np.log1p, [lambda ans, x: div(scalar_like(x, 1), add(x, scalar_like(x, 1)))])
+log_p = elementwise("log", np.log, [Reciprocal(lambda ans, x: x)])
+log1p_p = elementwise("log1p", np.log1p, [Reciprocal(lambda ans, x: add(x, scalar_like(x, 1)))])
 expm1_p = elementwise("expm1", np.expm1, [lambda ans, x: add(ans, scalar_like(ans, 1))])
 sqrt_p = elementwise("sqrt", np.sqrt, [lambda ans, x: div(scalar_like(ans, 0.5), ans)])
 rsqrt_p = elementwise("rsqrt", lambda x: 1 / np.sqrt(x),
@@ -164,8 +180,7 @@ not_p = elementwise("not", np.logical_not, None)
 add_p = elementwise("add", np.add)
 sub_p = elementwise("sub", np.subtract)
 mul_p = elementwise("mul", np.multiply, [lambda ans, x, y: y, lambda ans, x, y: x])
-div_p = elementwise("div", np.true_divide,
-                    [lambda ans, x, y: div(scalar_like(y, 1), y), lambda ans, x, y: neg(div(ans, y))])
+div_p = elementwise("div", np.true_divide, [Reciprocal(lambda ans, x, y: y), lambda ans, x, y: neg(div(ans, y))])
 floor_div_p = elementwise("floor_div", np.floor_divide, [None, None])
 rem_p = elementwise("rem", np.remainder,
                     [lambda ans, x, y: scalar_like(x, 1), lambda ans, x, y: neg(floor(div(x, y)))])
@@ -312,18 +327,20 @@ reduce_sum_p = reduction("reduce_sum", _sum_impl,
 reduce_sum_p.jvp = [lambda t, ans, x, *, axes: reduce_sum(t, axes)]
 
 
-def _extremum_weights(ans, x, axes):
-    # Cotangent of max/min split equally between tied positions (as JAX does).
+def _extremum_hits(ans, x, axes):
+    """Indicator of the positions attaining the max/min, and their count (ties share equally, as in JAX)."""
     hits = convert_element_type(eq(x, _expand_reduced(ans, shape_of(x), axes)), dtype_of(x))
-    return div(hits, _expand_reduced(reduce_sum(hits, axes), shape_of(x), axes))
+    return hits, reduce_sum(hits, axes)
 
 
 def _extremum_vjp(g, ans, x, *, axes):
-    return mul(_expand_reduced(g, shape_of(x), axes), _extremum_weights(ans, x, axes))
+    hits, count = _extremum_hits(ans, x, axes)
+    return mul(hits, _expand_reduced(div(g, count), shape_of(x), axes))
 
 
 def _extremum_jvp(t, ans, x, *, axes):
-    return reduce_sum(mul(t, _extremum_weights(ans, x, axes)), axes)
+    hits, count = _extremum_hits(ans, x, axes)
+    return div(reduce_sum(mul(t, hits), axes), count)
 
 
 reduce_max_p = reduction("reduce_max", lambda x, *, axes: np.max(x, axis=axes), _extremum_vjp)

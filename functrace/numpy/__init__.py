@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import operator
 import string
 from typing import Any, Sequence
 
@@ -27,6 +28,10 @@ _PY_SCALARS = (bool, int, float, complex)
 _WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 _DEFAULT_DTYPE = {"b": np.dtype(bool), "i": np.dtype(np.int64), "f": np.dtype(np.float64),
                   "c": np.dtype(np.complex128)}
+_F64 = np.dtype(np.float64)
+_C64 = np.dtype(np.complex64)
+# numpy's default accumulator of sum/prod/cumsum for narrower integers and bools (by kind)
+_ACCUMULATOR = {"b": np.dtype(np.int_), "i": np.dtype(np.int_), "u": np.dtype(np.uint)}
 
 
 def _dtype_info(x):
@@ -44,6 +49,12 @@ def _dtype_info(x):
 
 @functools.lru_cache(maxsize=2048)
 def _result_dtype(infos: tuple) -> tuple:
+    """(dtype, weak) of combining operands given as (dtype, weak) pairs, by numpy 2 (NEP 50) rules.
+
+    A weak Python scalar only matters when its kind is higher than the arrays' kind: an integer
+    or bool array then goes to the scalar's default dtype (``int32_array * 2.5`` is float64), a
+    float array to the complex dtype of its precision (``float32_array + 1j`` is complex64).
+    """
     strong = [d for d, w in infos if not w]
     weak = [d for d, w in infos if w]
     if not strong:
@@ -51,8 +62,20 @@ def _result_dtype(infos: tuple) -> tuple:
     out = np.result_type(*strong)
     for d in weak:
         if _WEAK_KIND_ORDER[d.kind] > _WEAK_KIND_ORDER.get(out.kind, 3):
-            out = np.result_type(out, _DEFAULT_DTYPE[d.kind]) if out.kind in "biu" else _DEFAULT_DTYPE[d.kind]
+            out = np.result_type(out, _DEFAULT_DTYPE[d.kind] if out.kind in "biu" else _C64)
     return out, False
+
+
+def _float_dtype(dtype: np.dtype, int_dtype=None) -> np.dtype:
+    """The inexact dtype numpy computes a float function of ``dtype`` in.
+
+    Inexact dtypes stay.  Integers and bools go to ``int_dtype`` when given (``true_divide``,
+    means and norms use float64), else to the smallest float holding them, like numpy's ufunc
+    loops: bool/int8/uint8 -> float16, int16/uint16 -> float32, wider integers -> float64.
+    """
+    if dtype.kind in "fc":
+        return dtype
+    return np.dtype(int_dtype) if int_dtype is not None else np.promote_types(dtype, np.float16)
 
 
 def _cast(x, dtype):
@@ -73,6 +96,19 @@ def _promote(*args):
     return tuple(_cast(a, dt) for a in args)
 
 
+def _promote_float(*args, int_dtype=None):
+    """``_promote`` for float functions (arctan2, hypot, ...): the common result dtype, weak Python
+    scalars respected (``hypot(float32_array, 1.5)`` is float32), then made inexact by
+    ``_float_dtype(dtype, int_dtype)``."""
+    dt = _float_dtype(_result_dtype(tuple(_dtype_info(a) for a in args))[0], int_dtype)
+    return tuple(_cast(a, dt) for a in args)
+
+
+def _promote_divide(x, y):
+    """``_promote_float`` for ``true_divide``, whose only integer loop is float64 (int8 / int8 too)."""
+    return _promote_float(x, y, int_dtype=_F64)
+
+
 def _to_array(x):
     if isinstance(x, Tracer) or isinstance(x, np.ndarray):
         return x
@@ -89,12 +125,13 @@ def _flat(seq):
             yield v
 
 
-def _to_float(x):
+def _to_float(x, int_dtype=None):
+    """``x`` as an inexact array, of dtype ``_float_dtype(x.dtype, int_dtype)``."""
     x = _to_array(x)
     d = x.dtype
-    if is_float_dtype(d):
+    if d.kind in "fc":
         return x
-    return _cast(x, np.dtype(np.float64))
+    return _cast(x, _float_dtype(d, int_dtype))
 
 
 # --------------------------------------------------------------------------- creation
