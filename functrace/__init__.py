@@ -1,5 +1,6 @@
 """functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
 from . import tree_util
+from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
 from .errors import ConcretizationError, DtypeError, ShapeError, UnexpectedTracerError
 from .staging import make_jaxpr
@@ -14,7 +15,7 @@ from . import test_util
 
 __version__ = "0.1.0"
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
+__all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
            "stop_gradient", "vmap", "jit", "lax", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .config import config as _config, check_nans
 from .errors import ConcretizationError, UnexpectedTracerError, user_frame_description
 
 # --------------------------------------------------------------------------- avals
@@ -320,7 +321,11 @@ class Primitive:
                 if top is None or t.level > top.level:
                     top = t
         if top is None:
-            return self.impl(*[np.asarray(a) if type(a) in _PY_SCALAR_DTYPE else a for a in args], **params)
+            out = self.impl(*[np.asarray(a) if type(a) in _PY_SCALAR_DTYPE else a for a in args], **params)
+            if _config.debug_nans:
+                for o in (out if self.multiple_results else (out,)):
+                    check_nans(self.name, o)
+            return out
         if not top.main.alive:
             raise UnexpectedTracerError(
                 f"A tracer from a finished transformation ({type(top).__name__}) was used in "

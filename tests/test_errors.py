@@ -103,3 +103,20 @@ def test_reduction_axis_out_of_range():
         return fnp.sum(x, axis=3)
     with pytest.raises(ft.ShapeError, match=r"axis 3.*reducer"):
         ft.make_jaxpr(reducer)(np.ones((2, 2)))
+
+
+def test_debug_nans_eager_and_jit():
+    f = lambda x: fnp.log(x) * 2
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(f(np.array([-1.0]))).all()  # off by default: numpy semantics
+    ft.config.update("debug_nans", True)
+    try:
+        with pytest.raises(FloatingPointError, match="log"), np.errstate(invalid="ignore"):
+            f(np.array([-1.0]))
+        with pytest.raises(FloatingPointError, match="log"), np.errstate(invalid="ignore"):
+            ft.jit(f)(np.array([-1.0]))
+        np.testing.assert_allclose(ft.jit(f)(np.array([1.0])), [0.0])
+    finally:
+        ft.config.update("debug_nans", False)
+    with pytest.raises(KeyError, match="unknown functrace option"):
+        ft.config.update("no_such_option", 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..optimize import analyze
 
@@ -54,6 +55,8 @@ class NumpyExecutable:
         self.num_steps = len(steps)
 
     def __call__(self, *args):
+        if config.debug_nans:
+            return self._run_checking_nans(args)
         env = list(self.template)
         for s, a in zip(self.in_slots, args):
             env[s] = a
@@ -66,6 +69,22 @@ class NumpyExecutable:
                 env[out] = result
             for f in frees:
                 env[f] = None
+        return [env[s] for s in self.out_slots]
+
+    def _run_checking_nans(self, args):
+        """The slow path of ``debug_nans``: check every step's outputs."""
+        env = list(self.template)
+        for s, a in zip(self.in_slots, args):
+            env[s] = a
+        for (impl, params, ins, out, multiple, frees), eqn in zip(self.steps, self.closed.jaxpr.eqns):
+            result = impl(*[env[i] for i in ins], **params)
+            for r in (result if multiple else (result,)):
+                check_nans(eqn.primitive.name, r)
+            if multiple:
+                for s, r in zip(out, result):
+                    env[s] = r
+            else:
+                env[out] = result
         return [env[s] for s in self.out_slots]
 
     def as_text(self) -> str:

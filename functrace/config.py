@@ -1,0 +1,34 @@
+"""Global options: ``ft.config.update("debug_nans", True)``; also read from FUNCTRACE_* variables."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class Config:
+    """Options that change how programs run (not what they mean)."""
+
+    _DEFAULTS = {"debug_nans": False}
+
+    def __init__(self):
+        for name, default in self._DEFAULTS.items():
+            env = os.environ.get("FUNCTRACE_" + name.upper())
+            setattr(self, name, default if env is None else env.lower() in ("1", "true", "yes", "on"))
+
+    def update(self, name: str, value: Any) -> None:
+        if name not in self._DEFAULTS:
+            raise KeyError(f"unknown functrace option {name!r}; options: {sorted(self._DEFAULTS)}")
+        setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
+
+
+config = Config()
+
+
+def check_nans(primitive_name: str, value) -> None:
+    """With ``debug_nans`` on: raise FloatingPointError when an operation produced a NaN."""
+    import numpy as np
+    from .errors import user_frame_description
+    arr = np.asarray(value)
+    if arr.dtype.kind in "fc" and np.isnan(arr).any():
+        raise FloatingPointError(f"NaN produced by primitive '{primitive_name}' {user_frame_description()} "
+                                 "(ft.config.debug_nans is on)")
