@@ -1,0 +1,397 @@
+"""``ft.nn``: neural-network functions.
+
+Most are compositions of ``functrace.numpy`` (so every transformation handles them and the
+compiler fuses their elementwise chains).  ``rms_norm`` and ``attention`` are *fused
+primitives*: one IR equation each, with a numerically stable numpy implementation, a fused
+backward primitive (``rms_norm_bwd``, ``attention_bwd``, which the OpenCL backend runs as
+hand-written kernels), and derivative rules for every other case taken from a reference
+decomposition in ``functrace.numpy`` — so Hessians and other nested derivatives through
+them work (closure under differentiation).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from . import primitives as P
+from . import numpy as fnp
+from .autodiff import jvp_flat, vjp_flat
+from .core import ShapedArray, Tracer, get_aval
+from .errors import ShapeError, user_frame_description
+from .primitives import new_primitive, shape_of
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def relu(x):
+    """max(x, 0), with derivative 0 at 0 (as JAX)."""
+    x = fnp.asarray(x)
+    return fnp.where(x > 0, x, fnp.zeros_like(x))
+
+
+def sigmoid(x):
+    return fnp.sigmoid(x)
+
+
+def silu(x):
+    """x * sigmoid(x) (a.k.a. swish)."""
+    return x * fnp.sigmoid(x)
+
+
+swish = silu
+
+
+def swiglu(gate, up):
+    """silu(gate) * up, the gated unit of SwiGLU feed-forward layers."""
+    return silu(gate) * up
+
+
+def gelu(x, approximate: bool = True):
+    """Gaussian error linear unit; ``approximate=True`` is the tanh form (as jax.nn.gelu)."""
+    x = fnp._to_float(x)
+    if approximate:
+        c = math.sqrt(2.0 / math.pi)
+        return 0.5 * x * (1.0 + fnp.tanh(c * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+erf_p = P.elementwise("erf", np.frompyfunc(math.erf, 1, 1),
+                      [lambda ans, x: P.mul(P.scalar_like(x, 2.0 / math.sqrt(math.pi)),
+                                            P.exp_p.bind(P.neg(P.mul(x, x))))])
+erf_p.impl = lambda x: np.frompyfunc(math.erf, 1, 1)(x).astype(np.asarray(x).dtype)
+
+
+def erf(x):
+    return erf_p.bind(fnp._to_float(x))
+
+
+# --------------------------------------------------------------------------- softmax family
+
+
+def _stable_max(x, axis):
+    m = P.stop_gradient(fnp.max(x, axis=axis, keepdims=True))
+    return fnp.where(fnp.isfinite(m), m, fnp.zeros_like(m))  # rows of -inf stay finite
+
+
+def logsumexp(x, axis=None, keepdims: bool = False):
+    """log(sum(exp(x))) without overflow; the max shift carries no derivative (it cancels)."""
+    x = fnp._to_float(x)
+    m = _stable_max(x, axis)
+    out = fnp.log(fnp.sum(fnp.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else fnp.squeeze(out, axis=axis) if axis is not None else fnp.reshape(out, ())
+
+
+def log_softmax(x, axis: int = -1):
+    x = fnp._to_float(x)
+    shifted = x - _stable_max(x, axis)
+    return shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=axis, keepdims=True))
+
+
+def softmax(x, axis: int = -1):
+    x = fnp._to_float(x)
+    e = fnp.exp(x - _stable_max(x, axis))
+    return e / fnp.sum(e, axis=axis, keepdims=True)
+
+
+def cross_entropy(logits, labels, reduction: str = "mean"):
+    """Softmax cross-entropy over the last axis.  ``labels``: integer class ids (shape
+    ``logits.shape[:-1]``) or probabilities shaped like ``logits``."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    logits = fnp._to_float(logits)
+    logp = log_softmax(logits, axis=-1)
+    labels = fnp.asarray(labels)
+    if labels.dtype.kind in "iu":
+        if shape_of(labels) != shape_of(logits)[:-1]:
+            raise ShapeError(f"cross_entropy: integer labels must have shape {shape_of(logits)[:-1]} "
+                             f"(logits without the class axis), got {shape_of(labels)} {user_frame_description()}")
+        losses = -fnp.squeeze(fnp.take_along_axis(logp, fnp.expand_dims(labels, -1), axis=-1), axis=-1)
+    else:
+        if shape_of(labels) != shape_of(logits):
+            raise ShapeError(f"cross_entropy: probability labels must have the logits' shape {shape_of(logits)}, "
+                             f"got {shape_of(labels)} {user_frame_description()}")
+        losses = -fnp.sum(labels * logp, axis=-1)
+    if reduction == "mean":
+        return fnp.mean(losses)
+    return fnp.sum(losses) if reduction == "sum" else losses
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    x = fnp._to_float(x)
+    mu = fnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    var = fnp.mean(xc * xc, axis=-1, keepdims=True)
+    return xc * P.rsqrt_p.bind(var + eps) * weight + bias
+
+
+def _rms_norm_reference(x, w, *, eps):
+    ms = fnp.mean(x * x, axis=-1, keepdims=True)
+    return x * P.rsqrt_p.bind(ms + np.asarray(eps, dtype=get_aval(x).dtype)) * w
+
+
+def _rms_norm_impl(x, w, *, eps):
+    x = np.asarray(x)
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True, dtype=x.dtype) + x.dtype.type(eps))
+    return (x * rstd * w).astype(x.dtype)
+
+
+def _rms_norm_bwd_impl(x, w, g, *, eps):
+    """dx = rstd * (g*w - x * rstd^2 * mean(g*w*x)), dw = sum over leading axes of g * x * rstd."""
+    x, w, g = np.asarray(x), np.asarray(w), np.asarray(g)
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True, dtype=x.dtype) + x.dtype.type(eps))
+    gw = g * w
+    dx = rstd * (gw - x * (rstd * rstd) * np.mean(gw * x, axis=-1, keepdims=True, dtype=x.dtype))
+    dw = np.sum((g * x * rstd).reshape(-1, x.shape[-1]), axis=0, dtype=x.dtype)
+    return [dx.astype(x.dtype), dw.astype(x.dtype)]
+
+
+def _rms_norm_bwd_reference(x, w, g, *, eps):
+    _, pull = vjp_flat(lambda x, w: [_rms_norm_reference(x, w, eps=eps)], [x, w], [True, True])
+    return pull([g])
+
+
+def _check_last_axis(name, x, w):
+    xs, ws = shape_of(x), shape_of(w)
+    if len(xs) < 1 or ws != xs[-1:]:
+        raise ShapeError(f"{name}: weight must have shape (x.shape[-1],) = {xs[-1:]}, got {ws} "
+                         f"{user_frame_description()}")
+
+
+def _with_reference_rules(prim, reference: Callable):
+    """Forward and reverse rules of a fused primitive from its reference decomposition
+    (``reference(*args, **params)`` returns the list of outputs, computed with functrace.numpy)."""
+    def jvp_rule(primals, tangents, **params):
+        outs, touts = jvp_flat(lambda *a: reference(*a, **params), primals, tangents)
+        return (outs, touts) if prim.multiple_results else (outs[0], touts[0])
+
+    def vjp_rule(primals, needs, **params):
+        outs, pull = vjp_flat(lambda *a: reference(*a, **params), primals, needs)
+
+        def backward(cts):
+            res = iter(pull(cts))
+            return [next(res) if n else None for n in needs]
+        return (outs if prim.multiple_results else outs[0]), backward
+
+    prim.jvp_rule = jvp_rule
+    prim.vjp_rule = vjp_rule
+    return prim
+
+
+rms_norm_bwd_p = new_primitive("rms_norm_bwd")
+rms_norm_bwd_p.multiple_results = True
+rms_norm_bwd_p.impl = _rms_norm_bwd_impl
+rms_norm_bwd_p.abstract_eval = lambda x, w, g, *, eps: [x, w]
+_with_reference_rules(rms_norm_bwd_p, _rms_norm_bwd_reference)
+
+rms_norm_p = new_primitive("rms_norm")
+rms_norm_p.impl = _rms_norm_impl
+rms_norm_p.abstract_eval = lambda x, w, *, eps: x
+_with_reference_rules(rms_norm_p, lambda x, w, *, eps: [_rms_norm_reference(x, w, eps=eps)])
+
+
+def _rms_norm_vjp(primals, needs, *, eps):
+    x, w = primals
+    out = rms_norm_p.bind(x, w, eps=eps)
+
+    def backward(cts):
+        dx, dw = rms_norm_bwd_p.bind(x, w, cts[0], eps=eps)  # the fused backward kernel
+        return [dx if needs[0] else None, dw if needs[1] else None]
+    return out, backward
+
+
+def _leading_batch_rule(prim, batched_args: tuple):
+    """Batching for fused ops whose ``batched_args`` accept any leading batch axes: move the
+    vmapped axis to the front of those (materializing unbatched ones); other arguments must be
+    unbatched, else fall back to vmapping the reference decomposition."""
+    def rule(vals, dims, **params):
+        size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+        if any(d is not None for i, d in enumerate(dims) if i not in batched_args):
+            return None
+        new = []
+        for i, (v, d) in enumerate(zip(vals, dims)):
+            if i in batched_args:
+                v = P.moveaxis(v, d, 0) if d is not None else P.broadcast_in_dim(
+                    v, (size,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
+            new.append(v)
+        out = prim.bind(*new, **params)
+        return out, ([0] * len(out) if prim.multiple_results else 0)
+    return rule
+
+
+def _batch_or_reference(prim, batched_args, reference):
+    """``batched_args=None``: always vmap the reference decomposition."""
+    fast = _leading_batch_rule(prim, batched_args) if batched_args is not None else lambda *a, **k: None
+
+    def rule(vals, dims, **params):
+        res = fast(vals, dims, **params)
+        if res is not None:
+            return res
+        from .batching import vmap
+        axes = tuple(dims)
+        outs = vmap(lambda *a: reference(*a, **params), in_axes=axes)(*vals)
+        return (outs, [0] * len(outs)) if prim.multiple_results else (outs[0], 0)
+    return rule
+
+
+rms_norm_p.vjp_rule = _rms_norm_vjp
+rms_norm_p.batch = _batch_or_reference(rms_norm_p, (0,), lambda x, w, *, eps: [_rms_norm_reference(x, w, eps=eps)])
+# dw sums over x's leading axes, so a vmapped axis cannot simply become one more of them
+rms_norm_bwd_p.batch = _batch_or_reference(rms_norm_bwd_p, None, _rms_norm_bwd_reference)
+
+
+def rms_norm(x, weight, eps: float = 1e-6):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (one fused primitive)."""
+    x = fnp._to_float(x)
+    w = fnp.asarray(weight, get_aval(x).dtype)
+    _check_last_axis("rms_norm", x, w)
+    return rms_norm_p.bind(x, w, eps=float(eps))
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _attention_reference(q, k, v, mask, *, causal, scale):
+    """[out, lse] with q (..., T, N, H), k/v (..., S, N, H), mask (..., N, T, S) bool."""
+    logits = fnp.einsum("...tnh,...snh->...nts", q, k) * scale
+    logits = fnp.where(mask, logits, np.asarray(-1e30, get_aval(logits).dtype))
+    m = P.stop_gradient(fnp.max(logits, axis=-1, keepdims=True))
+    e = fnp.exp(logits - m)
+    s = fnp.sum(e, axis=-1, keepdims=True)
+    p = e / s
+    out = fnp.einsum("...nts,...snh->...tnh", p, v)
+    lse = fnp.squeeze(fnp.log(s) + m, axis=-1)  # (..., N, T)
+    return [out, lse]
+
+
+def _attention_impl(q, k, v, mask, *, causal, scale):
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    logits = np.einsum("...tnh,...snh->...nts", q, k) * q.dtype.type(scale)
+    logits = np.where(mask, logits, q.dtype.type(-1e30))
+    m = logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits - m)
+    s = e.sum(axis=-1, keepdims=True)
+    out = np.einsum("...nts,...snh->...tnh", e / s, v)
+    return [out.astype(q.dtype), (np.log(s) + m)[..., 0].astype(q.dtype)]
+
+
+def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
+    """Flash-attention backward from the saved log-sum-exp: P = exp(S - lse),
+    dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(g * out)), dQ = dS K * scale, dK = dS^T Q * scale."""
+    q, k, v, out, lse, g = map(np.asarray, (q, k, v, out, lse, g))
+    s = np.einsum("...tnh,...snh->...nts", q, k) * q.dtype.type(scale)
+    p = np.where(mask, np.exp(s - lse[..., None]), 0).astype(q.dtype)
+    dv = np.einsum("...nts,...tnh->...snh", p, g)
+    dp = np.einsum("...tnh,...snh->...nts", g, v)
+    delta = np.einsum("...tnh,...tnh->...nt", g, out)[..., None]
+    ds = p * (dp - delta) * q.dtype.type(scale)
+    dq = np.einsum("...nts,...snh->...tnh", ds, k)
+    dk = np.einsum("...nts,...tnh->...snh", ds, q)
+    return [dq.astype(q.dtype), dk.astype(q.dtype), dv.astype(q.dtype)]
+
+
+def _attention_bwd_reference(q, k, v, mask, out, lse, g, *, causal, scale):
+    _, pull = vjp_flat(lambda q, k, v: _attention_reference(q, k, v, mask, causal=causal, scale=scale)[:1],
+                       [q, k, v], [True, True, True])
+    return pull([g])
+
+
+attention_p = new_primitive("attention")
+attention_p.multiple_results = True
+attention_p.impl = _attention_impl
+
+
+def _attention_abstract(q, k, v, mask, *, causal, scale):
+    lse_shape = q.shape[:-3] + (q.shape[-2], q.shape[-3])
+    return [q, ShapedArray(lse_shape, q.dtype)]
+
+
+attention_p.abstract_eval = _attention_abstract
+_with_reference_rules(attention_p, _attention_reference)
+
+attention_bwd_p = new_primitive("attention_bwd")
+attention_bwd_p.multiple_results = True
+attention_bwd_p.impl = _attention_bwd_impl
+attention_bwd_p.abstract_eval = lambda q, k, v, mask, out, lse, g, *, causal, scale: [q, k, v]
+_with_reference_rules(attention_bwd_p, _attention_bwd_reference)
+
+
+def _attention_vjp(primals, needs, *, causal, scale):
+    q, k, v, mask = primals
+    out, lse = attention_p.bind(q, k, v, mask, causal=causal, scale=scale)
+
+    def backward(cts):
+        if cts[1] is not None:  # the log-sum-exp output is internal; fall back to the reference
+            _, pull = vjp_flat(lambda *a: _attention_reference(*a, mask, causal=causal, scale=scale),
+                               [q, k, v], needs[:3])
+            res = iter(pull(cts))
+            return [next(res) if n else None for n in needs[:3]] + [None]
+        g = cts[0] if cts[0] is not None else P.zeros_like(out)
+        dq, dk, dv = attention_bwd_p.bind(q, k, v, mask, out, lse, g, causal=causal, scale=scale)
+        return [dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, None]
+    return [out, lse], backward
+
+
+attention_p.vjp_rule = _attention_vjp
+attention_p.batch = _batch_or_reference(attention_p, (0, 1, 2, 3), _attention_reference)
+attention_bwd_p.batch = _batch_or_reference(attention_bwd_p, (0, 1, 2, 3, 4, 5, 6), _attention_bwd_reference)
+
+
+def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = None):
+    """Scaled dot-product attention as ``jax.nn.dot_product_attention``: q (batch..., T, N, H),
+    k and v (batch..., S, N, H); ``mask`` (bool, broadcastable to (batch..., N, T, S)) keeps
+    True positions; ``causal`` masks keys after the query position.  One fused primitive whose
+    backward pass is recomputed from the saved log-sum-exp."""
+    q, k, v = fnp._promote(fnp._to_float(q), fnp._to_float(k), fnp._to_float(v))
+    qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
+    if len(qs) < 3 or ks != vs or qs[:-3] != ks[:-3] or qs[-2:] != ks[-2:]:
+        raise ShapeError(f"attention: expected q (batch..., T, N, H) and k, v (batch..., S, N, H) with equal "
+                         f"batch, heads and head_dim; got q {qs}, k {ks}, v {vs} {user_frame_description()}")
+    T, S = qs[-3], ks[-3]
+    full = qs[:-3] + (qs[-2], T, S)
+    keep = np.ones((T, S), bool) if not causal else np.tril(np.ones((T, S), bool), S - T)
+    m = np.broadcast_to(keep, full)
+    if mask is not None:
+        m = fnp.logical_and(fnp.broadcast_to(fnp.asarray(mask, bool), full), m)
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    return attention_p.bind(q, k, v, m, causal=bool(causal), scale=scale)[0]
+
+
+# --------------------------------------------------------------------------- embedding, conv
+
+
+def embedding(table, ids):
+    """Rows of ``table`` selected by integer ``ids`` (a gather; its gradient is a scatter-add)."""
+    ids = fnp.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"embedding: ids must be integers, got {ids.dtype} {user_frame_description()}")
+    return fnp.take(table, ids, axis=0)
+
+
+def conv2d(x, w, stride=1, padding=0):
+    """2-D convolution (cross-correlation), NCHW input and OIHW weights, via im2col + one matmul."""
+    x = fnp._to_float(x)
+    w = fnp.asarray(w, get_aval(x).dtype)
+    xs, ws = shape_of(x), shape_of(w)
+    if len(xs) != 4 or len(ws) != 4 or xs[1] != ws[1]:
+        raise ShapeError(f"conv2d: expected x (N, C, H, W) and w (O, C, KH, KW) with equal C; got {xs} and {ws} "
+                         f"{user_frame_description()}")
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    if ph or pw:
+        x = fnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, c, h, wd = shape_of(x)
+    o, _, kh, kw = ws
+    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"conv2d: kernel {kh}x{kw} larger than padded input {h}x{wd} {user_frame_description()}")
+    patches = [P.slice_op(x, (0, 0, i, j), (n, c, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1), (1, 1, sh, sw))
+               for i in range(kh) for j in range(kw)]
+    cols = fnp.stack(patches, axis=2)  # (N, C, KH*KW, OH, OW)
+    return fnp.einsum("nkpij,okp->noij", cols, fnp.reshape(w, (o, c, kh * kw)))
