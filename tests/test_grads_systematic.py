@@ -619,6 +619,11 @@ case("checkpoint-nothing_saveable", ft.checkpoint(lambda x: fnp.sum(fnp.sin(fnp.
 case("checkpoint-dots_saveable", ft.checkpoint(lambda w, x: fnp.tanh(x @ w) * 2.0,
                                                policy=ft.checkpoint_policies.dots_saveable), normal(2, 3), normal(4, 2))
 
+case("nn-rms_norm-(2,3,5)", ft.nn.rms_norm, normal(2, 3, 5), normal(5))
+case("nn-attention-causal-(2,3,2,2)", lambda q, k, v: ft.nn.attention(q, k, v, causal=True),
+     normal(2, 3, 2, 2), normal(2, 3, 2, 2), normal(2, 3, 2, 2))
+case("nn-gelu-exact-(4,)", lambda x: ft.nn.gelu(x, approximate=False), normal(4))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core import Tracer, get_aval, is_float_dtype
+from ..core import Tracer, get_aval
 from ..errors import ShapeError, user_frame_description
 from .. import primitives as P
 from ..primitives import shape_of
@@ -96,11 +96,25 @@ def _promote(*args):
     return tuple(_cast(a, dt) for a in args)
 
 
+@functools.lru_cache(maxsize=1024)
+def _float_result_dtype(infos: tuple, int_dtype=None) -> np.dtype:
+    """The dtype of a float function (arctan2, hypot, ...) of operands given as (dtype, weak):
+    their common result dtype when that is inexact, weak Python scalars respected
+    (``hypot(float32_array, 1.5)`` is float32).  For integer and bool operands ``int_dtype`` if
+    given, else the float numpy's loops use: the promotion of each operand's own float
+    (``_float_dtype``; weak scalars as the common dtype), so int8 with uint8 is float16 although
+    int8 + uint8 is int16, while bool with a Python int is float64."""
+    dt, _ = _result_dtype(infos)
+    if dt.kind in "fc":
+        return dt
+    if int_dtype is not None:
+        return np.dtype(int_dtype)
+    return np.result_type(*(_float_dtype(dt if weak else d) for d, weak in infos))
+
+
 def _promote_float(*args, int_dtype=None):
-    """``_promote`` for float functions (arctan2, hypot, ...): the common result dtype, weak Python
-    scalars respected (``hypot(float32_array, 1.5)`` is float32), then made inexact by
-    ``_float_dtype(dtype, int_dtype)``."""
-    dt = _float_dtype(_result_dtype(tuple(_dtype_info(a) for a in args))[0], int_dtype)
+    """``_promote`` to ``_float_result_dtype``: for the float functions arctan2, hypot, ..."""
+    dt = _float_result_dtype(tuple(_dtype_info(a) for a in args), int_dtype)
     return tuple(_cast(a, dt) for a in args)
 
 
@@ -212,6 +226,15 @@ def _unary(prim, float_only=True):
     return f
 
 
+def _integral_unary(prim):
+    """floor/ceil: integers and bools are already integral and keep their dtype (numpy >= 2)."""
+    def f(x):
+        x = _to_array(x)
+        return x if x.dtype.kind in "biu" else prim.bind(_to_float(x))
+    f.__name__ = prim.name
+    return f
+
+
 sin = _unary(P.sin_p)
 cos = _unary(P.cos_p)
 tan = _unary(P.tan_p)
@@ -221,8 +244,8 @@ log = _unary(P.log_p)
 log1p = _unary(P.log1p_p)
 expm1 = _unary(P.expm1_p)
 sqrt = _unary(P.sqrt_p)
-floor = _unary(P.floor_p)
-ceil = _unary(P.ceil_p)
+floor = _integral_unary(P.floor_p)
+ceil = _integral_unary(P.ceil_p)
 rint = round_ = _unary(P.round_p)
 negative = _unary(P.neg_p, float_only=False)
 absolute = abs = _unary(P.abs_p, float_only=False)
@@ -231,9 +254,17 @@ isfinite = _unary(P.is_finite_p)
 
 
 def round(x, decimals=0):
-    if decimals:
+    """numpy.round: half to even at ``decimals`` digits, by numpy's scaling (multiply then divide
+    for ``decimals > 0``, the reverse below 0); integers stay integers (bools do not: float16)."""
+    x = _to_array(x)
+    if x.dtype.kind in "iu":
+        return x if decimals >= 0 else _cast(round(_cast(x, _F64), decimals), x.dtype)
+    if decimals > 0:
         scale = 10.0 ** decimals
         return rint(multiply(x, scale)) / scale
+    if decimals < 0:
+        scale = 10.0 ** -decimals
+        return rint(divide(x, scale)) * scale
     return rint(x)
 
 
@@ -244,16 +275,10 @@ def positive(x):
     return _to_array(x)
 
 
-def _binary(prim, float_only=False):
+def _binary(prim, promote=_promote):
+    """An elementwise binary function: operands cast by ``promote``, then ``prim``."""
     def f(x, y):
-        if float_only:
-            x, y = _promote(_to_float(x) if not isinstance(x, _PY_SCALARS) else x,
-                            _to_float(y) if not isinstance(y, _PY_SCALARS) else y)
-            if not is_float_dtype(_dtype_info(x)[0]):
-                x, y = _to_float(x), _to_float(y)
-        else:
-            x, y = _promote(x, y)
-        return prim.bind(x, y)
+        return prim.bind(*promote(x, y))
     f.__name__ = prim.name
     return f
 
@@ -261,12 +286,12 @@ def _binary(prim, float_only=False):
 add = _binary(P.add_p)
 subtract = _binary(P.sub_p)
 multiply = _binary(P.mul_p)
-true_divide = divide = _binary(P.div_p, float_only=True)
+true_divide = divide = _binary(P.div_p, _promote_divide)
 floor_divide = _binary(P.floor_div_p)
 remainder = mod = _binary(P.rem_p)
 maximum = _binary(P.max_p)
 minimum = _binary(P.min_p)
-arctan2 = _binary(P.atan2_p, float_only=True)
+arctan2 = _binary(P.atan2_p, _promote_float)
 equal = _binary(P.eq_p)
 not_equal = _binary(P.ne_p)
 less = _binary(P.lt_p)
@@ -296,17 +321,19 @@ def logical_not(x):
 
 
 def invert(x):
+    """Bitwise not, as xor with all bits set (right for signed, unsigned and bool dtypes alike)."""
     x = _to_array(x)
-    if x.dtype == np.dtype(bool):
-        return logical_not(x)
-    return subtract(-1, x)  # two's complement: ~x == -1 - x
+    return bitwise_xor(x, np.invert(np.zeros((), x.dtype)))  # numpy's TypeError for floats
 
 
 def power(x, y):
+    """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
+    int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** np.int64(2)`` is
+    float64).  Integers to negative integer powers are left to numpy's ValueError."""
     if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
-        x = _to_array(x)
-        if x.dtype.kind in "fc" or y >= 0:
-            return P.integer_pow(x, int(y))
+        dt, _ = _result_dtype((_dtype_info(x), _dtype_info(y)))
+        if dt.kind in "fc" or y >= 0:
+            return P.integer_pow(_cast(_to_array(x), dt), int(y))
     return P.pow_p.bind(*_promote(x, y))
 
 
@@ -331,7 +358,7 @@ def log10(x):
 
 
 def exp2(x):
-    return exp(multiply(x, math.log(2)))
+    return exp(multiply(_to_float(x), math.log(2)))
 
 
 def sinh(x):
@@ -375,12 +402,12 @@ def arctanh(x):
 
 
 def hypot(x, y):
-    x, y = _promote(_to_float(x), _to_float(y))
+    x, y = _promote_float(x, y)
     return sqrt(x * x + y * y)
 
 
 def logaddexp(x, y):
-    x, y = _promote(_to_float(x), _to_float(y))
+    x, y = _promote_float(x, y)
     m = P.stop_gradient(maximum(x, y))  # the shift cancels exactly; only its value matters
     m = where(isfinite(m), m, zeros_like(m))
     return m + log(exp(x - m) + exp(y - m))
@@ -444,20 +471,24 @@ def _keep(out, x_shape, axes, keepdims):
     return P.reshape(out, tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
 
 
-def sum(a, axis=None, dtype=None, keepdims=False):
+def _accumulate_as(a, dtype):
+    """``a`` cast for sum/prod/cumsum: to ``dtype`` if given, else to numpy's default accumulator
+    (bools and narrower signed integers -> int64, narrower unsigned -> uint64; others stay)."""
     x = _to_array(a)
     if dtype is not None:
-        x = _cast(x, np.dtype(dtype))
-    elif x.dtype.kind in "biu" and x.dtype != np.int64 and x.dtype.kind != "u":
-        x = _cast(x, np.dtype(np.int64))
+        return _cast(x, np.dtype(dtype))
+    acc = _ACCUMULATOR.get(x.dtype.kind)
+    return x if acc is None or x.dtype.itemsize >= acc.itemsize else _cast(x, acc)
+
+
+def sum(a, axis=None, dtype=None, keepdims=False):
+    x = _accumulate_as(a, dtype)
     axes = _norm_axes(axis, x.ndim, "sum")
     return _keep(P.reduce_sum(x, axes), x.shape, axes, keepdims)
 
 
 def prod(a, axis=None, dtype=None, keepdims=False):
-    x = _to_array(a)
-    if dtype is not None:
-        x = _cast(x, np.dtype(dtype))
+    x = _accumulate_as(a, dtype)
     axes = _norm_axes(axis, x.ndim, "prod")
     return _keep(P.reduce_prod(x, axes), x.shape, axes, keepdims)
 
@@ -490,14 +521,14 @@ def any(a, axis=None, keepdims=False):
 
 
 def mean(a, axis=None, dtype=None, keepdims=False):
-    x = _to_float(a) if dtype is None else asarray(a, dtype)
+    x = _to_float(a, _F64) if dtype is None else asarray(a, dtype)
     axes = _norm_axes(axis, x.ndim, "mean")
     n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
     return divide(sum(x, axes, keepdims=keepdims), n)
 
 
 def var(a, axis=None, ddof=0, keepdims=False):
-    x = _to_float(a)
+    x = _to_float(a, _F64)
     axes = _norm_axes(axis, x.ndim, "var")
     n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
     centered = x - mean(x, axes, keepdims=True)
@@ -511,7 +542,7 @@ def std(a, axis=None, ddof=0, keepdims=False):
 def average(a, axis=None, weights=None):
     if weights is None:
         return mean(a, axis)
-    a, w = _promote(_to_float(a), _to_float(weights))
+    a, w = _promote(_to_float(a, _F64), _to_array(weights))  # numpy: float64 for integer ``a``
     if w.ndim != a.ndim:  # numpy: 1-D weights of length a.shape[axis]
         if not isinstance(axis, (int, np.integer)) or w.ndim != 1:
             raise TypeError("average: weights must have the shape of a, or be 1-D with an int axis")
@@ -522,8 +553,9 @@ def average(a, axis=None, weights=None):
 
 def _arg_reduce(prim, a, axis, keepdims):
     x = _to_array(a)
-    if axis is None:
-        x, axis = ravel(x), 0
+    if axis is None:  # over the flattened array; keepdims keeps every axis, with size 1
+        out = prim.bind(ravel(x), axis=0)
+        return P.reshape(out, (1,) * x.ndim) if keepdims else out
     axis = _norm_axes(axis, x.ndim)[0]
     out = prim.bind(x, axis=axis)
     return P.expand_dims(out, (axis,)) if keepdims else out
@@ -538,7 +570,7 @@ def argmin(a, axis=None, keepdims=False):
 
 
 def cumsum(a, axis=None, dtype=None):
-    x = _to_array(a) if dtype is None else asarray(a, dtype)
+    x = _accumulate_as(a, dtype)
     if axis is None:
         x, axis = ravel(x), 0
     return P.cumsum(x, _norm_axes(axis, x.ndim, "cumsum")[0])
@@ -583,7 +615,14 @@ def size(a):
     return int(np.prod(shape_of(a), dtype=np.int64))
 
 
-def reshape(a, newshape, order="C"):
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    """numpy.reshape, with numpy >= 2.1's ``shape=`` and its deprecated spelling ``newshape=``.
+
+    ``copy`` is accepted and ignored: traced values are immutable, so views and copies agree.
+    """
+    if (shape is None) == (newshape is None):
+        raise TypeError("reshape: pass the new shape exactly once (as `shape`, or the deprecated `newshape`)")
+    newshape = shape if newshape is None else newshape
     if order != "C":
         raise NotImplementedError("functrace.numpy.reshape supports only order='C'")
     x = _to_array(a)
@@ -709,9 +748,10 @@ def split(a, indices_or_sections, axis=0):
         step = n // indices_or_sections
         bounds = list(range(0, n + 1, step))
     else:
-        bounds = [0] + [builtins.min(int(i), n) for i in indices_or_sections] + [n]
+        bounds = [0] + [operator.index(i) for i in indices_or_sections] + [n]
     out = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
+        lo, hi, _ = slice(lo, hi).indices(n)  # numpy slices x[lo:hi]: negatives wrap, the rest clamps
         start = tuple(lo if d == axis else 0 for d in range(x.ndim))
         limit = tuple(builtins.max(hi, lo) if d == axis else m for d, m in enumerate(x.shape))
         out.append(P.slice_op(x, start, limit))
@@ -765,12 +805,24 @@ def flipud(a):
 
 
 def pad(a, pad_width, mode="constant", constant_values=0):
+    """numpy.pad in mode 'constant'.  ``constant_values`` is one value, or (before, after) values
+    broadcast like ``pad_width`` to one pair per axis; those pad axis by axis in order, so the
+    corners get the later axis' values, as in numpy."""
     if mode != "constant":
         raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (only 'constant')")
     x = _to_array(a)
     pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
-    value = _cast(constant_values, x.dtype)
-    return P.pad(x, value, tuple((int(lo), int(hi), 0) for lo, hi in pw))
+    values = _to_array(constant_values)
+    if size(values) == 1:
+        return P.pad(x, _cast(reshape(values, ()), x.dtype), tuple((int(lo), int(hi), 0) for lo, hi in pw))
+    values = broadcast_to(values, (x.ndim, 2))
+    for d in range(x.ndim):
+        for side, width in enumerate(pw[d]):
+            if width:
+                config = [(0, 0, 0)] * x.ndim
+                config[d] = (int(width), 0, 0) if side == 0 else (0, int(width), 0)
+                x = P.pad(x, _cast(getitem(values, (d, side)), x.dtype), config)
+    return x
 
 
 def take(a, indices, axis=None):
@@ -939,13 +991,13 @@ def einsum(subscripts: str, *operands):
 
 def _normalize_index(idx, n: int):
     """Integer index array with negative entries wrapped; out-of-range concrete indices raise."""
-    if isinstance(idx, Tracer):
-        if idx.dtype.kind not in "iu":
-            raise IndexError(f"arrays used as indices must be of integer type, got {idx.dtype.name} "
+    arr = _to_array(idx)
+    if isinstance(arr, Tracer):
+        if arr.dtype.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer type, got {arr.dtype.name} "
                              f"{user_frame_description()}")
-        idx = _cast(idx, np.dtype(np.int64))
-        return P.select(P.lt_p.bind(idx, np.array(0, np.int64)), P.add(idx, np.array(n, np.int64)), idx)
-    arr = np.asarray(idx)
+        arr = _cast(arr, np.dtype(np.int64))
+        return P.select(P.lt_p.bind(arr, np.array(0, np.int64)), P.add(arr, np.array(n, np.int64)), arr)
     if arr.dtype.kind not in "iu":
         raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
                          f"{user_frame_description()}")
@@ -955,54 +1007,69 @@ def _normalize_index(idx, n: int):
     return np.where(arr < 0, arr + n, arr).astype(np.int64)
 
 
-def _is_advanced(i) -> bool:
-    if isinstance(i, Tracer):
-        return True
-    if isinstance(i, (list, np.ndarray)):
-        return True
-    return False
+def _is_array_index(i) -> bool:
+    """An advanced (integer-array) index entry, once sequences are arrays: 0-d arrays included."""
+    return isinstance(i, (np.ndarray, Tracer))
 
 
-def getitem(x, idx):
-    """numpy indexing: ints, slices, None, Ellipsis, integer and boolean arrays (differentiable)."""
-    x = _to_array(x)
-    if not isinstance(idx, tuple):
-        idx = (idx,)
-    # boolean masks: concrete only (the result shape depends on values)
-    expanded = []
-    for i in idx:
+def _int_index(i) -> int:
+    """A basic integer index; anything else (a float, a string, ...) raises IndexError like numpy,
+    never truncates."""
+    try:
+        return operator.index(i)
+    except TypeError:
+        raise IndexError("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer "
+                         f"or boolean arrays are valid indices, got {i!r} of type {type(i).__name__} "
+                         f"{user_frame_description()}") from None
+
+
+def _index_entry(i):
+    """A sequence inside an index as an array (an empty one an integer array, as in numpy)."""
+    if not isinstance(i, (list, tuple)):
+        return i
+    arr = _to_array(i)
+    return arr.astype(np.int64) if isinstance(arr, np.ndarray) and arr.size == 0 else arr
+
+
+def _expand_bool_indices(idx: tuple) -> list:
+    """Boolean scalars become ``None`` (``x[True] == x[None]``), concrete masks their ``nonzero()``
+    integer arrays (one per masked axis); a traced mask (a value-dependent shape) raises."""
+    out = []
+    for i in map(_index_entry, idx):
         if isinstance(i, (bool, np.bool_)) or (isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype == bool):
             if not bool(i):
                 raise IndexError("a scalar False index (an empty result) is not supported")
-            expanded.append(None)  # x[True] == x[None]
-            continue
-        if isinstance(i, Tracer) and i.dtype == np.dtype(bool):
-            raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
-                             f"use fnp.where(mask, x, 0) instead {user_frame_description()}")
-        if isinstance(i, (np.ndarray, list)) and np.asarray(i).dtype == np.dtype(bool):
-            expanded.extend(np.nonzero(np.asarray(i)))
+            out.append(None)
+        elif _is_array_index(i) and i.dtype == np.dtype(bool):
+            if isinstance(i, Tracer):
+                raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
+                                 f"use fnp.where(mask, x, 0) instead {user_frame_description()}")
+            out.extend(np.nonzero(i))
         else:
-            expanded.append(i)
-    idx = expanded
-    n_ell = builtins.sum(1 for i in idx if i is Ellipsis)
-    if n_ell > 1:
+            out.append(i)
+    return out
+
+
+def _expand_ellipsis(idx: list, ndim: int) -> list:
+    """Replace the Ellipsis (or pad at the end) with full slices, so that ``ndim`` axes are indexed."""
+    ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]  # by identity: == on index arrays is elementwise
+    if len(ellipses) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if consumed > x.ndim:
-        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but {consumed} "
+    if consumed > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {consumed} "
                          f"were indexed {user_frame_description()}")
-    if n_ell:
-        k = idx.index(Ellipsis)
-        idx = idx[:k] + [slice(None)] * (x.ndim - consumed) + idx[k + 1:]
-    else:
-        idx = idx + [slice(None)] * (x.ndim - consumed)
-    # newaxis: insert unit axes, then index them with full slices
-    new_axes = [p for p, i in enumerate(idx) if i is None]
-    if new_axes:
-        x = P.expand_dims(x, tuple(new_axes))
-        idx = [slice(None) if i is None else i for i in idx]
-    # basic indexing
-    starts, limits, strides, flips, squeeze_axes, advanced = [], [], [], [], [], []
+    fill = [slice(None)] * (ndim - consumed)
+    if not ellipses:
+        return idx + fill
+    k = ellipses[0]
+    return idx[:k] + fill + idx[k + 1:]
+
+
+def _basic_index(x, idx: list):
+    """Slices (negative steps by ``rev``) and integers (squeezed), one entry per axis of ``x``;
+    array-indexed axes are kept whole."""
+    starts, limits, strides, flips, squeeze_axes = [], [], [], [], []
     for d, (i, n) in enumerate(zip(idx, x.shape)):
         if isinstance(i, slice):
             s, e, st = i.indices(n)
@@ -1014,50 +1081,57 @@ def getitem(x, idx):
             starts.append(s if length else 0)
             limits.append(s + (length - 1) * st + 1 if length else 0)
             strides.append(st)
-        elif _is_advanced(i):
+        elif isinstance(i, int):
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {d} with size {n} {user_frame_description()}")
+            starts.append(i % n)
+            limits.append(i % n + 1)
+            strides.append(1)
+            squeeze_axes.append(d)
+        else:
             starts.append(0)
             limits.append(n)
             strides.append(1)
-            advanced.append(d)
-        else:
-            try:
-                k = int(i)
-            except TypeError:
-                raise IndexError(f"invalid index {i!r} of type {type(i).__name__} {user_frame_description()}") from None
-            if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} {user_frame_description()}")
-            k %= n
-            starts.append(k)
-            limits.append(k + 1)
-            strides.append(1)
-            squeeze_axes.append(d)
     if flips:
         x = P.rev(x, tuple(flips))
     x = P.slice_op(x, tuple(starts), tuple(limits), tuple(strides))
-    # advanced indices, on the axes that remain after squeezing integer positions
-    if advanced:
-        positions = [d - builtins.sum(1 for s in squeeze_axes if s < d) for d in advanced]
-        arrays = [_normalize_index(idx[d], x.shape[d]) for d in advanced]
-        if squeeze_axes:
-            x = P.squeeze(x, tuple(squeeze_axes))
-        bshape = P.broadcast_shapes("indexing", *(shape_of(a) for a in arrays))
-        arrays = [broadcast_to(a, bshape) if shape_of(a) != bshape else a for a in arrays]
-        contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
-        if not contiguous:
-            rest = [p for p in range(x.ndim) if p not in positions]
-            x = P.transpose(x, positions + rest)
-            positions = list(range(len(positions)))
-        first = positions[0]
-        dims = [x.shape[p] for p in positions]
-        lin = arrays[0]
-        for a, n in zip(arrays[1:], dims[1:]):
-            lin = add(multiply(lin, n), a)
-        merged = x.shape[:first] + (int(np.prod(dims, dtype=np.int64)),) + x.shape[first + len(dims):]
-        x = reshape(x, merged)
-        return P.take(x, lin, first)
-    if squeeze_axes:
-        x = P.squeeze(x, tuple(squeeze_axes))
-    return x
+    return P.squeeze(x, tuple(squeeze_axes)) if squeeze_axes else x
+
+
+def _advanced_index(x, indices: list, positions: list):
+    """Integer-array indexing of the axes ``positions`` of ``x``, by numpy's rules: the indices
+    broadcast together, and their axes replace the indexed ones where those are adjacent, else
+    come first.  One ``take`` along the indexed axes merged into one, at the linear index."""
+    arrays = [_normalize_index(i, x.shape[p]) for i, p in zip(indices, positions)]
+    bshape = P.broadcast_shapes("indexing", *(shape_of(a) for a in arrays))
+    arrays = [a if shape_of(a) == bshape else broadcast_to(a, bshape) for a in arrays]
+    if positions != list(range(positions[0], positions[0] + len(positions))):
+        x = P.transpose(x, positions + [p for p in range(x.ndim) if p not in positions])
+        positions = list(range(len(positions)))
+    first = positions[0]
+    dims = [x.shape[p] for p in positions]
+    lin = arrays[0]
+    for a, n in zip(arrays[1:], dims[1:]):
+        lin = add(multiply(lin, n), a)
+    merged = x.shape[:first] + (int(np.prod(dims, dtype=np.int64)),) + x.shape[first + len(dims):]
+    return P.take(reshape(x, merged), lin, first)
+
+
+def getitem(x, idx):
+    """numpy indexing: ints, slices, None, Ellipsis, integer and boolean arrays (differentiable)."""
+    x = _to_array(x)
+    idx = _expand_ellipsis(_expand_bool_indices(idx if isinstance(idx, tuple) else (idx,)), x.ndim)
+    # numpy: alongside array indices an integer is a 0-d array index (x[0, :, [0, 1]] has shape (2, 6))
+    as_array = builtins.any(_is_array_index(i) for i in idx)
+    idx = [i if i is None or isinstance(i, slice) or _is_array_index(i) else
+           np.asarray(_int_index(i), np.int64) if as_array else _int_index(i) for i in idx]
+    new_axes = tuple(p for p, i in enumerate(idx) if i is None)
+    if new_axes:  # insert unit axes, then index them with full slices
+        x = P.expand_dims(x, new_axes)
+        idx = [slice(None) if i is None else i for i in idx]
+    x = _basic_index(x, idx)  # integers are squeezed only when there are no array indices
+    positions = [d for d, i in enumerate(idx) if _is_array_index(i)]
+    return _advanced_index(x, [idx[d] for d in positions], positions) if positions else x
 
 
 # --------------------------------------------------------------------------- unsupported

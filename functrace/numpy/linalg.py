@@ -8,7 +8,7 @@ import functrace.numpy as fnp
 
 def norm(x, ord=None, axis=None, keepdims=False):
     """Vector p-norms (2, 1, inf, -inf, p) and the Frobenius matrix norm."""
-    x = fnp._to_float(x)
+    x = fnp._to_float(x, np.float64)  # numpy: integers and bools as float64
     matrix = (axis is None and x.ndim == 2) or (isinstance(axis, tuple) and len(axis) == 2)
     if matrix and ord not in (None, "fro"):
         raise NotImplementedError(f"linalg.norm: the matrix norm ord={ord!r} is not implemented")
