@@ -624,6 +624,11 @@ case("nn-attention-causal-(2,3,2,2)", lambda q, k, v: ft.nn.attention(q, k, v, c
      normal(2, 3, 2, 2), normal(2, 3, 2, 2), normal(2, 3, 2, 2))
 case("nn-gelu-exact-(4,)", lambda x: ft.nn.gelu(x, approximate=False), normal(4))
 
+case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rms_norm(x, w) ** 2), (0, 1))(x, w),
+     normal(3, 4), normal(4))
+case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),
+     normal(3, 2, 2), normal(3, 2, 2))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),
