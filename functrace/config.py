@@ -8,12 +8,14 @@ from typing import Any
 class Config:
     """Options that change how programs run (not what they mean)."""
 
-    _DEFAULTS = {"debug_nans": False}
+    _DEFAULTS = {"debug_nans": False, "device": None, "default_backend": None}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():
             env = os.environ.get("FUNCTRACE_" + name.upper())
-            setattr(self, name, default if env is None else env.lower() in ("1", "true", "yes", "on"))
+            if env is not None and isinstance(default, bool):
+                env = env.lower() in ("1", "true", "yes", "on")
+            setattr(self, name, default if env is None else env)
 
     def update(self, name: str, value: Any) -> None:
         if name not in self._DEFAULTS:

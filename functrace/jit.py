@@ -66,8 +66,8 @@ class _Entry:
 
     def executable(self):
         if self._exe is None:
-            from .backends import get_backend
-            self._exe = get_backend(self.backend)(self.closed)
+            from .backends import compile_for
+            self._exe = compile_for(self.backend, self.closed)
         return self._exe
 
 

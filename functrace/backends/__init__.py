@@ -1,17 +1,18 @@
-"""Execution backends behind one interface: ``compile(closed_jaxpr) -> Executable``."""
+"""Execution backends behind one interface: ``Backend(closed_jaxpr)`` is a callable executable
+with ``as_text()``; OpenCL falls back to numpy (one warning) when no device exists."""
 from __future__ import annotations
 
 from .numpy_backend import NumpyExecutable
 
-BACKENDS = {"numpy": NumpyExecutable}
 
-
-def get_backend(name: str | None):
-    """The executable class for ``name`` (None: the default backend)."""
-    name = name or "numpy"
+def compile_for(name: str | None, closed):
+    """Compile ``closed`` for backend ``name`` (None: the configured default, else numpy)."""
+    from ..config import config
+    name = name or config.default_backend or "numpy"
+    if name == "numpy":
+        return NumpyExecutable(closed)
     if name == "opencl":
-        raise NotImplementedError("the OpenCL backend is not implemented yet; use backend='numpy'")
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; available: {sorted(BACKENDS)}") from None
+        from .opencl import OpenCLExecutable, runtime
+        rt = runtime()
+        return OpenCLExecutable(closed, rt) if rt is not None else NumpyExecutable(closed)
+    raise ValueError(f"unknown backend {name!r}; available: ['numpy', 'opencl']")

@@ -1,0 +1,388 @@
+"""The OpenCL executable: the optimized IR as a list of kernel launches and host steps.
+
+All generated kernels of one jitted function form one OpenCL program (one compile, cached by
+source hash).  Values live in device ``Array`` buffers; a buffer goes back to a pool after
+its last use and is reused by later allocations of the same size.  Equations without an
+OpenCL lowering run as *host steps* with their numpy implementation on the zero-copy host
+view of the buffers (CPU devices) or on host copies; ``report()`` lists them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...core import ClosedJaxpr, Literal
+from ...optimize import analyze
+from .fusion import (CTYPE, REDUCTIONS, Access, Group, access_for, elementwise_kernel, fusable,
+                     reduction_kernel, _size)
+from .runtime import Array, Runtime
+
+_LOCAL = None  # work-group size left to the driver (fixed per kernel by the implementation)
+_VIEW_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
+
+
+@dataclass
+class KernelStep:
+    name: str
+    inputs: list
+    outputs: list
+    global_size: int
+    n: int
+    eqns: list
+    kind: str = "elementwise"
+
+
+@dataclass
+class ReduceStep:
+    name: str
+    inputs: list
+    output: object
+    chunks: int
+    n_out: int
+    eqns: list
+    finish: str | None = None  # second-pass kernel combining chunk partials
+    kind: str = "reduction"
+
+
+@dataclass
+class HostStep:
+    eqn: object
+    kind: str = "host"
+
+
+@dataclass
+class Plan:
+    steps: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    views: dict = field(default_factory=dict)  # var -> (base var, broadcast dims or None)
+
+
+def _is_view(eqn) -> bool:
+    name = eqn.primitive.name
+    if name not in _VIEW_PRIMS or type(eqn.inputs[0]) is Literal:
+        return False
+    return eqn.out_vars[0].aval.dtype in CTYPE
+
+
+def plan_program(closed: ClosedJaxpr) -> Plan:
+    """Partition equations into fused elementwise kernels, reductions (absorbing their producers),
+    views and host steps, in an order that respects every dependency."""
+    jaxpr = closed.jaxpr
+    plan = Plan()
+    group_of: dict = {}
+    groups: list = []
+    order: list = []  # ("group", Group) | ("eqn", eqn) in program order of their last equation
+
+    def seal_inputs(eqn):
+        for a in eqn.inputs:
+            g = group_of.get(a)
+            if g is not None:
+                g.sealed = True
+
+    for eqn in jaxpr.eqns:
+        if _is_view(eqn):
+            src = eqn.inputs[0]
+            base, dims = plan.views.get(src, (src, None))
+            if eqn.primitive.name == "broadcast_in_dim":
+                if dims is not None:  # a broadcast of a broadcast: materialize the inner one
+                    base, dims = src, None
+                plan.views[eqn.out_vars[0]] = (base, eqn.params["broadcast_dimensions"])
+            elif dims is None:  # reshapes keep the row-major layout of their base buffer
+                plan.views[eqn.out_vars[0]] = (base, None)
+            else:
+                seal_inputs(eqn)
+                order.append(("eqn", eqn))
+                continue
+            g = group_of.get(src)
+            if g is not None:
+                g.sealed = True
+            continue
+        if fusable(eqn):
+            shape = eqn.out_vars[0].aval.shape
+            cands = []
+            for a in eqn.inputs:
+                g = group_of.get(a)
+                if g is None:
+                    continue
+                if g.shape == shape and not g.sealed:
+                    if g not in cands:
+                        cands.append(g)
+                else:
+                    g.sealed = True
+            if cands:
+                g = cands[0]
+                for other in cands[1:]:  # merge: both are open, so no outside step reads them yet
+                    g.eqns = sorted(g.eqns + other.eqns, key=jaxpr.eqns.index)
+                    for v in other.produced():
+                        group_of[v] = g
+                    order.remove(("group", other))
+                    groups.remove(other)
+                order.remove(("group", g))
+            else:
+                g = Group(shape)
+                groups.append(g)
+            g.eqns.append(eqn)
+            for v in eqn.out_vars:
+                group_of[v] = g
+            order.append(("group", g))
+            continue
+        seal_inputs(eqn)
+        order.append(("eqn", eqn))
+    # which group values are needed outside their group
+    consumers: dict = {}
+    for kind, item in order:
+        eqns = item.eqns if kind == "group" else [item]
+        for e in eqns:
+            for a in e.inputs:
+                if type(a) is not Literal:
+                    consumers.setdefault(a, set()).add(id(item))
+    for v, (base, _) in plan.views.items():
+        consumers.setdefault(base, set()).add(("view", id(v)))
+    program_outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    absorbed = set()
+    for kind, item in order:
+        if kind == "eqn" and item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE:
+            x = item.inputs[0]
+            g = group_of.get(x)
+            if g is None or id(g) in absorbed or x in plan.views:
+                continue
+            needed = {v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs}
+            if needed == {x} and consumers.get(x) == {id(item)}:
+                g.reduction = item
+                absorbed.add(id(g))
+    _emit_steps(plan, order, absorbed, consumers, program_outs, group_of)
+    return plan
+
+
+def _accesses(plan: Plan, inputs: list, kernel_shape: tuple) -> tuple[dict, list]:
+    """Access patterns of kernel inputs (views read their base buffer); returns (accesses, buffers)."""
+    accesses, buffers = {}, []
+    for v in inputs:
+        base, dims = plan.views.get(v, (v, None))
+        if base is v:
+            accesses[v] = access_for(kernel_shape, v.aval.shape)
+        elif dims is None:  # reshape: same flat layout as the base
+            accesses[v] = access_for(kernel_shape, v.aval.shape)
+        else:
+            accesses[v] = access_for(kernel_shape, base.aval.shape, dims)
+        buffers.append(base)
+    return accesses, buffers
+
+
+def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of) -> None:
+    k = 0
+    for kind, item in order:
+        if kind == "group":
+            if id(item) in absorbed:
+                continue
+            g = item
+            outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
+            outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
+            if not outputs:
+                continue
+            from .fusion import group_inputs
+            ins = group_inputs(g)
+            accesses, buffers = _accesses(plan, ins, g.shape)
+            ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
+            name = f"fused{k}_{ops}"
+            src, inputs = elementwise_kernel(name, g, outputs, accesses)
+            plan.sources.append(src)
+            n = _size(g.shape)
+            plan.steps.append(KernelStep(name, buffers, outputs, max(1, -(-n // 8)), n, list(g.eqns)))
+            k += 1
+        elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
+                and item.inputs[0].aval.dtype in CTYPE:
+            x = item.inputs[0]
+            g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
+            n_out = _size(item.out_vars[0].aval.shape)
+            R = _size([x.aval.shape[d] for d in item.params["axes"]])
+            chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
+            if g is not None:
+                from .fusion import group_inputs
+                ins = group_inputs(g)
+                accesses, buffers = _accesses(plan, ins, x.aval.shape)
+            else:
+                accesses, buffers = _accesses(plan, [x], x.aval.shape)
+                ins = [x]
+            name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
+                                                  if g is not None else "")
+            src, _ = reduction_kernel(name, item, g, accesses, chunks)
+            plan.sources.append(src)
+            finish = None
+            if chunks > 1:
+                finish = f"{name}_combine"
+                plan.sources.append(_combine_source(finish, item, chunks))
+            eqns = (list(g.eqns) if g is not None else []) + [item]
+            plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, eqns, finish))
+            k += 1
+        else:
+            plan.steps.append(HostStep(item))
+
+
+def _combine_source(name: str, eqn, chunks: int) -> str:
+    ct = CTYPE[eqn.out_vars[0].aval.dtype]
+    op = {"reduce_sum": "acc += p[i];", "reduce_max": "acc = (p[i] > acc || isnan(p[i])) ? p[i] : acc;",
+          "reduce_min": "acc = (p[i] < acc || isnan(p[i])) ? p[i] : acc;"}[eqn.primitive.name]
+    return f"""
+__kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restrict out0) {{
+    const long o = get_global_id(0);
+    __global const {ct}* p = partial + o * {chunks};
+    {ct} acc = p[0];
+    for (long i = 1; i < {chunks}; i++) {{ {op} }}
+    out0[o] = acc;
+}}"""
+
+
+PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+
+
+class OpenCLExecutable:
+    """A compiled program on an OpenCL device: ``exe(*flat_args) -> list of ft.Array``."""
+
+    backend = "opencl"
+
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime):
+        self.closed = closed
+        self.rt = rt
+        self.plan = plan_program(closed)
+        self.source = PREAMBLE + "\n".join(self.plan.sources)
+        self.program = rt.program(self.source) if self.plan.sources else None
+        self.kernels = {}
+        for step in self.plan.steps:
+            if isinstance(step, (KernelStep, ReduceStep)):
+                self.kernels[step.name] = getattr(self.program, step.name)
+                if getattr(step, "finish", None):
+                    self.kernels[step.finish] = getattr(self.program, step.finish)
+        self.peak_bytes = analyze(closed).peak_bytes
+        self._pool: dict = {}
+        self._device_consts: list | None = None
+        self._release_after = self._plan_releases()
+        self.num_kernel_launches = sum(1 + (1 if getattr(s, "finish", None) else 0) for s in self.plan.steps
+                                       if isinstance(s, (KernelStep, ReduceStep)))
+        self.num_host_steps = sum(isinstance(s, HostStep) for s in self.plan.steps)
+
+    def _plan_releases(self) -> list:
+        """For each step, the values whose buffers are free after it (their last read)."""
+        jaxpr = self.closed.jaxpr
+        views = self.plan.views
+        base_of = lambda v: views[v][0] if v in views else v
+        last: dict = {}
+        produced: set = set()
+        for i, step in enumerate(self.plan.steps):
+            if isinstance(step, HostStep):
+                reads = [base_of(a) for a in step.eqn.inputs if type(a) is not Literal]
+                produced.update(step.eqn.out_vars)
+            else:
+                reads = list(step.inputs)
+                produced.update(step.outputs if isinstance(step, KernelStep) else [step.output])
+            for b in reads:
+                last[b] = i
+        keep = {base_of(a) for a in jaxpr.outs if type(a) is not Literal}
+        release = [[] for _ in self.plan.steps]
+        for v, i in last.items():
+            if v in produced and v not in keep:
+                release[i].append(v)
+        return release
+
+    # ------------------------------------------------------------------ buffers
+
+    def _alloc(self, shape, dtype) -> Array:
+        key = (tuple(shape), np.dtype(dtype))
+        free = self._pool.get(key)
+        if free:
+            return free.pop()
+        return self.rt.empty(shape, dtype)
+
+    def _release(self, arr: Array) -> None:
+        self._pool.setdefault((arr.shape, arr.dtype), []).append(arr)
+
+    def _as_device(self, x) -> Array:
+        if isinstance(x, Array):
+            return x
+        return self.rt.to_device(np.asarray(x))
+
+    def _materialize_view(self, env, v):
+        base, dims = self.plan.views[v]
+        src = np.asarray(env[base]).reshape(base.aval.shape)
+        if dims is None:
+            val = src.reshape(v.aval.shape)
+        else:
+            expanded = [1] * len(v.aval.shape)
+            for i, d in enumerate(dims):
+                expanded[d] = base.aval.shape[i]
+            val = np.broadcast_to(src.reshape(expanded), v.aval.shape)
+        out = self._alloc(v.aval.shape, v.aval.dtype)
+        self.rt.write(out, val)
+        env[v] = out
+        return out
+
+    # ------------------------------------------------------------------ running
+
+    def __call__(self, *args):
+        jaxpr = self.closed.jaxpr
+        env: dict = {}
+        if self._device_consts is None:
+            self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
+                                   for c in self.closed.consts]
+        env.update(zip(jaxpr.const_vars, self._device_consts))
+        for v, x in zip(jaxpr.in_vars, args):
+            env[v] = self._as_device(x)
+        views = self.plan.views
+
+        def get(v):
+            if v in env:
+                return env[v]
+            if v in views:
+                return self._materialize_view(env, v)
+            raise KeyError(v)
+
+        queue = self.rt.queue
+        kernels = self.kernels
+        for step, dead in zip(self.plan.steps, self._release_after):
+            if isinstance(step, KernelStep):
+                outs = [self._alloc(v.aval.shape, v.aval.dtype) for v in step.outputs]
+                bufs = [get(b).buffer for b in step.inputs] + [o.buffer for o in outs]
+                kernels[step.name](queue, (step.global_size,), _LOCAL, *bufs, np.int64(step.n))
+                env.update(zip(step.outputs, outs))
+            elif isinstance(step, ReduceStep):
+                out = self._alloc(step.output.aval.shape, step.output.aval.dtype)
+                bufs = [get(b).buffer for b in step.inputs]
+                if step.finish is None:
+                    kernels[step.name](queue, (step.n_out,), _LOCAL, *bufs, out.buffer)
+                else:
+                    partial = self._alloc((step.n_out * step.chunks,), step.output.aval.dtype)
+                    kernels[step.name](queue, (step.n_out * step.chunks,), _LOCAL, *bufs, partial.buffer)
+                    kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
+                    self._release(partial)
+                env[step.output] = out
+            else:
+                self._host_step(step.eqn, env, get)
+            for v in dead:  # last read: the buffer serves later allocations of its size
+                self._release(env.pop(v))
+        return [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
+
+    def _host_step(self, eqn, env, get) -> None:
+        ins = [a.val if type(a) is Literal else np.asarray(get(a)).reshape(a.aval.shape) for a in eqn.inputs]
+        res = eqn.primitive.impl(*ins, **eqn.params)
+        results = res if eqn.primitive.multiple_results else [res]
+        for v, r in zip(eqn.out_vars, results):
+            out = self._alloc(v.aval.shape, v.aval.dtype)
+            self.rt.write(out, r)
+            env[v] = out
+
+    # ------------------------------------------------------------------ introspection
+
+    def as_text(self) -> str:
+        return self.source
+
+    def report(self) -> str:
+        lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
+                 f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
+        for step in self.plan.steps:
+            if isinstance(step, HostStep):
+                lines.append(f"  host    {step.eqn.primitive.name} (numpy on the host; no OpenCL lowering)")
+            else:
+                names = ", ".join(e.primitive.name for e in step.eqns)
+                lines.append(f"  kernel  {step.name}: {names}")
+        return "\n".join(lines)

@@ -1,0 +1,418 @@
+"""Partitioning the optimized IR into kernels, and OpenCL C code generation for them.
+
+* Every maximal group of elementwise equations producing one output shape becomes one
+  generated kernel.  Broadcast operands are read through index arithmetic (a
+  ``broadcast_in_dim`` or ``reshape`` of a kernel input becomes an access pattern, not a copy).
+* A reduction absorbs the elementwise group that produces its operand when nothing else
+  needs that group's values (``sum(x * y, axis)`` is one kernel).
+* Code is explicitly vectorized: each work-item handles 8 consecutive elements with vector
+  types (PoCL does not vectorize scalar kernels well) and a scalar tail; ``a*b+c`` is
+  written as such (no ``fma()``).
+
+Only numbers and fixed identifiers are spliced into generated source: no user string ever is.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...core import Literal, Var
+
+VEC = 8
+
+CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
+         np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
+MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long"}
+
+# primitive -> (arity, vector/scalar template); operands are {0}, {1}, {2}
+_FLOAT_OPS = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})", "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "tanh": "tanh({0})",
+    "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sqrt": "sqrt({0})",
+    "rsqrt": "rsqrt({0})", "abs": "fabs({0})", "sign": "sign({0})", "floor": "floor({0})", "ceil": "ceil({0})",
+    "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
+    "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
+    "rem": "({0} - floor({0} / {1}) * {1})", "floor_div": "floor({0} / {1})",
+    # numpy's maximum/minimum propagate NaN; fmax/fmin alone would drop it
+    "max": "select(fmax({0}, {1}), {0} + {1}, {mask}(isnan({0}) | isnan({1})))",
+    "min": "select(fmin({0}, {1}), {0} + {1}, {mask}(isnan({0}) | isnan({1})))",
+}
+_INT_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
+            "max": "max({0}, {1})", "min": "min({0}, {1})", "and": "({0} & {1})", "or": "({0} | {1})",
+            "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_BOOL_OPS = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
+REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min"}
+
+
+def fusable(eqn) -> bool:
+    """Can this equation be part of a generated elementwise kernel?"""
+    name = eqn.primitive.name
+    out = eqn.out_vars[0].aval
+    dts = [a.aval.dtype for a in eqn.inputs] + [out.dtype]
+    if any(d not in CTYPE for d in dts) or eqn.primitive.multiple_results:
+        return False
+    if name == "convert_element_type":
+        return True
+    if name == "integer_pow":
+        return out.dtype.kind == "f"
+    if name == "select":
+        return True
+    if name in _COMPARE:
+        return eqn.inputs[0].aval.dtype != np.dtype(bool)
+    if name == "not" or (name in _BOOL_OPS and out.dtype == np.dtype(bool)):
+        return True
+    if out.dtype.kind == "f":
+        return name in _FLOAT_OPS
+    if out.dtype.kind == "i":
+        return name in _INT_OPS
+    return False
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+@dataclass
+class Group:
+    """Elementwise equations fused into one kernel (optionally feeding one reduction)."""
+
+    shape: tuple
+    eqns: list = field(default_factory=list)
+    sealed: bool = False
+    reduction: object = None  # the reduce_* equation absorbing this group, if any
+
+    def produced(self) -> set:
+        return {v for e in self.eqns for v in e.out_vars}
+
+
+# --------------------------------------------------------------------------- access patterns
+
+
+def _contiguous_strides(shape) -> list:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
+
+
+@dataclass
+class Access:
+    """How element ``e`` (flat, row-major over the kernel shape) of a kernel input is read."""
+
+    kind: str          # "full", "scalar", "general"
+    coeffs: tuple = ()  # ((divisor, modulus, stride), ...) for "general"
+    inner: int = 0      # length of the contiguous innermost run (general)
+
+    def index(self, e: str) -> str:
+        if self.kind == "full":
+            return e
+        if self.kind == "scalar":
+            return "0"
+        terms = [f"(({e} / {d}) % {m}) * {s}" if d != 1 else f"({e} % {m}) * {s}" for d, m, s in self.coeffs]
+        return " + ".join(terms) if terms else "0"
+
+
+def access_for(kernel_shape: tuple, src_shape: tuple, dims: tuple | None = None) -> Access:
+    """Access of a source array broadcast to ``kernel_shape`` (numpy right-aligned rules, or the
+    explicit ``dims`` of a broadcast_in_dim)."""
+    if _size(src_shape) == 1:
+        return Access("scalar")
+    if tuple(src_shape) == tuple(kernel_shape):
+        return Access("full")
+    nd = len(kernel_shape)
+    if dims is None:
+        dims = tuple(range(nd - len(src_shape), nd))
+    src_strides = _contiguous_strides(src_shape)
+    stride_of = [0] * nd
+    for i, d in enumerate(dims):
+        if src_shape[i] != 1:
+            stride_of[d] = src_strides[i]
+    kstrides = _contiguous_strides(kernel_shape)
+    coeffs = tuple((kstrides[d], kernel_shape[d], stride_of[d]) for d in range(nd)
+                   if stride_of[d] and kernel_shape[d] > 1)
+    # contiguous innermost run: trailing kernel dims read with their natural strides
+    inner = 1
+    for d in range(nd - 1, -1, -1):
+        if stride_of[d] == kstrides[d] and (inner == kstrides[d]):
+            inner *= kernel_shape[d]
+        else:
+            break
+    return Access("general", coeffs, inner)
+
+
+# --------------------------------------------------------------------------- code generation
+
+
+def _literal(val, ctype: str) -> str:
+    v = np.asarray(val).item()
+    if ctype in ("float", "double"):
+        v = float(v)
+        if math.isnan(v):
+            text = "NAN"
+        elif math.isinf(v):
+            text = "INFINITY" if v > 0 else "-INFINITY"
+        else:
+            text = repr(v)
+            if "e" not in text and "." not in text:
+                text += ".0"
+        return f"(({ctype}){text})"
+    if ctype == "uchar":
+        return "1" if v else "0"
+    return f"(({ctype}){int(v)})"
+
+
+class ExprWriter:
+    """Writes the body computing a group's values at element ``e`` (vector or scalar form).
+
+    Bools live as masks in registers: ``int`` lanes of -1/0 in vector form, 1/0 scalars."""
+
+    def __init__(self, vector: bool, inputs: dict, accesses: dict):
+        self.vector = vector
+        self.inputs = inputs      # Var -> parameter name
+        self.accesses = accesses  # Var -> Access
+        self.names: dict = {}
+        self.lines: list = []
+        self.count = 0
+
+    def vtype(self, ctype: str) -> str:
+        if ctype == "uchar":
+            return "int8" if self.vector else "int"
+        return f"{ctype}{VEC}" if self.vector else ctype
+
+    def load(self, var, e: str) -> str:
+        """Read kernel input ``var`` at element e (vector: elements e..e+7)."""
+        p = self.inputs[var]
+        acc = self.accesses[var]
+        ct = CTYPE[var.aval.dtype]
+        if not self.vector:
+            raw = f"{p}[{acc.index(e)}]"
+            return f"((int){raw})" if ct == "uchar" else raw
+        if acc.kind == "scalar":
+            raw = f"(({ct}{VEC})({p}[0]))"
+        elif acc.kind == "full" or (acc.kind == "general" and acc.inner % VEC == 0):
+            raw = f"vload{VEC}(0, {p} + {acc.index(e)})"
+        else:
+            lanes = ", ".join(f"{p}[{acc.index(f'({e} + {k})')}]" for k in range(VEC))
+            raw = f"(({ct}{VEC})({lanes}))"
+        return f"(-convert_int{VEC}({raw}))" if ct == "uchar" else raw
+
+    def atom(self, a, ctype: str, e: str) -> str:
+        if type(a) is Literal:
+            lit = _literal(a.val, ctype if a.aval.dtype != np.dtype(bool) else "uchar")
+            if a.aval.dtype == np.dtype(bool):
+                lit = ("-1" if np.asarray(a.val).item() else "0") if self.vector else lit
+                return f"((int{VEC})({lit}))" if self.vector else lit
+            return f"(({ctype}{VEC}){lit})" if self.vector else lit
+        if a in self.names:
+            return self.names[a]
+        return self.load(a, e)
+
+    def mask_cast(self, ctype: str) -> str:
+        """Convert a bool mask (int lanes) to the mask type select() wants for ``ctype`` values."""
+        if not self.vector:
+            return ""
+        return f"convert_{MASK_OF[ctype]}{VEC}"
+
+    def emit(self, eqn, e: str) -> None:
+        name = eqn.primitive.name
+        out = eqn.out_vars[0]
+        oct_ = CTYPE[out.aval.dtype]
+        in_ct = [CTYPE[a.aval.dtype] for a in eqn.inputs]
+        args = [self.atom(a, ct, e) for a, ct in zip(eqn.inputs, in_ct)]
+        if name == "convert_element_type":
+            src = in_ct[0]
+            if oct_ == "uchar":
+                cmp = f"({args[0]} != (({src}{VEC if self.vector else ''})0))" if src != "uchar" else args[0]
+                expr = (f"convert_int{VEC}({cmp})" if self.vector and src in ("double", "long") else cmp)
+            elif src == "uchar":
+                expr = f"convert_{oct_}{VEC}(-{args[0]})" if self.vector else f"(({oct_}){args[0]})"
+            else:
+                expr = f"convert_{oct_}{VEC}({args[0]})" if self.vector else f"(({oct_}){args[0]})"
+        elif name in _COMPARE:
+            expr = f"({args[0]} {_COMPARE[name]} {args[1]})"
+            if self.vector and in_ct[0] in ("double", "long"):
+                expr = f"convert_int{VEC}{expr}"
+        elif name == "select":
+            p, t, f = args
+            expr = f"select({f}, {t}, {self.mask_cast(oct_)}({p}))" if self.vector else f"({p} ? {t} : {f})"
+        elif name == "not":
+            expr = f"(~{args[0]})" if self.vector else f"(!{args[0]})"
+        elif name == "integer_pow":
+            y = eqn.params["y"]
+            x = args[0]
+            one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
+            if y == 0:
+                expr = one
+            else:
+                base = self.fresh(oct_, x)
+                prod = " * ".join([base] * abs(y))
+                expr = f"({prod})" if y > 0 else f"({one} / ({prod}))"
+        elif oct_ == "uchar":
+            expr = _BOOL_OPS[name].format(*args)
+        elif oct_ in ("float", "double"):
+            one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
+            mask = self.mask_cast(oct_) if self.vector else ""
+            tmpl = _FLOAT_OPS[name]
+            if name in ("max", "min") and not self.vector:
+                tmpl = "((isnan({0}) || isnan({1})) ? ({0} + {1}) : f%s({0}, {1}))" % name
+            if name in ("max", "min", "rem", "floor_div"):
+                args = [self.fresh(oct_, a) for a in args]
+            expr = tmpl.format(*args, one=one, mask=mask)
+        else:
+            expr = _INT_OPS[name].format(*args)
+        self.names[out] = self.fresh(oct_, expr)
+
+    def fresh(self, ctype: str, expr: str) -> str:
+        name = f"t{self.count}"
+        self.count += 1
+        self.lines.append(f"{self.vtype(ctype)} {name} = {expr};")
+        return name
+
+
+def group_inputs(group: Group) -> list:
+    """Values read by the group but produced outside it (in first-use order)."""
+    produced = group.produced()
+    seen: dict = {}
+    for eqn in group.eqns:
+        for a in eqn.inputs:
+            if type(a) is not Literal and a not in produced:
+                seen.setdefault(a, None)
+    return list(seen)
+
+
+def _params(inputs: list, names: dict, outputs: list, out_names: dict) -> str:
+    ps = [f"__global const {CTYPE[v.aval.dtype]}* restrict {names[v]}" for v in inputs]
+    ps += [f"__global {CTYPE[v.aval.dtype]}* restrict {out_names[v]}" for v in outputs]
+    return ", ".join(ps)
+
+
+def _store(writer: ExprWriter, var, ptr: str, e: str) -> str:
+    val = writer.names.get(var)
+    if val is None:  # an output that is a kernel input passed through
+        val = writer.load(var, e)
+    ct = CTYPE[var.aval.dtype]
+    if writer.vector:
+        if ct == "uchar":
+            return f"vstore{VEC}(convert_uchar{VEC}(-({val})), 0, {ptr} + {e});"
+        return f"vstore{VEC}({val}, 0, {ptr} + {e});"
+    if ct == "uchar":
+        return f"{ptr}[{e}] = (uchar)({val} != 0);"
+    return f"{ptr}[{e}] = {val};"
+
+
+def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict) -> tuple[str, list]:
+    """Source of one fused elementwise kernel; returns (source, input vars)."""
+    inputs = group_inputs(group)
+    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
+    out_names = {v: f"out{i}" for i, v in enumerate(outputs)}
+    bodies = []
+    for vector in (True, False):
+        w = ExprWriter(vector, in_names, accesses)
+        e = "base" if vector else "i"
+        for eqn in group.eqns:
+            w.emit(eqn, e)
+        stores = [_store(w, v, out_names[v], e) for v in outputs]
+        bodies.append("\n        ".join(w.lines + stores))
+    src = f"""
+__kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long n) {{
+    const long base = (long)get_global_id(0) * {VEC};
+    if (base + {VEC} <= n) {{
+        {bodies[0]}
+    }} else {{
+        for (long i = base; i < n; i++) {{
+        {bodies[1]}
+        }}
+    }}
+}}"""
+    return src, inputs
+
+
+def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict, chunks: int) -> tuple[str, list]:
+    """Source of a reduction kernel; with ``group`` the operand is computed inline.
+
+    Work-item ``gid`` computes output ``gid / chunks`` over the ``gid % chunks``-th slice of the
+    reduced elements (chunks > 1 writes partial results that a second pass combines)."""
+    x = reduce_eqn.inputs[0]
+    xshape = x.aval.shape
+    axes = reduce_eqn.params["axes"]
+    kind = reduce_eqn.primitive.name
+    out = reduce_eqn.out_vars[0]
+    ct = CTYPE[out.aval.dtype]
+    kept = [d for d in range(len(xshape)) if d not in axes]
+    xstrides = _contiguous_strides(xshape)
+    kept_shape = [xshape[d] for d in kept]
+    red_shape = [xshape[d] for d in axes]
+    kept_cs, red_cs = _contiguous_strides(kept_shape), _contiguous_strides(red_shape)
+    R = _size(red_shape)
+    # base offset of output o, and offset of reduced element r, in x's flat index space
+    base_terms = [f"((o / {kept_cs[k]}) % {kept_shape[k]}) * {xstrides[d]}" for k, d in enumerate(kept)
+                  if kept_shape[k] > 1] or ["0"]
+    red_terms = [f"((r / {red_cs[k]}) % {red_shape[k]}) * {xstrides[d]}" for k, d in enumerate(axes)
+                 if red_shape[k] > 1] or ["0"]
+    contiguous_tail = tuple(axes) == tuple(range(len(xshape) - len(axes), len(xshape)))
+    inputs = group_inputs(group) if group is not None else [x]
+    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
+    init = {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
+    if ct in ("int", "long"):
+        init = {"reduce_sum": "0", "reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
+                "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
+
+    def combine(acc: str, v: str, vector: bool) -> str:
+        if kind == "reduce_sum":
+            return f"{acc} += {v};"
+        cmp = ">" if kind == "reduce_max" else "<"
+        if ct in ("int", "long"):
+            return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, {v});"
+        if vector:
+            return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"
+        return f"{acc} = (({v} {cmp} {acc}) || isnan({v})) ? {v} : {acc};"
+
+    def value_at(vector: bool, e: str) -> tuple[list, str]:
+        w = ExprWriter(vector, in_names, accesses)
+        w.count = 1000 if vector else 0
+        if group is None:
+            return [], w.load(x, e)
+        for eqn in group.eqns:
+            w.emit(eqn, e)
+        return w.lines, w.names[x]
+
+    s_lines, s_val = value_at(False, "e")
+    vec_loop = ""
+    if contiguous_tail and R >= VEC and ct in ("float", "double"):
+        v_lines, v_val = value_at(True, "e")
+        hsum = {"reduce_sum": " + ".join(f"vacc.s{k}" for k in range(VEC))}.get(kind)
+        if hsum is None:
+            fn = "fmax" if kind == "reduce_max" else "fmin"
+            hsum = "vacc.s0"
+            for k in range(1, VEC):
+                hsum = f"{fn}({hsum}, vacc.s{k})"
+        vec_loop = f"""
+    {ct}{VEC} vacc = ({ct}{VEC})({init});
+    for (; r + {VEC} <= r_end; r += {VEC}) {{
+        const long e = xbase + r;
+        {chr(10).join('        ' + l for l in v_lines).strip()}
+        {combine('vacc', v_val, True)}
+    }}
+    {{ {ct} h = {hsum}; {combine('acc', 'h', False)} }}"""
+    src = f"""
+__kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
+    const long gid = get_global_id(0);
+    const long o = gid / {chunks};
+    const long chunk = gid % {chunks};
+    const long per = ({R} + {chunks} - 1) / {chunks};
+    long r = chunk * per;
+    const long r_end = min((long){R}, r + per);
+    const long xbase = {' + '.join(base_terms)};
+    {ct} acc = {init};{vec_loop if contiguous_tail else ''}
+    for (; r < r_end; r++) {{
+        const long e = xbase + {' + '.join(red_terms) if not contiguous_tail else 'r'};
+        {chr(10).join('        ' + l for l in s_lines).strip()}
+        {combine('acc', s_val, False)}
+    }}
+    out0[gid] = acc;
+}}"""
+    return src, inputs

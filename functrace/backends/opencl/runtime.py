@@ -1,0 +1,229 @@
+"""OpenCL runtime: device choice, a context and queue, device arrays, and the program cache.
+
+* ``devices()`` lists the OpenCL devices; ``ft.config.update("device", ...)`` or
+  ``FUNCTRACE_DEVICE`` picks one (an index into that list or a substring of its name).
+* ``Array`` is a device buffer with a shape and dtype; ``np.asarray`` copies it to the host.
+  On CPU devices buffers are allocated in host-accessible memory (``ALLOC_HOST_PTR``).
+* Programs are cached by a hash of their source, device and driver: in memory, and on disk as
+  device binaries (written atomically; an unreadable or foreign entry is rebuilt).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ...config import config
+
+_state: dict = {}
+_lock = threading.Lock()
+
+
+def _cl():
+    try:
+        import pyopencl as cl
+    except Exception as e:  # pragma: no cover - depends on the machine
+        raise RuntimeError(f"pyopencl is not usable: {e}") from e
+    return cl
+
+
+def devices() -> list:
+    """All OpenCL devices of all platforms (empty when no platform is installed)."""
+    try:
+        cl = _cl()
+        return [d for p in cl.get_platforms() for d in p.get_devices()]
+    except Exception:
+        return []
+
+
+_PROBE = "__kernel void probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
+
+
+def usable(device) -> bool:
+    """Can this device compile a kernel?  (Some installed drivers cannot: e.g. a PoCL built with
+    an LLVM that does not know the host CPU fails every build with "unknown target CPU".)"""
+    key = ("usable", device.int_ptr)
+    if key not in _state:
+        try:
+            cl = _cl()
+            cl.Program(cl.Context([device]), _PROBE).build()
+            _state[key] = True
+        except Exception:
+            _state[key] = False
+    return _state[key]
+
+
+def _choose(devs: list):
+    want = config.device  # ft.config.update("device", ...) or FUNCTRACE_DEVICE
+    if want is None or want == "":
+        ok = [d for d in devs if usable(d)]
+        gpus = [d for d in ok if d.type & _cl().device_type.GPU]
+        return (gpus or ok or [None])[0]
+    if isinstance(want, int) or str(want).isdigit():
+        i = int(want)
+        if not 0 <= i < len(devs):
+            raise ValueError(f"functrace device index {i} out of range; devices: {[d.name for d in devs]}")
+        return devs[i]
+    for d in devs:
+        if str(want).lower() in d.name.lower():
+            return d
+    raise ValueError(f"no OpenCL device matches {want!r}; devices: {[d.name for d in devs]}")
+
+
+class Runtime:
+    """The chosen device with its context and in-order queue."""
+
+    def __init__(self, device):
+        cl = _cl()
+        self.cl = cl
+        self.device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context)
+        self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.name = device.name
+        self.fingerprint = f"{device.platform.name}|{device.platform.version}|{device.name}|{device.driver_version}"
+        self.supports_fp64 = "cl_khr_fp64" in device.extensions or device.double_fp_config != 0
+        self._programs: dict = {}
+
+    # ------------------------------------------------------------------ programs
+
+    def program(self, source: str, options: str = ""):
+        """A built program for ``source``: from memory, else from the disk cache, else compiled."""
+        key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._load_or_build(key, source, options)
+            self._programs[key] = prog
+        return prog
+
+    def _load_or_build(self, key: str, source: str, options: str):
+        cl = self.cl
+        path = os.path.join(cache_dir(), key + ".bin")
+        if os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    blob = f.read()
+                header, binary = blob[:64], blob[64:]
+                if header.decode() != key:
+                    raise ValueError("foreign cache entry")
+                prog = cl.Program(self.context, [self.device], [binary]).build(options=options)
+                return prog
+            except Exception:
+                pass  # corrupt, foreign or stale: rebuild below
+        prog = cl.Program(self.context, source).build(options=options)
+        try:
+            binary = prog.get_info(cl.program_info.BINARIES)[0]
+            _atomic_write(path, key.encode() + binary)
+        except Exception:
+            pass  # a cache we cannot write only costs compile time
+        return prog
+
+    # ------------------------------------------------------------------ buffers
+
+    def empty(self, shape: tuple, dtype) -> "Array":
+        dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
+        flags = self.cl.mem_flags.READ_WRITE | (self.cl.mem_flags.ALLOC_HOST_PTR if self.is_cpu else 0)
+        return Array(self, self.cl.Buffer(self.context, flags, nbytes), shape, dtype)
+
+    def to_device(self, x) -> "Array":
+        """A device copy of a host array (``Array`` inputs are returned as they are)."""
+        if isinstance(x, Array):
+            return x
+        x = np.ascontiguousarray(x)
+        if x.size == 0:
+            return self.empty(x.shape, x.dtype)
+        buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE | self.cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+        return Array(self, buf, x.shape, x.dtype)
+
+    def write(self, out: "Array", x) -> None:
+        """Copy host data into an existing device array."""
+        x = np.ascontiguousarray(np.asarray(x, dtype=out.dtype).reshape(out.shape))
+        if x.size:
+            self.cl.enqueue_copy(self.queue, out.buffer, x)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cache_dir() -> str:
+    base = os.environ.get("FUNCTRACE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "functrace")
+    return os.path.join(base, "opencl")
+
+
+class Array:
+    """An array in device memory (what OpenCL-jitted functions return).  ``np.asarray(a)``
+    copies it to the host; passing it back to a jitted function uses the buffer in place."""
+
+    __array_priority__ = 100
+
+    def __init__(self, runtime: Runtime, buffer, shape: tuple, dtype):
+        self.runtime = runtime
+        self.buffer = buffer
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.empty(self.shape, self.dtype)
+        if out.size:
+            self.runtime.cl.enqueue_copy(self.runtime.queue, out, self.buffer)  # blocking
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"Array({np.asarray(self)!r}, device={self.runtime.name!r})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __float__(self) -> float:
+        return float(np.asarray(self))
+
+    def item(self):
+        return np.asarray(self).item()
+
+    def block_until_ready(self) -> "Array":
+        self.runtime.queue.finish()
+        return self
+
+
+def runtime() -> Runtime | None:
+    """The process-wide runtime for the configured device; None (with one warning) when no
+    OpenCL platform or device is available."""
+    want = config.device
+    with _lock:
+        if _state.get("want", object()) == want and "runtime" in _state:
+            return _state["runtime"]
+        devs = devices()
+        chosen = _choose(devs) if devs else None
+        rt = Runtime(chosen) if chosen is not None else None
+        if rt is None and not _state.get("warned"):
+            warnings.warn("functrace: no usable OpenCL device found; jit falls back to the numpy backend. "
+                          "Install one (e.g. `pip install pocl-binary-distribution` for the CPU).", RuntimeWarning,
+                          stacklevel=3)
+            _state["warned"] = True
+        _state["want"], _state["runtime"] = want, rt
+        return rt
