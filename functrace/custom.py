@@ -7,39 +7,110 @@
   (as in JAX).
 * ``checkpoint``: reverse mode saves only what ``policy`` allows and recomputes the rest
   in the backward pass, which is one opaque sub-program so CSE cannot undo the remat.
+
+Values the function closes over, and tracers passed in ``nondiff_argnums``, are operands of
+the primitive, so every transformation sees them (under ``vmap`` the rules get them per
+example).  The user rules themselves run when a transformation asks for them, possibly
+after an enclosing ``vmap`` has finished: a rule closing over a value that vmap batches is
+reported as an error (pass it as an argument instead).  Rule outputs are checked against the
+function's types (shape, dtype, structure), so a wrong rule fails loudly.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from . import primitives as P
 from . import tree_util
-from .autodiff import float_mask, jvp_of_closed, vjp_flat, jvp_flat
+from .autodiff import float_mask, jvp_of_closed, vjp_flat
 from .batching import vmap
-from .core import ClosedJaxpr, Jaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
-from .lax import _run, _zeros_if_none, _to_array, _avals
-from .optimize import partial_eval
+from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
+from .errors import UnexpectedTracerError, user_frame_description
+from .lax import _avals, _fname, _hoist_consts, _run, _split3, _stage, _to_array, _zeros_if_none
+from .optimize import dce, partial_eval
 from .primitives import new_primitive, shape_of
-from .staging import trace_to_jaxpr
 
 
-def _fname(f) -> str:
-    return getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
+class _Traced:
+    """A user function traced over its arguments (shared by ``custom_jvp``, ``custom_vjp`` and
+    ``checkpoint``).
+
+    The primitive's operands are ``[*consts, *nondiff, *leaves]``:
+
+    * ``consts``: the values the function closes over, hoisted so that an enclosing
+      transformation sees them (``program`` takes them as its leading inputs);
+    * ``nondiff``: the tracers among the static (``nondiff_argnums`` / ``static_argnums``)
+      arguments.  They are operands too, so that e.g. a ``vmap`` hands the rules per-example
+      values; the other static values stay Python objects, usable in Python control flow;
+    * ``leaves``: the flattened differentiable arguments (structure ``in_tree``)."""
+
+    def __init__(self, fun: Callable, args: tuple, static_argnums: tuple):
+        self.static_argnums, self.nargs = static_argnums, len(args)
+        static, diff = _split_args(args, static_argnums)
+        self.static_leaves, self.static_tree = tree_util.tree_flatten(static)
+        self.nondiff_pos = [i for i, x in enumerate(self.static_leaves) if isinstance(x, Tracer)]
+        self.nondiff = [self.static_leaves[i] for i in self.nondiff_pos]
+        leaves, self.in_tree = tree_util.tree_flatten(diff)
+        self.leaves = [_to_array(x) for x in leaves]
+        self.in_avals = _avals(self.leaves)
+        self.arg_trees = [tree_util.tree_structure(a) for a in diff]
+        n_nd = len(self.nondiff)
+        out_tree_box = []
+
+        def flat_fun(*xs):
+            out = fun(*self.merge(xs[:n_nd], xs[n_nd:]))
+            out_leaves, out_tree = tree_util.tree_flatten(out)
+            out_tree_box.append(out_tree)
+            return out_leaves
+
+        self.program, self.consts = _hoist_consts(_stage(flat_fun, _avals(self.nondiff) + self.in_avals))
+        self.out_tree = out_tree_box[0]
+
+    def operands(self) -> list:
+        return [*self.consts, *self.nondiff, *self.leaves]
+
+    def statics(self, nondiff: Sequence) -> tuple:
+        """The static arguments, with ``nondiff`` in place of their traced leaves."""
+        leaves = list(self.static_leaves)
+        for i, v in zip(self.nondiff_pos, nondiff):
+            leaves[i] = v
+        return tree_util.tree_unflatten(self.static_tree, leaves)
+
+    def merge(self, nondiff: Sequence, leaves: Sequence) -> tuple:
+        """All arguments, in the user's order, from the traced static values and the leaves."""
+        diff = tree_util.tree_unflatten(self.in_tree, leaves)
+        return _merge_args(self.statics(nondiff), diff, self.static_argnums, self.nargs)
 
 
-def _trace_hoisted(flat_fun: Callable, avals: list) -> tuple[ClosedJaxpr, list]:
-    """Trace ``flat_fun``; its closed-over values become leading inputs (returned as values)."""
-    closed = trace_to_jaxpr(flat_fun, avals)
-    j = closed.jaxpr
-    return ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), []), list(closed.consts)
+def _match_types(vals: list, ref_avals: list, what: str, fname: str) -> list:
+    """Check user-rule outputs against the abstract values they must have: equal shapes and,
+    for float references, equal dtypes (a weakly typed Python scalar is cast).  A ``None`` for
+    a float reference is a zero."""
+    out = []
+    for k, (v, ra) in enumerate(zip(vals, ref_avals)):
+        if v is None:
+            out.append(np.zeros(ra.shape, ra.dtype) if is_float_dtype(ra.dtype) else None)
+            continue
+        va = get_aval(v)
+        if va.shape != ra.shape or (is_float_dtype(ra.dtype) and va.dtype != ra.dtype and not va.weak_type):
+            raise TypeError(f"{what} of `{fname}`: leaf {k} has type {va.str_short()}, expected "
+                            f"{ra.str_short()} {user_frame_description()}")
+        out.append(P.convert_element_type(v, ra.dtype) if is_float_dtype(ra.dtype) and va.dtype != ra.dtype
+                   else _to_array(v))
+    return out
 
 
-def _closed_over_error(kind: str, fname: str):
-    return TypeError(f"{kind} function `{fname}` closes over a value that is being differentiated; "
-                     "pass it as an explicit argument instead so the custom rule can see it.")
+def _check_no_derivative(flows: Sequence[bool], num_consts: int, num_nondiff: int, kind: str, fname: str):
+    """Custom rules only see their explicit differentiable arguments: a derivative flowing into
+    a closed-over value or a nondiff argument cannot be handled, so it is an error."""
+    if any(flows[:num_consts]):
+        raise TypeError(f"{kind} function `{fname}` closes over a value that is being differentiated; "
+                        "pass it as an explicit argument instead so the custom rule can see it.")
+    if any(flows[num_consts:num_consts + num_nondiff]):
+        raise TypeError(f"{kind} function `{fname}`: an argument in nondiff_argnums depends on a value being "
+                        "differentiated; make it a regular (differentiable) argument instead.")
 
 
 def _split_args(args, nondiff_argnums):
@@ -62,51 +133,73 @@ def _force_batched(vals, dims):
     return out, size
 
 
+def _batch_call(call: ClosedJaxpr, vals: list) -> ClosedJaxpr:
+    """The primal program vmapped over axis 0 of every operand."""
+    return _stage(vmap(lambda *a: eval_jaxpr(call.jaxpr, call.consts, *a), in_axes=0), _avals(vals))
+
+
+def _run_batched_rule(f: Callable, args: tuple, what: str, fname: str):
+    """Run a user rule vmapped by a batching rule.
+
+    The enclosing transformation runs the rule when it needs it, possibly after the ``vmap``
+    that batched the function has finished, and that vmap's tracers cannot take part: a rule
+    closing over a value batched by it would leak or compute a wrong result.  Report that
+    clearly instead (values the rule needs must be arguments: they are batched with it)."""
+    msg = (f"the {what} of `{fname}` closes over a value batched by an enclosing vmap; pass such values "
+           "as arguments of the custom function (regular arguments or nondiff_argnums) instead.")
+    try:
+        out = f(*args)
+    except UnexpectedTracerError as e:
+        raise UnexpectedTracerError(f"{msg} ({e})") from None
+    top = max((x._trace.level for x in tree_util.tree_leaves(args) if isinstance(x, Tracer)), default=-1)
+    if any(isinstance(o, Tracer) and o._trace.level > top for o in tree_util.tree_leaves(out)):
+        raise UnexpectedTracerError(msg)
+    return out
+
+
 # --------------------------------------------------------------------------- custom_jvp
 
 custom_jvp_call_p = new_primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
-custom_jvp_call_p.impl = lambda *args, call, jvp, num_consts: _run(call, args)
-custom_jvp_call_p.abstract_eval = lambda *avals, call, jvp, num_consts: call.out_avals
+custom_jvp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_jvp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
 
-def _custom_jvp_jvp(primals, tangents, *, call, jvp, num_consts):
-    if any(t is not None for t in tangents[:num_consts]):
-        raise _closed_over_error("custom_jvp", getattr(jvp, "fname", "?"))
-    args = primals[num_consts:]
-    tan = _zeros_if_none(tangents[num_consts:], args)
-    outs, t_outs = jvp(args, tan)
-    return outs, t_outs
+def _custom_jvp_jvp(primals, tangents, *, call, jvp, num_consts, num_nondiff):
+    _check_no_derivative([t is not None for t in tangents], num_consts, num_nondiff, "custom_jvp", jvp.fname)
+    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
+    tan = _zeros_if_none(tangents[num_consts + num_nondiff:], args)
+    return jvp(nondiff, args, tan)
 
 
-def _custom_jvp_vjp(primals, needs_ct, *, call, jvp, num_consts):
-    if any(needs_ct[:num_consts]):
-        raise _closed_over_error("custom_jvp", getattr(jvp, "fname", "?"))
-    args = primals[num_consts:]
-    outs = custom_jvp_call_p.bind(*primals, call=call, jvp=jvp, num_consts=num_consts)
-    diff = [n and is_float_dtype(get_aval(a).dtype) for n, a in zip(needs_ct[num_consts:], args)]
+def _custom_jvp_vjp(primals, needs_ct, *, call, jvp, num_consts, num_nondiff):
+    _check_no_derivative(needs_ct, num_consts, num_nondiff, "custom_jvp", jvp.fname)
+    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
+    outs = custom_jvp_call_p.bind(*primals, call=call, jvp=jvp, num_consts=num_consts, num_nondiff=num_nondiff)
+    diff = [n and is_float_dtype(get_aval(a).dtype) for n, a in zip(needs_ct[num_consts + num_nondiff:], args)]
 
     def backward(cts):
         # the user rule is linear in the tangents: its vjp in t is the transpose we need
         zero_t = [P.zeros_like(a) for a in args]
-        _, pull = vjp_flat(lambda *ts: jvp(args, list(ts))[1], zero_t, diff)
+        _, pull = vjp_flat(lambda *ts: jvp(nondiff, args, list(ts))[1], zero_t, diff)
         res = iter(pull(cts))
-        return [None] * num_consts + [next(res) if d else None for d in diff]
+        return [None] * (num_consts + num_nondiff) + [next(res) if d else None for d in diff]
 
     return outs, backward
 
 
-def _custom_jvp_batch(vals, dims, *, call, jvp, num_consts):
+def _custom_jvp_batch(vals, dims, *, call, jvp, num_consts, num_nondiff):
     vals, size = _force_batched(vals, dims)
-    axes = (0,) * len(vals)
-    new_call = trace_to_jaxpr(vmap(lambda *a: eval_jaxpr(call.jaxpr, call.consts, *a), in_axes=axes), _avals(vals))
-    def batched_jvp(primals, tangents):
-        f = vmap(lambda p, t: tuple(jvp(list(p), list(t))), in_axes=(0, 0), axis_size=size)
-        outs, t_outs = f(tuple(primals), tuple(_zeros_if_none(tangents, primals)))
+    f = vmap(lambda nd, p, t: tuple(jvp(list(nd), list(p), list(t))), axis_size=size)
+
+    def batched_jvp(nondiff, primals, tangents):
+        outs, t_outs = _run_batched_rule(f, (tuple(nondiff), tuple(primals), tuple(tangents)),
+                                         "custom_jvp rule", jvp.fname)
         return list(outs), list(t_outs)
 
-    batched_jvp.fname = getattr(jvp, "fname", "?")
-    outs = custom_jvp_call_p.bind(*vals, call=new_call, jvp=batched_jvp, num_consts=num_consts)
+    batched_jvp.fname = jvp.fname
+    outs = custom_jvp_call_p.bind(*vals, call=_batch_call(call, vals), jvp=batched_jvp, num_consts=num_consts,
+                                  num_nondiff=num_nondiff)
     return outs, [0] * len(outs)
 
 
@@ -122,7 +215,8 @@ class custom_jvp:
         def f(x): ...
         @f.defjvp
         def f_jvp(primals, tangents): return f(*primals), tangent_out
-    """
+
+    The rule must be linear in the tangents: reverse mode transposes it."""
 
     def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
         self.fun = fun
@@ -151,77 +245,66 @@ class custom_jvp:
         fname = _fname(self.fun)
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function `{fname}`; use defjvp.")
-        nondiff, diff = _split_args(args, self.nondiff_argnums)
-        leaves, in_tree = tree_util.tree_flatten(diff)
-        leaves = [_to_array(x) for x in leaves]
-        out_tree_box = []
+        tr = _Traced(self.fun, args, self.nondiff_argnums)
+        out_avals, user_jvp = tr.program.out_avals, self.jvp
 
-        def flat_fun(*xs):
-            out = self.fun(*_merge_args(nondiff, tree_util.tree_unflatten(in_tree, xs), self.nondiff_argnums,
-                                        len(args)))
-            ol, ot = tree_util.tree_flatten(out)
-            out_tree_box.append(ot)
-            return ol
-
-        call, consts = _trace_hoisted(flat_fun, _avals(leaves))
-        out_tree = out_tree_box[0]
-        user_jvp = self.jvp
-
-        def flat_jvp(primals, tangents):
-            p = tree_util.tree_unflatten(in_tree, primals)
-            t = tree_util.tree_unflatten(in_tree, tangents)
-            out, t_out = user_jvp(*nondiff, tuple(p), tuple(t))
+        def flat_jvp(nondiff, primals, tangents):
+            p = tree_util.tree_unflatten(tr.in_tree, primals)
+            t = tree_util.tree_unflatten(tr.in_tree, tangents)
+            out, t_out = user_jvp(*tr.statics(nondiff), tuple(p), tuple(t))
             o_leaves, o_tree = tree_util.tree_flatten(out)
             t_leaves, t_tree = tree_util.tree_flatten(t_out)
-            if o_tree != out_tree or t_tree != out_tree:
+            if o_tree != tr.out_tree or t_tree != tr.out_tree:
                 raise TypeError(f"custom_jvp rule of `{fname}` must return (primal_out, tangent_out) with the "
-                                f"function's output structure {out_tree}; got {o_tree} and {t_tree}")
+                                f"function's output structure {tr.out_tree}; got {o_tree} and {t_tree}")
+            o_leaves = _match_types(o_leaves, out_avals, "custom_jvp rule primal output", fname)
+            t_leaves = _match_types(t_leaves, out_avals, "custom_jvp rule tangent output", fname)
             return o_leaves, t_leaves
 
         flat_jvp.fname = fname
-        outs = custom_jvp_call_p.bind(*consts, *leaves, call=call, jvp=flat_jvp, num_consts=len(consts))
-        return tree_util.tree_unflatten(out_tree, outs)
+        outs = custom_jvp_call_p.bind(*tr.operands(), call=tr.program, jvp=flat_jvp, num_consts=len(tr.consts),
+                                      num_nondiff=len(tr.nondiff))
+        return tree_util.tree_unflatten(tr.out_tree, outs)
 
 
 # --------------------------------------------------------------------------- custom_vjp
 
 custom_vjp_call_p = new_primitive("custom_vjp_call")
 custom_vjp_call_p.multiple_results = True
-custom_vjp_call_p.impl = lambda *args, call, fwd, bwd, num_consts: _run(call, args)
-custom_vjp_call_p.abstract_eval = lambda *avals, call, fwd, bwd, num_consts: call.out_avals
+custom_vjp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_vjp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
 
-def _custom_vjp_jvp(primals, tangents, *, call, fwd, bwd, num_consts):
+def _custom_vjp_jvp(primals, tangents, *, call, fwd, bwd, num_consts, num_nondiff):
     raise TypeError(f"can't apply forward-mode autodiff (jvp) to a custom_vjp function "
-                    f"(`{getattr(fwd, 'fname', '?')}`); define it with custom_jvp to support jvp / jacfwd / "
-                    "hessian.")
+                    f"(`{fwd.fname}`); define it with custom_jvp to support jvp / jacfwd / hessian.")
 
 
-def _custom_vjp_vjp(primals, needs_ct, *, call, fwd, bwd, num_consts):
-    if any(needs_ct[:num_consts]):
-        raise _closed_over_error("custom_vjp", getattr(fwd, "fname", "?"))
-    args = primals[num_consts:]
-    outs, residuals = fwd(args)
+def _custom_vjp_vjp(primals, needs_ct, *, call, fwd, bwd, num_consts, num_nondiff):
+    _check_no_derivative(needs_ct, num_consts, num_nondiff, "custom_vjp", fwd.fname)
+    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
+    outs, residuals = fwd(nondiff, args)
 
     def backward(cts):
-        return [None] * num_consts + list(bwd(residuals, _zeros_if_none(cts, outs)))
+        return [None] * (num_consts + num_nondiff) + list(bwd(nondiff, residuals, _zeros_if_none(cts, outs)))
 
     return outs, backward
 
 
-def _custom_vjp_batch(vals, dims, *, call, fwd, bwd, num_consts):
+def _custom_vjp_batch(vals, dims, *, call, fwd, bwd, num_consts, num_nondiff):
     vals, size = _force_batched(vals, dims)
-    axes = (0,) * len(vals)
-    new_call = trace_to_jaxpr(vmap(lambda *a: eval_jaxpr(call.jaxpr, call.consts, *a), in_axes=axes), _avals(vals))
+    f_fwd = vmap(lambda nd, a: fwd(list(nd), list(a)), axis_size=size)
+    f_bwd = vmap(lambda nd, r, c: tuple(bwd(list(nd), r, list(c))), axis_size=size)
 
-    def batched_fwd(args):
-        return vmap(lambda a: fwd(list(a)), axis_size=size)(tuple(args))
+    def batched_fwd(nondiff, args):
+        return _run_batched_rule(f_fwd, (tuple(nondiff), tuple(args)), "custom_vjp fwd", fwd.fname)
 
-    def batched_bwd(residuals, cts):
-        return vmap(lambda r, c: tuple(bwd(r, list(c))), axis_size=size)(residuals, tuple(cts))
+    def batched_bwd(nondiff, residuals, cts):
+        return _run_batched_rule(f_bwd, (tuple(nondiff), residuals, tuple(cts)), "custom_vjp bwd", fwd.fname)
 
-    batched_fwd.fname = getattr(fwd, "fname", "?")
-    outs = custom_vjp_call_p.bind(*vals, call=new_call, fwd=batched_fwd, bwd=batched_bwd, num_consts=num_consts)
+    batched_fwd.fname = fwd.fname
+    outs = custom_vjp_call_p.bind(*vals, call=_batch_call(call, vals), fwd=batched_fwd, bwd=batched_bwd,
+                                  num_consts=num_consts, num_nondiff=num_nondiff)
     return outs, [0] * len(outs)
 
 
@@ -249,54 +332,49 @@ class custom_vjp:
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         """``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, g) -> tuple of
-        cotangents, one per differentiable argument``."""
+        cotangents, one per differentiable argument`` (``None`` for a zero cotangent)."""
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
         fname = _fname(self.fun)
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function `{fname}`; use defvjp.")
-        nondiff, diff = _split_args(args, self.nondiff_argnums)
-        leaves, in_tree = tree_util.tree_flatten(diff)
-        leaves = [_to_array(x) for x in leaves]
-        out_tree_box = []
-        nd_idx, n = self.nondiff_argnums, len(args)
-
-        def flat_fun(*xs):
-            out = self.fun(*_merge_args(nondiff, tree_util.tree_unflatten(in_tree, xs), nd_idx, n))
-            ol, ot = tree_util.tree_flatten(out)
-            out_tree_box.append(ot)
-            return ol
-
-        call, consts = _trace_hoisted(flat_fun, _avals(leaves))
-        out_tree = out_tree_box[0]
+        tr = _Traced(self.fun, args, self.nondiff_argnums)
         user_fwd, user_bwd = self.fwd, self.bwd
 
-        def flat_fwd(primals):
-            res = user_fwd(*_merge_args(nondiff, tree_util.tree_unflatten(in_tree, primals), nd_idx, n))
+        def flat_fwd(nondiff, primals):
+            res = user_fwd(*tr.merge(nondiff, primals))
             if not (isinstance(res, tuple) and len(res) == 2):
                 raise TypeError(f"custom_vjp fwd of `{fname}` must return a pair (output, residuals)")
             out, residuals = res
             o_leaves, o_tree = tree_util.tree_flatten(out)
-            if o_tree != out_tree:
-                raise TypeError(f"custom_vjp fwd of `{fname}` returned structure {o_tree}, expected {out_tree}")
+            if o_tree != tr.out_tree:
+                raise TypeError(f"custom_vjp fwd of `{fname}` returned structure {o_tree}, expected {tr.out_tree}")
             return o_leaves, residuals
 
-        def flat_bwd(residuals, cts):
-            ct = user_bwd(*nondiff, residuals, tree_util.tree_unflatten(out_tree, cts))
-            if not isinstance(ct, tuple) or len(ct) != len(diff):
+        def flat_bwd(nondiff, residuals, cts):
+            ct = user_bwd(*tr.statics(nondiff), residuals, tree_util.tree_unflatten(tr.out_tree, cts))
+            n = len(tr.arg_trees)
+            if not isinstance(ct, tuple) or len(ct) != n:
                 raise TypeError(f"custom_vjp bwd of `{fname}` must return a tuple with one cotangent per "
-                                f"differentiable argument ({len(diff)}), got {type(ct).__name__}"
+                                f"differentiable argument ({n}), got {type(ct).__name__}"
                                 f"{' of length ' + str(len(ct)) if isinstance(ct, tuple) else ''}")
-            c_leaves, c_tree = tree_util.tree_flatten(ct)
-            if c_tree != in_tree:
-                raise TypeError(f"custom_vjp bwd of `{fname}` returned structure {c_tree}, expected {in_tree}")
-            return c_leaves
+            leaves = []
+            for k, (c, tree) in enumerate(zip(ct, tr.arg_trees)):
+                if c is None:  # a zero cotangent for the whole argument
+                    leaves += [None] * tree.num_leaves
+                    continue
+                c_leaves, c_tree = tree_util.tree_flatten(c)
+                if c_tree != tree:
+                    raise TypeError(f"custom_vjp bwd of `{fname}`: the cotangent of argument {k} has structure "
+                                    f"{c_tree}, expected {tree}")
+                leaves += c_leaves
+            return _match_types(leaves, tr.in_avals, "custom_vjp bwd cotangent", fname)
 
         flat_fwd.fname = fname
-        outs = custom_vjp_call_p.bind(*consts, *leaves, call=call, fwd=flat_fwd, bwd=flat_bwd,
-                                      num_consts=len(consts))
-        return tree_util.tree_unflatten(out_tree, outs)
+        outs = custom_vjp_call_p.bind(*tr.operands(), call=tr.program, fwd=flat_fwd, bwd=flat_bwd,
+                                      num_consts=len(tr.consts), num_nondiff=len(tr.nondiff))
+        return tree_util.tree_unflatten(tr.out_tree, outs)
 
 
 # --------------------------------------------------------------------------- checkpoint (remat)
@@ -327,7 +405,7 @@ checkpoint_p.abstract_eval = lambda *avals, jaxpr, policy: jaxpr.out_avals
 def _checkpoint_jvp(primals, tangents, *, jaxpr, policy):
     fl = float_mask(_avals(primals))
     t_in = [t for t, f in zip(_zeros_if_none(tangents, primals), fl) if f]
-    outs = checkpoint_p.bind(*primals, *t_in, jaxpr=jvp_of_closed(jaxpr), policy=policy)
+    outs = checkpoint_p.bind(*primals, *t_in, jaxpr=dce(jvp_of_closed(jaxpr)), policy=policy)
     n = len(jaxpr.out_avals)
     it = iter(outs[n:])
     return outs[:n], [next(it) if f else None for f in float_mask(jaxpr.out_avals)]
@@ -345,7 +423,7 @@ def _checkpoint_vjp(primals, needs_ct, *, jaxpr, policy):
         return list(outs) + [P.zeros_like(p) if c is None else c
                              for c, p in zip(cts, [p for p, d in zip(args[:n_in], diff) if d])]
 
-    comb = trace_to_jaxpr(combined, _avals(primals) + [a for a, f in zip(jaxpr.out_avals, out_fl) if f])
+    comb = _stage(combined, _avals(primals) + [a for a, f in zip(jaxpr.out_avals, out_fl) if f])
     known, unknown, _ = partial_eval(comb, [False] * n_in + [True] * sum(out_fl), policy)
     n_out = len(jaxpr.out_avals)
     fwd_outs = checkpoint_p.bind(*primals, jaxpr=known, policy=policy)
@@ -363,8 +441,8 @@ def _checkpoint_batch(vals, dims, *, jaxpr, policy):
     size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
     moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(vals, dims)]
     axes = tuple(0 if d is not None else None for d in dims)
-    new = trace_to_jaxpr(vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size),
-                         _avals(moved))
+    new = _stage(vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size),
+                 _avals(moved))
     outs = checkpoint_p.bind(*moved, jaxpr=new, policy=policy)
     return outs, [0] * len(outs)
 
@@ -385,20 +463,9 @@ def checkpoint(fun: Callable | None = None, *, policy: Callable | None = None,
 
     @functools.wraps(fun, updated=())
     def remat_fun(*args):
-        nondiff, diff = _split_args(args, static)
-        leaves, in_tree = tree_util.tree_flatten(diff)
-        leaves = [_to_array(x) for x in leaves]
-        out_tree_box = []
-
-        def flat_fun(*xs):
-            out = fun(*_merge_args(nondiff, tree_util.tree_unflatten(in_tree, xs), static, len(args)))
-            ol, ot = tree_util.tree_flatten(out)
-            out_tree_box.append(ot)
-            return ol
-
-        closed, consts = _trace_hoisted(flat_fun, _avals(leaves))
-        outs = checkpoint_p.bind(*consts, *leaves, jaxpr=closed, policy=policy)
-        return tree_util.tree_unflatten(out_tree_box[0], outs)
+        tr = _Traced(fun, args, static)
+        outs = checkpoint_p.bind(*tr.operands(), jaxpr=tr.program, policy=policy)
+        return tree_util.tree_unflatten(tr.out_tree, outs)
 
     return remat_fun
 

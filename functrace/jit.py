@@ -20,6 +20,9 @@ from .staging import trace_to_jaxpr
 from . import tree_util
 
 
+_PY_SCALARS = (bool, int, float, complex)
+
+
 def _leaf_signature(x) -> tuple:
     if type(x) is np.ndarray:
         return (x.shape, x.dtype, False)
@@ -140,8 +143,8 @@ class Jitted:
         entry, leaves = self._entry(args, kwargs)
         if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
             outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
-        else:
-            outs = entry.executable()(*leaves)
+        else:  # compiled programs take arrays; Python scalars were traced as weakly typed values
+            outs = entry.executable()(*[np.asarray(x) if type(x) in _PY_SCALARS else x for x in leaves])
         return tree_util.tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> Lowered:

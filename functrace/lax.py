@@ -12,9 +12,16 @@ enclosing transformation sees them.  Rules:
   (its trip count is dynamic), as in JAX; ``fori_loop`` with static bounds is a ``scan``;
 * batching: sub-programs are vmapped; a batched ``cond`` predicate becomes a select, a
   batched ``while_loop`` predicate runs until every member is done.
+
+Sub-programs are made without dead equations (``_stage``), since the jit optimizer does
+not enter them.  Types follow JAX: a ``cond`` predicate is a bool or an integer (nonzero is
+true), a ``switch`` index is clamped, loop carries given as Python scalars are weakly typed
+(``scan(f, 0.0, xs_float32)`` carries float32), and a ``fori_loop`` index has the bounds'
+integer dtype, weakly typed for Python-int bounds.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -24,7 +31,8 @@ from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
 from .batching import vmap
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_aval, is_float_dtype
-from .errors import ShapeError, user_frame_description
+from .errors import ConcretizationError, user_frame_description
+from .optimize import dce
 from .primitives import new_primitive, shape_of
 from .staging import trace_to_jaxpr
 
@@ -43,8 +51,25 @@ def _run(closed: ClosedJaxpr, args: Sequence) -> list:
     return exe(*args)
 
 
+def _stage(fun: Callable, in_avals: Sequence) -> ClosedJaxpr:
+    """Trace ``fun`` (flat lists in and out) into a sub-program, without dead equations.
+
+    Sub-programs built by the rules below often contain work nothing reads (e.g. the forward
+    half of ``vjp_of_closed`` where the backward pass does not need it); the jit optimizer
+    does not look inside sub-programs, so dead code is dropped here, where they are made."""
+    return dce(trace_to_jaxpr(fun, in_avals))
+
+
+def _hoist_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """Turn a traced function's captured values into leading inputs: returns (the program
+    taking [*captured, *inputs], the captured values)."""
+    j = closed.jaxpr
+    return ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), []), list(closed.consts)
+
+
 def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
-    """Trace a user function of pytrees; closed-over values are hoisted to leading operands.
+    """Trace a user function of pytrees; closed-over values are hoisted to leading operands
+    (so an enclosing transformation sees them as inputs of the primitive).
 
     Returns (ClosedJaxpr taking [*hoisted, *inputs], hoisted values, out_tree)."""
     out_tree_box = []
@@ -55,14 +80,40 @@ def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
         out_tree_box.append(tree)
         return leaves
 
-    closed = trace_to_jaxpr(flat, in_avals)
-    j = closed.jaxpr
-    opened = ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), [])
-    return opened, list(closed.consts), out_tree_box[0]
+    opened, consts = _hoist_consts(_stage(flat, in_avals))
+    return opened, consts, out_tree_box[0]
 
 
 def _avals(xs) -> list:
     return [get_aval(x) for x in xs]
+
+
+def _flatten_operands(tree) -> tuple[list, list, Any]:
+    """Flatten operands into arrays and their abstract values.  The avals are taken before
+    conversion, so Python scalars stay weakly typed, as in JAX (``0`` as a loop counter does
+    not turn an int32 or float32 computation into a 64-bit one)."""
+    leaves, treedef = tree_util.tree_flatten(tree)
+    return [_to_array(x) for x in leaves], _avals(leaves), treedef
+
+
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+
+
+def _promote_weak_carry(leaves: list, avals: list, out_avals: Sequence):
+    """JAX's rule for weakly typed loop carries: when the body turns a carry that started as a
+    Python scalar into a stronger dtype of at least its kind (``0.0`` -> float32, ``0`` ->
+    int32 or float32), the initial value is cast to that dtype.
+
+    Returns (leaves, avals), or None when nothing changes (then the body needs no retrace)."""
+    new_leaves, new_avals, changed = [], [], False
+    for x, a, o in zip(leaves, avals, out_avals):
+        if (a.weak_type and a.shape == o.shape and a.dtype != o.dtype
+                and _KIND_RANK.get(o.dtype.kind, -1) >= _KIND_RANK.get(a.dtype.kind, 9)):
+            x = P.convert_element_type(x, o.dtype) if isinstance(x, Tracer) else np.asarray(x, o.dtype)
+            a, changed = ShapedArray(a.shape, o.dtype, o.weak_type), True
+        new_leaves.append(x)
+        new_avals.append(a)
+    return (new_leaves, new_avals) if changed else None
 
 
 def _check_same_avals(what: str, got: Sequence, want: Sequence, fname: str):
@@ -104,7 +155,7 @@ def _cond_jvp(primals, tangents, *, branches):
     index, ops = primals[0], primals[1:]
     tops = tangents[1:]
     fl = float_mask(_avals(ops))
-    new_branches = tuple(jvp_of_closed(b) for b in branches)
+    new_branches = tuple(dce(jvp_of_closed(b)) for b in branches)
     t_in = [t for t, f in zip(_zeros_if_none(tops, ops), fl) if f]
     outs = cond_p.bind(index, *ops, *t_in, branches=new_branches)
     n = len(branches[0].out_avals)
@@ -120,7 +171,7 @@ def _cond_vjp(primals, needs_ct, *, branches):
     out_fl = float_mask(branches[0].out_avals)
 
     def backward(cts):
-        bwd = tuple(vjp_of_closed(b, diff) for b in branches)
+        bwd = tuple(dce(vjp_of_closed(b, diff)) for b in branches)
         ct_in = [c for c, f in zip(_zeros_if_none(cts, outs), out_fl) if f]
         res = cond_p.bind(index, *ops, *ct_in, branches=bwd)
         it = iter(res)
@@ -136,8 +187,8 @@ def _cond_batch(vals, dims, *, branches):
     moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(ops, odims)]
     axes0 = tuple(0 if d is not None else None for d in odims)
     new_branches = tuple(
-        trace_to_jaxpr(vmap(lambda *a, b=b: eval_jaxpr(b.jaxpr, b.consts, *a), in_axes=axes0, axis_size=size),
-                       _avals(moved))
+        _stage(vmap(lambda *a, b=b: eval_jaxpr(b.jaxpr, b.consts, *a), in_axes=axes0, axis_size=size),
+               _avals(moved))
         for b in branches)
     if idim is None:
         return cond_p.bind(index, *moved, branches=new_branches), [0] * len(branches[0].out_avals)
@@ -165,21 +216,33 @@ cond_p.vjp_rule = _cond_vjp
 cond_p.batch = _cond_batch
 
 
-def switch(index, branches: Sequence[Callable], *operands):
-    """Apply ``branches[index](*operands)`` (index clamped to range), as one primitive."""
-    if not branches:
-        raise ValueError("switch needs at least one branch")
-    leaves, in_tree = tree_util.tree_flatten(operands)
-    leaves = [_to_array(x) for x in leaves]
+def _scalar_operand(x, what: str):
+    x = _to_array(x)
+    aval = get_aval(x)
+    if aval.shape != ():
+        raise TypeError(f"{what} must be a scalar, got {aval.str_short()} {user_frame_description()}")
+    return x, aval
+
+
+def _describe_outputs(tree, avals) -> str:
+    return repr(tree_util.tree_unflatten(tree, [a.str_short() for a in avals])).replace("'", "")
+
+
+def _bind_branches(index, branches: Sequence[Callable], labels: Sequence[str], operands, what: str):
+    """Trace every branch on the operands' types and bind ``cond_p`` (index: int32 scalar)."""
+    leaves = [_to_array(x) for x in tree_util.tree_leaves(operands)]
+    in_tree = tree_util.tree_structure(operands)
     avals = _avals(leaves)
     traced = [_trace_user_fn(b, avals, in_tree) for b in branches]
-    out_tree = traced[0][2]
-    for (c, _, t), b in zip(traced[1:], branches[1:]):
-        if t != out_tree:
-            raise TypeError(f"switch/cond branches must return the same structure: `{_fname(branches[0])}` "
-                            f"returns {out_tree}, `{_fname(b)}` returns {t}")
-        _check_same_avals("branch outputs", c.out_avals, traced[0][0].out_avals, _fname(b))
-    # every branch takes all hoisted values of all branches, then the operands
+    ref_closed, _, ref_tree = traced[0]
+    ref = _describe_outputs(ref_tree, ref_closed.out_avals)
+    for (closed, _, tree), b, label in zip(traced[1:], branches[1:], labels[1:]):
+        got = _describe_outputs(tree, closed.out_avals)
+        if tree != ref_tree or got != ref:
+            raise TypeError(f"{what} branches must return the same structure, dtypes and shapes: {labels[0]} "
+                            f"`{_fname(branches[0])}` returns {ref}, but {label} `{_fname(b)}` returns {got} "
+                            f"{user_frame_description()}")
+    # every branch takes the hoisted values of all branches, then the operands
     all_consts = [c for _, consts, _ in traced for c in consts]
     counts = [len(consts) for _, consts, _ in traced]
     new_branches = []
@@ -190,19 +253,35 @@ def switch(index, branches: Sequence[Callable], *operands):
         others_after = [Var(get_aval(c)) for c in all_consts[before + counts[k]:]]
         in_vars = others_before + j.in_vars[:counts[k]] + others_after + j.in_vars[counts[k]:]
         new_branches.append(ClosedJaxpr(Jaxpr([], in_vars, j.eqns, j.outs), []))
-    index = _to_array(index)
-    if get_aval(index).dtype.kind not in "iub":
-        raise TypeError(f"switch index must be an integer or bool scalar, got {get_aval(index).str_short()}")
-    if shape_of(index) != ():
-        raise TypeError(f"cond/switch predicate must be a scalar, got shape {shape_of(index)}")
     index = P.convert_element_type(index, np.int32)
     outs = cond_p.bind(index, *all_consts, *leaves, branches=tuple(new_branches))
-    return tree_util.tree_unflatten(out_tree, outs)
+    return tree_util.tree_unflatten(ref_tree, outs)
+
+
+def switch(index, branches: Sequence[Callable], *operands):
+    """Apply ``branches[index](*operands)`` as one primitive; ``index`` is clamped to
+    ``[0, len(branches) - 1]`` (as in JAX).  Every branch must return the same types."""
+    branches = tuple(branches)
+    if not branches:
+        raise ValueError("switch needs at least one branch")
+    index, aval = _scalar_operand(index, "switch index")
+    if aval.dtype.kind not in "iub":
+        raise TypeError(f"switch index must be an integer scalar, got {aval.str_short()} "
+                        f"{user_frame_description()}")
+    return _bind_branches(index, branches, [f"branches[{i}]" for i in range(len(branches))], operands, "switch")
 
 
 def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
-    """``true_fun(*operands) if pred else false_fun(*operands)``, staged as one primitive."""
-    return switch(pred, (false_fun, true_fun), *operands)
+    """``true_fun(*operands) if pred else false_fun(*operands)``, staged as one primitive.
+
+    ``pred`` is a boolean or integer scalar (a nonzero integer is true, as in JAX)."""
+    pred, aval = _scalar_operand(pred, "cond predicate")
+    if aval.dtype.kind in "iu":
+        pred = P.ne_p.bind(pred, np.zeros((), aval.dtype))
+    elif aval.dtype.kind != "b":
+        raise TypeError(f"cond predicate must be a boolean or integer scalar, got {aval.str_short()}; "
+                        f"compare it first (e.g. x > 0) {user_frame_description()}")
+    return _bind_branches(pred, (false_fun, true_fun), ("false_fun", "true_fun"), operands, "cond")
 
 
 # --------------------------------------------------------------------------- while_loop
@@ -238,10 +317,10 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
         return eval_jaxpr(jbody.jaxpr, jbody.consts, *consts[:nb], *carry[:n_carry], *consts[nb:], *carry[n_carry:])
 
     t_carry_avals = [a for a, f in zip(_avals(init), carry_fl) if f]
-    new_body = trace_to_jaxpr(body, _avals(bc) + [a for a, f in zip(_avals(bc), bc_fl) if f]
-                              + _avals(init) + t_carry_avals)
-    new_cond = trace_to_jaxpr(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a[:nc + n_carry]),
-                              _avals(cc) + _avals(init) + t_carry_avals)
+    new_body = _stage(body, _avals(bc) + [a for a, f in zip(_avals(bc), bc_fl) if f]
+                      + _avals(init) + t_carry_avals)
+    new_cond = _stage(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a[:nc + n_carry]),
+                      _avals(cc) + _avals(init) + t_carry_avals)
     t_bc_in = [t for t, f in zip(_zeros_if_none(tbc, bc), bc_fl) if f]
     t_init_in = [t for t, f in zip(_zeros_if_none(tinit, init), carry_fl) if f]
     outs = while_p.bind(*cc, *bc, *t_bc_in, *init, *t_init_in, cond_jaxpr=new_cond, body_jaxpr=new_body,
@@ -283,8 +362,8 @@ def _while_batch(vals, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
         return [P.select(P.reshape(pred, (size,) + (1,) * (len(shape_of(n)) - 1)), n, c) for n, c in zip(new, carry)]
 
     carry_avals = _avals(init)
-    new_cond = trace_to_jaxpr(any_cond, _avals(cc) + carry_avals)
-    new_body = trace_to_jaxpr(guarded_body, _avals(bc) + _avals(cc) + carry_avals)
+    new_cond = _stage(any_cond, _avals(cc) + carry_avals)
+    new_body = _stage(guarded_body, _avals(bc) + _avals(cc) + carry_avals)
     outs = while_p.bind(*cc, *bc, *cc, *init, cond_jaxpr=new_cond, body_jaxpr=new_body,
                         cond_nconsts=nc, body_nconsts=nb + nc)
     return outs, [0] * len(outs)
@@ -298,20 +377,25 @@ while_p.batch = _while_batch
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
-    """``while cond_fun(val): val = body_fun(val)``, staged as one primitive."""
-    leaves, tree = tree_util.tree_flatten(init_val)
+    """``while cond_fun(val): val = body_fun(val)``, staged as one primitive.
+
+    Forward mode and vmap work (a batched predicate runs until every member is done);
+    reverse mode raises, as in JAX: use ``scan`` or ``fori_loop`` with static bounds."""
+    leaves, avals, tree = _flatten_operands(init_val)
     args_tree = tree_util.tree_structure((init_val,))
-    leaves = [_to_array(x) for x in leaves]
-    avals = _avals(leaves)
-    cond_c, cond_consts, cond_tree = _trace_user_fn(cond_fun, avals, args_tree)
-    if len(cond_c.out_avals) != 1 or cond_c.out_avals[0].shape != () or cond_c.out_avals[0].dtype != np.dtype(bool):
-        raise TypeError(f"while_loop: cond_fun `{_fname(cond_fun)}` must return a boolean scalar, got "
-                        f"{[a.str_short() for a in cond_c.out_avals]}")
     body_c, body_consts, body_tree = _trace_user_fn(body_fun, avals, args_tree)
     if body_tree != tree:
         raise TypeError(f"while_loop: body_fun `{_fname(body_fun)}` must return the structure of init_val "
-                        f"({tree}), got {body_tree}")
+                        f"({tree}), got {body_tree} {user_frame_description()}")
+    promoted = _promote_weak_carry(leaves, avals, body_c.out_avals)
+    if promoted is not None:
+        leaves, avals = promoted
+        body_c, body_consts, _ = _trace_user_fn(body_fun, avals, args_tree)
     _check_same_avals("while_loop body output", body_c.out_avals, avals, _fname(body_fun))
+    cond_c, cond_consts, _ = _trace_user_fn(cond_fun, avals, args_tree)
+    if len(cond_c.out_avals) != 1 or cond_c.out_avals[0].shape != () or cond_c.out_avals[0].dtype != np.dtype(bool):
+        raise TypeError(f"while_loop: cond_fun `{_fname(cond_fun)}` must return a boolean scalar, got "
+                        f"{[a.str_short() for a in cond_c.out_avals]} {user_frame_description()}")
     outs = while_p.bind(*cond_consts, *body_consts, *leaves, cond_jaxpr=cond_c, body_jaxpr=body_c,
                         cond_nconsts=len(cond_consts), body_nconsts=len(body_consts))
     return tree_util.tree_unflatten(tree, outs)
@@ -372,10 +456,10 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
     x_slice_avals = body_in[num_consts + num_carry:]
     sel = lambda avs, fl: [a for a, f in zip(avs, fl) if f]
-    new_body = trace_to_jaxpr(body, list(body_in[:num_consts]) + sel(body_in[:num_consts], c_fl)
-                              + list(body_in[num_consts:num_consts + num_carry])
-                              + sel(body_in[num_consts:num_consts + num_carry], carry_fl)
-                              + list(x_slice_avals) + sel(x_slice_avals, x_fl))
+    new_body = _stage(body, list(body_in[:num_consts]) + sel(body_in[:num_consts], c_fl)
+                      + list(body_in[num_consts:num_consts + num_carry])
+                      + sel(body_in[num_consts:num_consts + num_carry], carry_fl)
+                      + list(x_slice_avals) + sel(x_slice_avals, x_fl))
     t_consts = sel(_zeros_if_none(tc, consts), c_fl)
     t_init = sel(_zeros_if_none(tinit, init), carry_fl)
     t_xs = sel(_zeros_if_none(txs, xs), x_fl)
@@ -393,7 +477,7 @@ def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, revers
     consts, init, xs = _split3(primals, num_consts, num_carry)
     n_y = len(jaxpr.out_avals) - num_carry
     # forward: also emit the carry entering each step (the only residual)
-    fwd_body = trace_to_jaxpr(
+    fwd_body = _stage(
         lambda *a: (lambda out: list(out) + list(a[num_consts:num_consts + num_carry]))(
             eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a)), jaxpr.in_avals)
     outs = scan_p.bind(*consts, *init, *xs, jaxpr=fwd_body, num_consts=num_consts, num_carry=num_carry,
@@ -428,8 +512,8 @@ def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, revers
         carry_avals = jaxpr.in_avals[num_consts:num_consts + num_carry]
         x_avals = jaxpr.in_avals[num_consts + num_carry:]
         y_avals = jaxpr.out_avals[num_carry:]
-        bwd = trace_to_jaxpr(bwd_step, list(jaxpr.in_avals[:num_consts]) + _avals(init_ct) + _avals(acc0)
-                             + list(carry_avals) + list(x_avals) + list(y_avals))
+        bwd = _stage(bwd_step, list(jaxpr.in_avals[:num_consts]) + _avals(init_ct) + _avals(acc0)
+                     + list(carry_avals) + list(x_avals) + list(y_avals))
         res = scan_p.bind(*consts, *init_ct, *acc0, *carries, *xs, *ct_ys, jaxpr=bwd, num_consts=num_consts,
                           num_carry=len(init_ct) + len(acc0), length=length, reverse=not reverse)
         ct_init_f = iter(res[:len(init_ct)])
@@ -455,7 +539,7 @@ def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse):
     body = vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size)
     x_slice_avals = [ShapedArray((size,) + a.shape if d is not None else a.shape, a.dtype)
                      for a, d in zip(jaxpr.in_avals[num_consts + num_carry:], xd)]
-    new_body = trace_to_jaxpr(body, _avals(consts) + _avals(init) + x_slice_avals)
+    new_body = _stage(body, _avals(consts) + _avals(init) + x_slice_avals)
     outs = scan_p.bind(*consts, *init, *xs, jaxpr=new_body, num_consts=num_consts, num_carry=num_carry,
                        length=length, reverse=reverse)
     return outs, [0] * num_carry + [1] * (len(outs) - num_carry)
@@ -482,9 +566,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         raise ValueError(f"scan of `{fname}`: inconsistent or unknown length; xs leading axes and "
                          f"length give {sorted(lengths)}")
     n = lengths.pop()
-    c_leaves, c_tree = tree_util.tree_flatten(init)
-    c_leaves = [_to_array(c) for c in c_leaves]
-    c_avals = _avals(c_leaves)
+    c_leaves, c_avals, c_tree = _flatten_operands(init)
     x_avals = [ShapedArray(shape_of(x)[1:], get_aval(x).dtype) for x in x_leaves]
     out_tree_box = []
 
@@ -493,52 +575,77 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         x = tree_util.tree_unflatten(x_tree, args[len(c_leaves):])
         res = f(carry, x)
         if not (isinstance(res, (tuple, list)) and len(res) == 2):
-            raise TypeError(f"scan body `{fname}` must return a pair (carry, y), got {type(res).__name__}")
+            got = "a single array" if isinstance(res, Tracer) else type(res).__name__
+            raise TypeError(f"scan body `{fname}` must return a pair (carry, y), got {got} "
+                            f"{user_frame_description()}")
         new_carry, y = res
         cl, ct = tree_util.tree_flatten(new_carry)
         if ct != c_tree:
             raise TypeError(f"scan body `{fname}` must return a carry with the structure of init ({c_tree}), "
-                            f"got {ct}")
+                            f"got {ct} {user_frame_description()}")
         yl, yt = tree_util.tree_flatten(y)
         out_tree_box.append(yt)
         return cl + yl
 
-    closed = trace_to_jaxpr(flat, c_avals + x_avals)
+    closed = _stage(flat, c_avals + x_avals)
+    promoted = _promote_weak_carry(c_leaves, c_avals, closed.out_avals)
+    if promoted is not None:
+        c_leaves, c_avals = promoted
+        closed = _stage(flat, c_avals + x_avals)
     _check_same_avals("scan carry", closed.out_avals[:len(c_leaves)], c_avals, fname)
-    j = closed.jaxpr
-    body = ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), [])
-    outs = scan_p.bind(*closed.consts, *c_leaves, *x_leaves, jaxpr=body, num_consts=len(closed.consts),
+    body, consts = _hoist_consts(closed)
+    outs = scan_p.bind(*consts, *c_leaves, *x_leaves, jaxpr=body, num_consts=len(consts),
                        num_carry=len(c_leaves), length=n, reverse=reverse)
     carry = tree_util.tree_unflatten(c_tree, outs[:len(c_leaves)])
-    return carry, tree_util.tree_unflatten(out_tree_box[0], outs[len(c_leaves):])
+    return carry, tree_util.tree_unflatten(out_tree_box[-1], outs[len(c_leaves):])
 
 
 def _concrete_int(x):
+    """The Python int value of a loop bound, or None when it is only known at run time."""
     if isinstance(x, Tracer):
         try:
             return int(x.concrete_value())
-        except Exception:
+        except ConcretizationError:
             return None
     return int(x)
 
 
+def _index_type(lower, upper) -> tuple[np.dtype, bool]:
+    """(dtype, weak) of a ``fori_loop`` index: the bounds' common integer dtype, weakly typed
+    when both bounds are Python ints (as in JAX, so ``v + i`` keeps a float32 ``v`` float32)."""
+    avals = _avals((lower, upper))
+    for a in avals:
+        if a.shape != () or a.dtype.kind not in "iu":
+            raise TypeError(f"fori_loop bounds must be integer scalars, got {a.str_short()} "
+                            f"{user_frame_description()}")
+    strong = [a.dtype for a in avals if not a.weak_type]
+    return (np.result_type(*strong), False) if strong else (avals[0].dtype, True)
+
+
 def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
     """``for i in range(lower, upper): val = body_fun(i, val)``.  With concrete bounds this is
-    a ``scan`` (reverse-differentiable); with traced bounds a ``while_loop``."""
+    a ``scan`` (reverse-differentiable, no unrolling); with traced bounds a ``while_loop``
+    (forward mode only)."""
+    dtype, weak = _index_type(lower, upper)
     lo, hi = _concrete_int(lower), _concrete_int(upper)
     if lo is not None and hi is not None:
+        @functools.wraps(body_fun, updated=())
         def step(carry, _):
             i, val = carry
-            return (i + np.int64(1), body_fun(i, val)), None
-        (_, out), _ = scan(step, (np.int64(lo), init_val), None, length=max(hi - lo, 0))
+            return (i + 1, body_fun(i, val)), None
+
+        start = lo if weak else np.asarray(lo, dtype)  # a Python int start is weakly typed
+        (_, out), _ = scan(step, (start, init_val), None, length=max(hi - lo, 0))
         return out
 
     def cond_fun(carry):
         return carry[0] < carry[1]
 
+    @functools.wraps(body_fun, updated=())
     def body(carry):
         i, hi_, val = carry
         return i + 1, hi_, body_fun(i, val)
-    lower = P.convert_element_type(_to_array(lower), np.int64)
-    upper = P.convert_element_type(_to_array(upper), np.int64)
+
+    if not weak:
+        lower, upper = (P.convert_element_type(_to_array(b), dtype) for b in (lower, upper))
     return while_loop(cond_fun, body, (lower, upper, init_val))[2]

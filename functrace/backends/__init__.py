@@ -12,7 +12,7 @@ def compile_for(name: str | None, closed):
     if name == "numpy":
         return NumpyExecutable(closed)
     if name == "opencl":
-        from .opencl import OpenCLExecutable, runtime
-        rt = runtime()
+        from .opencl import OpenCLExecutable, get_runtime
+        rt = get_runtime()
         return OpenCLExecutable(closed, rt) if rt is not None else NumpyExecutable(closed)
     raise ValueError(f"unknown backend {name!r}; available: ['numpy', 'opencl']")

@@ -1,5 +1,5 @@
 """The OpenCL backend (pyopencl; PoCL on a CPU, any vendor driver on a GPU)."""
-from .runtime import Array, Runtime, devices, runtime
+from .runtime import Array, Runtime, devices, get_runtime
 from .executable import OpenCLExecutable
 
-__all__ = ["Array", "Runtime", "devices", "runtime", "OpenCLExecutable"]
+__all__ = ["Array", "Runtime", "devices", "get_runtime", "OpenCLExecutable"]

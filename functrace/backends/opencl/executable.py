@@ -251,9 +251,9 @@ class OpenCLExecutable:
         self.kernels = {}
         for step in self.plan.steps:
             if isinstance(step, (KernelStep, ReduceStep)):
-                self.kernels[step.name] = getattr(self.program, step.name)
+                self.kernels[step.name] = rt.cl.Kernel(self.program, step.name)
                 if getattr(step, "finish", None):
-                    self.kernels[step.finish] = getattr(self.program, step.finish)
+                    self.kernels[step.finish] = rt.cl.Kernel(self.program, step.finish)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
         self._device_consts: list | None = None

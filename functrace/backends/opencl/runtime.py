@@ -210,7 +210,7 @@ class Array:
         return self
 
 
-def runtime() -> Runtime | None:
+def get_runtime() -> Runtime | None:
     """The process-wide runtime for the configured device; None (with one warning) when no
     OpenCL platform or device is available."""
     want = config.device

@@ -1,0 +1,225 @@
+"""The OpenCL backend against the numpy backend: every lowering on random shapes (sizes 1, 7,
+127, 1000; broadcasting; float32 and float64), fusion, whole programs, device arrays, cache.
+
+Many operations share one jitted function (one OpenCL program) to keep compile time small."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace.backends.opencl import runtime as cl_runtime
+
+rt = cl_runtime.get_runtime()
+pytestmark = pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+
+RNG = np.random.default_rng(0)
+SIZES = [1, 7, 127, 1000]
+DTYPES = [np.float32, np.float64]
+
+
+def both(f, *args, **jit_kwargs):
+    """(OpenCL result, numpy-backend result) of jit(f)."""
+    out_cl = ft.jit(f, backend="opencl", **jit_kwargs)(*args)
+    out_np = ft.jit(f, backend="numpy", **jit_kwargs)(*args)
+    return ft.tree_util.tree_map(np.asarray, out_cl), ft.tree_util.tree_map(np.asarray, out_np)
+
+
+def assert_close(got, want, dtype):
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+UNARY = [fnp.sin, fnp.cos, fnp.tan, fnp.tanh, fnp.exp, fnp.expm1, fnp.negative, fnp.abs, fnp.sign,
+         fnp.floor, fnp.ceil, fnp.rint, fnp.sigmoid, fnp.square, lambda x: x ** 3, lambda x: x ** -2,
+         lambda x: fnp.log(fnp.abs(x) + 0.5), lambda x: fnp.log1p(fnp.abs(x)), lambda x: fnp.sqrt(fnp.abs(x)),
+         lambda x: 1.0 / fnp.sqrt(fnp.abs(x) + 1.0), lambda x: ft.nn.relu(x), lambda x: ft.nn.gelu(x),
+         lambda x: fnp.where(x > 0.2, x, -x * 2.0), lambda x: (x > 0).astype(x.dtype),
+         lambda x: fnp.isfinite(x), lambda x: fnp.logical_not(x < 0.5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_unary_elementwise(n, dtype):
+    x = RNG.standard_normal(n).astype(dtype)
+    f = lambda x: tuple(u(x) for u in UNARY)
+    got, want = both(f, x)
+    assert_close(got, want, dtype)
+
+
+BINARY = [fnp.add, fnp.subtract, fnp.multiply, fnp.divide, fnp.maximum, fnp.minimum, fnp.arctan2,
+          lambda x, y: fnp.power(fnp.abs(x) + 0.1, y), lambda x, y: fnp.remainder(x, fnp.abs(y) + 0.5),
+          lambda x, y: x < y, lambda x, y: x == y, lambda x, y: fnp.where(x > y, x * 2, y - 1),
+          lambda x, y: fnp.logical_and(x > 0, y > 0), lambda x, y: x * y + x - y * 0.5]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", [((7,), (7,)), ((127, 1), (1, 8)), ((3, 1000), (1000,)), ((1,), (5, 1)),
+                                    ((2, 1, 7), (3, 1)), ((), (9,))])
+def test_binary_broadcasting(shapes, dtype):
+    x = RNG.standard_normal(shapes[0]).astype(dtype)
+    y = RNG.standard_normal(shapes[1]).astype(dtype)
+    got, want = both(lambda x, y: tuple(b(x, y) for b in BINARY), x, y)
+    assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (7, 1), (127, 9), (3, 1000), (5, 4, 3)])
+def test_reductions_any_axes(shape, dtype):
+    x = RNG.standard_normal(shape).astype(dtype)
+    nd = len(shape)
+    axes = [None] + list(range(nd)) + ([(0, nd - 1)] if nd > 1 else [])
+
+    def f(x):
+        outs = []
+        for ax in axes:
+            outs += [fnp.sum(x, axis=ax), fnp.max(x, axis=ax), fnp.min(x * 2.0, axis=ax),
+                     fnp.sum(fnp.exp(x) * x, axis=ax)]
+        return tuple(outs)
+    got, want = both(f, x)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, **tol)
+
+
+def test_large_reduction_two_pass():
+    x = RNG.standard_normal(300_001)
+    got, want = both(lambda x: (fnp.sum(x * x), fnp.max(x), fnp.min(x)), x)
+    assert_close(got, want, np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_other_primitives_via_host_steps(dtype):
+    x = RNG.standard_normal((7, 5)).astype(dtype)
+    w = RNG.standard_normal((5, 3)).astype(dtype)
+    idx = np.array([4, 0, 4, 6])
+
+    def f(x, w):
+        return (x @ w, fnp.cumsum(x, axis=0), x[idx], fnp.concatenate([x, x * 2], axis=1), x.T + 1.0,
+                fnp.pad(x, 1), x[::2, 1:4], fnp.argmax(x, axis=1), fnp.reshape(x, (5, 7)) * 3.0,
+                fnp.broadcast_to(x[:, :1], (7, 4)) + 1.0, ft.nn.softmax(x), ft.nn.rms_norm(x, w[:, 0]))
+    got, want = both(f, x, w)
+    assert_close(got, want, dtype)
+
+
+def test_ten_op_chain_is_one_launch():
+    f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
+    x = RNG.standard_normal(1000).astype(np.float32)
+    exe = ft.jit(f, backend="opencl").lower(x).compile()
+    assert exe.num_kernel_launches == 1
+    assert "float8" in exe.as_text() and "vload8" in exe.as_text() and "fma(" not in exe.as_text()
+    got, want = both(f, x)
+    assert_close(got, want, np.float32)
+
+
+def test_sum_of_product_is_one_launch():
+    f = lambda x, y: fnp.sum(x * y, axis=1)
+    x, y = RNG.standard_normal((37, 129)), RNG.standard_normal((37, 129))
+    exe = ft.jit(f, backend="opencl").lower(x, y).compile()
+    assert exe.num_kernel_launches == 1
+    assert "reduce_sum" in exe.as_text()
+    got, want = both(f, x, y)
+    assert_close(got, want, np.float64)
+
+
+def test_report_names_kernels_and_host_steps():
+    exe = ft.jit(lambda x, w: fnp.tanh(x @ w) * 2.0, backend="opencl").lower(np.ones((3, 4)), np.ones((4, 2))).compile()
+    report = exe.report()
+    assert "kernel" in report and "host" in report and "dot_general" in report and "peak" in report
+
+
+def test_mlp_grad_with_cross_entropy():
+    params = [{"w": RNG.standard_normal((20, 16)) * 0.3, "b": np.zeros(16)},
+              {"w": RNG.standard_normal((16, 5)) * 0.3, "b": np.zeros(5)}]
+    x, labels = RNG.standard_normal((9, 20)), RNG.integers(0, 5, 9)
+
+    def loss(p, x, labels):
+        h = fnp.tanh(x @ p[0]["w"] + p[0]["b"])
+        return ft.nn.cross_entropy(h @ p[1]["w"] + p[1]["b"], labels)
+    got, want = both(ft.value_and_grad(loss), params, x, labels)
+    assert_close(got, want, np.float64)
+
+
+def test_transformer_block_grad():
+    B, T, D, H = 2, 5, 8, 2
+    p = {"wq": RNG.standard_normal((D, D)) * 0.3, "wk": RNG.standard_normal((D, D)) * 0.3,
+         "wv": RNG.standard_normal((D, D)) * 0.3, "wo": RNG.standard_normal((D, D)) * 0.3,
+         "g1": np.ones(D), "g2": np.ones(D), "w1": RNG.standard_normal((D, 12)) * 0.3,
+         "w3": RNG.standard_normal((D, 12)) * 0.3, "w2": RNG.standard_normal((12, D)) * 0.3}
+    x = RNG.standard_normal((B, T, D)).astype(np.float32)
+    p = ft.tree_util.tree_map(lambda a: a.astype(np.float32), p)
+
+    def block(p, x):
+        h = ft.nn.rms_norm(x, p["g1"])
+        split = lambda a: fnp.reshape(a, (B, T, H, D // H))
+        att = ft.nn.attention(split(h @ p["wq"]), split(h @ p["wk"]), split(h @ p["wv"]), causal=True)
+        x = x + fnp.reshape(att, (B, T, D)) @ p["wo"]
+        h = ft.nn.rms_norm(x, p["g2"])
+        x = x + ft.nn.swiglu(h @ p["w1"], h @ p["w3"]) @ p["w2"]
+        return fnp.mean(x ** 2)
+    got, want = both(ft.value_and_grad(block), p, x)
+    for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+
+
+def test_hessian():
+    A = RNG.standard_normal((6, 6))
+    f = lambda x: fnp.sum(fnp.tanh(A @ x) ** 2) + 0.5 * fnp.sum(x ** 4)
+    got, want = both(ft.hessian(f), RNG.standard_normal(6))
+    assert_close(got, want, np.float64)
+
+
+def test_device_arrays_stay_on_device_in_a_training_loop():
+    step = ft.jit(lambda w, x: w - 0.1 * ft.grad(lambda w: fnp.sum((x @ w) ** 2))(w), backend="opencl")
+    w, x = RNG.standard_normal((4, 3)), RNG.standard_normal((5, 4))
+    w_dev, w_ref = w, w
+    for _ in range(3):
+        w_dev = step(w_dev, x)
+        w_ref = w_ref - 0.1 * 2 * x.T @ (x @ w_ref)
+        assert isinstance(w_dev, ft.Array)
+    np.testing.assert_allclose(np.asarray(w_dev), w_ref, rtol=1e-10)
+    assert w_dev.shape == (4, 3) and w_dev.dtype == np.float64
+
+
+def test_program_cache_on_disk_survives_and_rebuilds_corrupt_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
+    rt._programs.clear()
+    rt.program(src)
+    entries = list((tmp_path / "opencl").iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".bin"
+    rt._programs.clear()
+    assert rt.program(src) is not None  # loaded from the binary
+    entries[0].write_bytes(b"garbage")
+    rt._programs.clear()
+    prog = rt.program(src)  # corrupt entry: rebuilt, no crash
+    buf = rt.to_device(np.ones(4, np.float32))
+    prog.twice(rt.queue, (4,), None, buf.buffer)
+    np.testing.assert_allclose(np.asarray(buf), 2.0)
+
+
+def test_no_platform_falls_back_to_numpy_with_one_warning(monkeypatch):
+    monkeypatch.setattr(cl_runtime, "devices", lambda: [])
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ft.jit(lambda x: x * 2, backend="opencl")(np.ones(3))
+        ft.jit(lambda x: x * 3, backend="opencl")(np.ones(3))
+    assert isinstance(out, np.ndarray)
+    assert sum("no usable OpenCL device" in str(w.message) for w in caught) == 1
+
+
+def test_bad_device_choice(monkeypatch):
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    ft.config.update("device", "no-such-device")
+    try:
+        with pytest.raises(ValueError, match="no OpenCL device matches"):
+            cl_runtime.get_runtime()
+    finally:
+        ft.config.update("device", None)
+        cl_runtime._state.clear()
