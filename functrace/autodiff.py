@@ -410,12 +410,21 @@ def linearize(fun: Callable, *primals):
 # --------------------------------------------------------------------------- Jacobians (vmap-based)
 
 
+@functools.lru_cache(maxsize=4)
+def _identity(n: int, dtype) -> np.ndarray:
+    """A read-only identity matrix, shared between Jacobian calls (a fresh large one costs a
+    memset per call)."""
+    eye = np.eye(n, dtype=dtype)
+    eye.setflags(write=False)
+    return eye
+
+
 def _std_basis(leaves):
     """An identity matrix over the flattened inputs, split per leaf: (n, *leaf.shape) each."""
     sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
     n = sum(sizes)
     if len(leaves) == 1:
-        return [np.eye(n, dtype=get_aval(leaves[0]).dtype).reshape((n,) + P.shape_of(leaves[0]))]
+        return [_identity(n, get_aval(leaves[0]).dtype).reshape((n,) + P.shape_of(leaves[0]))]
     out, start = [], 0
     for x, s in zip(leaves, sizes):
         block = np.zeros((n, s), dtype=get_aval(x).dtype)

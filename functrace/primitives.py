@@ -68,8 +68,11 @@ def broadcast_shapes(prim: str, *shapes: tuple) -> tuple:
 def _elementwise_abstract(name: str, out_dtype=None):
     def rule(*avals, **params):
         a0 = avals[0]
-        if out_dtype is None and all(a is a0 or a == a0 for a in avals):
-            return a0  # the common case: same shape and dtype (avals are immutable, so share it)
+        if out_dtype is None:  # the common case: same shape and dtype (avals are immutable: share)
+            if len(avals) == 1:
+                return a0
+            if len(avals) == 2 and (avals[1] is a0 or avals[1] == a0):
+                return a0
         d0 = a0.dtype
         for a in avals:
             if a.dtype != d0:

@@ -68,11 +68,12 @@ class StagingTrace(Trace):
     def process_primitive(self, primitive, tracers, params):
         in_vars = [t.ir_var for t in tracers]
         builder: JaxprBuilder = self.main.global_data
+        memo = builder.memo
         # Trace-time CSE: primitives are pure, so the same op on the same variables is
         # recorded once (derivative rules often recompute e.g. cos(x) of the forward pass).
+        key = (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
         try:
-            key = (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
-            known = builder.memo.get(key)
+            known = memo.get(key)
         except TypeError:  # unhashable params (sub-jaxprs): never shared
             key = known = None
         if known is not None:
@@ -87,7 +88,7 @@ class StagingTrace(Trace):
             builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out], _phase[-1]))
             result = StagingTracer(self, out)
         if key is not None:
-            builder.memo[key] = result
+            memo[key] = result
         return result
 
 

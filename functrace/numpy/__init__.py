@@ -220,8 +220,12 @@ def _concrete_only(name):
 
 
 def _unary(prim, float_only=True):
+    bind = prim.bind
+
     def f(x):
-        return prim.bind(_to_float(x) if float_only else _to_array(x))
+        if isinstance(x, Tracer) and (not float_only or x.aval.dtype.kind in "fc"):
+            return bind(x)  # hot path while tracing
+        return bind(_to_float(x) if float_only else _to_array(x))
     f.__name__ = prim.name
     return f
 
@@ -277,8 +281,12 @@ def positive(x):
 
 def _binary(prim, promote=_promote):
     """An elementwise binary function: operands cast by ``promote``, then ``prim``."""
+    bind = prim.bind
+
     def f(x, y):
-        return prim.bind(*promote(x, y))
+        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype:
+            return bind(x, y)  # hot path while tracing: nothing to promote
+        return bind(*promote(x, y))
     f.__name__ = prim.name
     return f
 
