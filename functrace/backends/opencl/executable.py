@@ -16,7 +16,10 @@ from ...core import ClosedJaxpr, Literal
 from ...optimize import analyze
 from .fusion import (CTYPE, REDUCTIONS, Access, Group, access_for, elementwise_kernel, fusable,
                      reduction_kernel, _size)
+from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
+
+_load_builtin_lowerings()
 
 _LOCAL = None  # work-group size left to the driver (fixed per kernel by the implementation)
 _VIEW_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
@@ -52,6 +55,15 @@ class HostStep:
 
 
 @dataclass
+class LoweredStep:
+    """An equation run by hand-written kernels (see ``lowerings.py``)."""
+
+    eqn: object
+    lowered: object
+    kind: str = "lowered"
+
+
+@dataclass
 class Plan:
     steps: list = field(default_factory=list)
     sources: list = field(default_factory=list)
@@ -65,7 +77,7 @@ def _is_view(eqn) -> bool:
     return eqn.out_vars[0].aval.dtype in CTYPE
 
 
-def plan_program(closed: ClosedJaxpr) -> Plan:
+def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     """Partition equations into fused elementwise kernels, reductions (absorbing their producers),
     views and host steps, in an order that respects every dependency."""
     jaxpr = closed.jaxpr
@@ -151,7 +163,7 @@ def plan_program(closed: ClosedJaxpr) -> Plan:
             if needed == {x} and consumers.get(x) == {id(item)}:
                 g.reduction = item
                 absorbed.add(id(g))
-    _emit_steps(plan, order, absorbed, consumers, program_outs, group_of)
+    _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
     return plan
 
 
@@ -170,7 +182,7 @@ def _accesses(plan: Plan, inputs: list, kernel_shape: tuple) -> tuple[dict, list
     return accesses, buffers
 
 
-def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of) -> None:
+def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, rt) -> None:
     k = 0
     for kind, item in order:
         if kind == "group":
@@ -217,7 +229,13 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of) 
             plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, eqns, finish))
             k += 1
         else:
-            plan.steps.append(HostStep(item))
+            lowered = lower(item, rt) if rt is not None else None
+            if lowered is None:
+                plan.steps.append(HostStep(item))
+            else:
+                if lowered.source not in plan.sources:
+                    plan.sources.append(lowered.source)
+                plan.steps.append(LoweredStep(item, lowered))
 
 
 def _combine_source(name: str, eqn, chunks: int) -> str:
@@ -245,7 +263,7 @@ class OpenCLExecutable:
     def __init__(self, closed: ClosedJaxpr, rt: Runtime):
         self.closed = closed
         self.rt = rt
-        self.plan = plan_program(closed)
+        self.plan = plan_program(closed, rt)
         self.source = PREAMBLE + "\n".join(self.plan.sources)
         self.program = rt.program(self.source) if self.plan.sources else None
         self.kernels = {}
@@ -254,12 +272,18 @@ class OpenCLExecutable:
                 self.kernels[step.name] = rt.cl.Kernel(self.program, step.name)
                 if getattr(step, "finish", None):
                     self.kernels[step.finish] = rt.cl.Kernel(self.program, step.finish)
+            elif isinstance(step, LoweredStep):
+                for name in step.lowered.kernel_names:
+                    if name not in self.kernels:
+                        self.kernels[name] = rt.cl.Kernel(self.program, name)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
-        self.num_kernel_launches = sum(1 + (1 if getattr(s, "finish", None) else 0) for s in self.plan.steps
-                                       if isinstance(s, (KernelStep, ReduceStep)))
+        self.num_kernel_launches = sum(
+            s.lowered.launches if isinstance(s, LoweredStep) else 1 + (1 if getattr(s, "finish", None) else 0)
+            for s in self.plan.steps if not isinstance(s, HostStep))
+        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
         self.num_host_steps = sum(isinstance(s, HostStep) for s in self.plan.steps)
 
     def _plan_releases(self) -> list:
@@ -270,7 +294,7 @@ class OpenCLExecutable:
         last: dict = {}
         produced: set = set()
         for i, step in enumerate(self.plan.steps):
-            if isinstance(step, HostStep):
+            if isinstance(step, (HostStep, LoweredStep)):
                 reads = [base_of(a) for a in step.eqn.inputs if type(a) is not Literal]
                 produced.update(step.eqn.out_vars)
             else:
@@ -356,6 +380,10 @@ class OpenCLExecutable:
                     kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
                     self._release(partial)
                 env[step.output] = out
+            elif isinstance(step, LoweredStep):
+                outs = step.lowered.run(self._launch_ctx, [None if type(a) is Literal else get(a)
+                                                           for a in step.eqn.inputs])
+                env.update(zip(step.eqn.out_vars, outs))
             else:
                 self._host_step(step.eqn, env, get)
             for v in dead:  # last read: the buffer serves later allocations of its size
@@ -382,6 +410,8 @@ class OpenCLExecutable:
         for step in self.plan.steps:
             if isinstance(step, HostStep):
                 lines.append(f"  host    {step.eqn.primitive.name} (numpy on the host; no OpenCL lowering)")
+            elif isinstance(step, LoweredStep):
+                lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
             else:
                 names = ", ".join(e.primitive.name for e in step.eqns)
                 lines.append(f"  kernel  {step.name}: {names}")

@@ -1,0 +1,74 @@
+"""Hand-written kernels: the registry mapping a primitive to its OpenCL lowering.
+
+A lowering is ``fn(eqn, runtime) -> Lowered | None`` (None: run the equation as a host step).
+``Lowered.source`` is OpenCL C (kernels from ``functrace/cl_kernels/*.cl`` are read with
+``kernel_source``); the executable puts the sources of all steps of a jitted function into one
+program (identical sources once) and, per call, invokes ``Lowered.run(ctx, inputs)`` which
+enqueues the launches and returns the output arrays.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+LOWERINGS: dict[str, Callable] = {}
+
+_KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "cl_kernels")
+
+
+def register(primitive_name: str):
+    """Decorator: ``@register("dot_general") def lower(eqn, rt): ...``."""
+    def deco(fn):
+        LOWERINGS[primitive_name] = fn
+        return fn
+    return deco
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_source(filename: str) -> str:
+    """The text of ``functrace/cl_kernels/<filename>`` (shipped with the package)."""
+    with open(os.path.join(_KERNEL_DIR, filename)) as f:
+        return f.read()
+
+
+@dataclass
+class Lowered:
+    """One equation lowered to hand-written kernels."""
+
+    source: str                 # OpenCL C defining the kernels named in ``kernel_names``
+    kernel_names: list
+    run: Callable               # run(ctx, inputs) -> list of output Arrays; ctx is a LaunchContext
+    launches: int               # kernel launches per call
+    label: str                  # for the report, e.g. "matmul (OpenCL, tiled 64x64)" or "matmul (host BLAS)"
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class LaunchContext:
+    """What ``Lowered.run`` may use: the runtime, its queue, the program's kernels by name,
+    and ``alloc(shape, dtype)`` for output and scratch buffers (pooled by the executable)."""
+
+    rt: object
+    queue: object
+    kernels: dict
+    alloc: Callable
+    release: Callable
+
+
+def lower(eqn, rt) -> Lowered | None:
+    fn = LOWERINGS.get(eqn.primitive.name)
+    return fn(eqn, rt) if fn is not None else None
+
+
+def _load_builtin_lowerings() -> None:
+    """Import the modules that register lowerings (each optional: a missing one means host steps)."""
+    import importlib
+    for mod in ("matmul", "norms", "attention"):
+        try:
+            importlib.import_module(f"{__package__}.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{mod}":
+                raise
