@@ -30,6 +30,12 @@ def _leaf_signature(x) -> tuple:
     return (a.shape, a.dtype, a.weak_type)
 
 
+@functools.lru_cache(maxsize=64)
+def _flat_tree(n: int):
+    """The tree structure of ``((leaf,) * n, {})``: positional array arguments, no keywords."""
+    return tree_util.tree_structure((tuple(range(n)), {}))
+
+
 def _as_tuple(v) -> tuple:
     if v is None:
         return ()
@@ -109,7 +115,11 @@ class Jitted:
             static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         else:  # the common call: positional, nothing static
             static_pos, statics, dyn_args, dyn_kwargs = (), (), args, {}
-        leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        if not dyn_kwargs and all(type(a) is np.ndarray for a in dyn_args):
+            # arrays only: the tree is a flat tuple, keyed by its length (no pytree walk per call)
+            leaves, in_tree = list(dyn_args), _flat_tree(len(dyn_args))
+        else:
+            leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         try:
             key = (in_tree, tuple(_leaf_signature(x) for x in leaves), statics)
             hash(key)

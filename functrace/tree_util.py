@@ -1,7 +1,7 @@
 """Pytrees: nested containers (tuple, list, dict, None, namedtuple, registered nodes) of leaves."""
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Iterable
 
 _registry: dict[type, tuple[Callable, Callable]] = {}
 
@@ -37,8 +37,11 @@ class PyTreeDef:
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash((self.node_type, self.aux if isinstance(self.aux, Hashable) else id(self.aux),
-                               self.children))
+            try:
+                aux_hash = hash(self.aux)
+            except TypeError:  # unhashable aux data: fall back to identity
+                aux_hash = id(self.aux)
+            self._hash = hash((self.node_type, aux_hash, self.children))
         return self._hash
 
     def __repr__(self) -> str:

@@ -6,6 +6,8 @@ last use.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..config import check_nans, config
@@ -53,23 +55,34 @@ class NumpyExecutable:
         self.out_slots = [slot(a) for a in jaxpr.outs]
         self.template = template
         self.num_steps = len(steps)
+        self._run = self._generate(slots, jaxpr)
+
+    def _generate(self, slots: dict, jaxpr):
+        """Python source for the whole program: one local variable per value, one call per
+        equation, ``del`` at last uses.  Compiled once; a call then costs a plain function call
+        per equation (no interpreter loop, no environment list)."""
+        names = {}
+        for i, val in enumerate(self.template):
+            names[i] = f"c{i}" if val is not None else f"v{i}"
+        namespace = {f"c{i}": v for i, v in enumerate(self.template) if v is not None}
+        lines = [f"def run({', '.join(names[s] for s in self.in_slots)}):"]
+        for k, (impl, params, ins, out, multiple, frees) in enumerate(self.steps):
+            fn = f"f{k}"
+            namespace[fn] = functools.partial(impl, **params) if params else impl
+            call = f"{fn}({', '.join(names[i] for i in ins)})"
+            target = ", ".join(names[o] for o in out) + ("," if len(out) == 1 else "") if multiple else names[out]
+            lines.append(f"    {target} = {call}")
+            dead = [names[f] for f in frees]
+            if dead:
+                lines.append(f"    del {', '.join(dead)}")
+        lines.append(f"    return [{', '.join(names[s] for s in self.out_slots)}]")
+        exec(compile("\n".join(lines), "<functrace numpy program>", "exec"), namespace)
+        return namespace["run"]
 
     def __call__(self, *args):
         if config.debug_nans:
             return self._run_checking_nans(args)
-        env = list(self.template)
-        for s, a in zip(self.in_slots, args):
-            env[s] = a
-        for impl, params, ins, out, multiple, frees in self.steps:
-            result = impl(*[env[i] for i in ins], **params)
-            if multiple:
-                for s, r in zip(out, result):
-                    env[s] = r
-            else:
-                env[out] = result
-            for f in frees:
-                env[f] = None
-        return [env[s] for s in self.out_slots]
+        return self._run(*args)
 
     def _run_checking_nans(self, args):
         """The slow path of ``debug_nans``: check every step's outputs."""
