@@ -198,10 +198,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             accesses, buffers = _accesses(plan, ins, g.shape)
             ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
             name = f"fused{k}_{ops}"
-            src, inputs = elementwise_kernel(name, g, outputs, accesses)
+            vec = _vector_width(rt, g.eqns)
+            src, inputs = elementwise_kernel(name, g, outputs, accesses, vec)
             plan.sources.append(src)
             n = _size(g.shape)
-            plan.steps.append(KernelStep(name, buffers, outputs, max(1, -(-n // 8)), n, list(g.eqns)))
+            plan.steps.append(KernelStep(name, buffers, outputs, max(1, -(-n // vec)), n, list(g.eqns)))
             k += 1
         elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
@@ -219,7 +220,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 ins = [x]
             name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
                                                   if g is not None else "")
-            src, _ = reduction_kernel(name, item, g, accesses, chunks)
+            src, _ = reduction_kernel(name, item, g, accesses, chunks,
+                                      _vector_width(rt, (list(g.eqns) if g is not None else []) + [item]))
             plan.sources.append(src)
             finish = None
             if chunks > 1:
@@ -236,6 +238,17 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
                 plan.steps.append(LoweredStep(item, lowered))
+
+
+def _vector_width(rt, eqns) -> int:
+    """Lanes per work-item: the device's preferred vector width for the widest element type
+    (16 floats on AVX-512 CPUs, where float8 code runs at half speed), at least 4."""
+    wide = any(v.aval.dtype.itemsize == 8 for e in eqns for v in list(e.inputs) + e.out_vars
+               if type(v) is not Literal)
+    if rt is None:
+        return 8
+    pref = rt.device.preferred_vector_width_double if wide else rt.device.preferred_vector_width_float
+    return min((w for w in (4, 8, 16) if w >= pref), default=16)
 
 
 def _combine_source(name: str, eqn, chunks: int) -> str:

@@ -1,0 +1,133 @@
+"""OpenCL lowerings of ``attention`` and ``attention_bwd`` (kernels in ``cl_kernels/attention.cl``).
+
+* ``attention`` -> [out, lse]: one flash-style kernel (online softmax over 16-key tiles; the
+  T x S logits are never stored).  1 launch.
+* ``attention_bwd`` -> [dq, dk, dv]: a dQ kernel (query rows as lanes; it also writes
+  ``delta = rowsum(g * out)`` to a scratch buffer) then a dK/dV kernel (keys as lanes) reading
+  that delta; P is recomputed per tile from the saved lse.  2 launches, no atomics.
+
+The mask operand (bool, (batch..., N, T, S), already containing the causal mask) is what the
+kernels obey; fully masked tiles are skipped, which is how the causal upper triangle costs
+nothing.  ``causal`` needs no separate treatment.
+
+``attention.cl`` is specialized by a ``#define`` prefix per (dtype, head_dim, heads, lanes) and
+the kernel names carry that suffix (``attention_fwd_f32_h64_n4_w16``).  Unsupported cases
+(other dtypes, float64 without device support, empty arrays, head_dim > 256) return None and
+run as host steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .lowerings import Lowered, register
+from .norms import device_inputs, real_type, specialize
+
+MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
+
+
+def _lanes(rt, ctype: str) -> int:
+    """Vector lanes per work-item: the device's native width, at least 8 (4 for double), at most 16."""
+    try:
+        native = rt.device.native_vector_width_float if ctype == "float" else rt.device.native_vector_width_double
+    except Exception:
+        native = 0
+    if ctype == "float":
+        return 16 if native >= 16 else 8
+    return 8 if native >= 8 else 4
+
+
+def _spec(eqn, rt, n_out_like: int = 0):
+    """Checks shapes and dtypes; returns the specialization or None."""
+    q, k, v, mask = (a.aval for a in eqn.inputs[:4])
+    if len(q.shape) < 3 or k.shape != v.shape or q.shape[:-3] != k.shape[:-3] or q.shape[-2:] != k.shape[-2:]:
+        return None
+    dtype = q.dtype
+    if k.dtype != dtype or v.dtype != dtype or mask.dtype != np.dtype(bool):
+        return None
+    rs = real_type(dtype, rt)
+    if rs is None:
+        return None
+    *batch, T, N, H = q.shape
+    S = k.shape[-3]
+    if mask.shape != tuple(batch) + (N, T, S):
+        return None
+    if min(T, S, N, H) == 0 or int(np.prod(batch, dtype=np.int64)) == 0 or H > MAX_HEAD_DIM:
+        return None
+    if T >= 2 ** 31 or S >= 2 ** 31:
+        return None
+    ctype, dsuf = rs
+    W = _lanes(rt, ctype)
+    suffix = f"{dsuf}_h{H}_n{N}_w{W}"
+    defines = {"REAL": ctype, "ITYPE": "int" if ctype == "float" else "long", "W": W, "HD": H, "NH": N,
+               "SUF": suffix}
+    B = int(np.prod(batch, dtype=np.int64))
+    return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, W=W, suffix=suffix,
+                source=specialize("attention.cl", defines), lse_shape=tuple(batch) + (N, T))
+
+
+def _local(rt, dims: int):
+    # CPU devices: one work-item per work-group lets the driver balance the uneven (causal) work
+    # across cores; elsewhere the driver chooses.
+    return (1,) * dims if getattr(rt, "is_cpu", False) else None
+
+
+@register("attention")
+def lower_attention(eqn, rt):
+    sp = _spec(eqn, rt)
+    if sp is None:
+        return None
+    dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
+    name = f"attention_fwd_{sp['suffix']}"
+    scale = dtype.type(eqn.params["scale"])
+    q_shape, lse_shape = eqn.inputs[0].aval.shape, sp["lse_shape"]
+    gsize = (-(-T // W), B * N)
+    local = _local(rt, 2)
+
+    def run(ctx, inputs):
+        q, k, v, mask = device_inputs(eqn, ctx, inputs)
+        out = ctx.alloc(q_shape, dtype)
+        lse = ctx.alloc(lse_shape, dtype)
+        ctx.kernels[name](ctx.queue, gsize, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer,
+                          lse.buffer, np.int32(T), np.int32(S), scale)
+        return [out, lse]
+
+    return Lowered(sp["source"], [name], run, 1,
+                   f"attention (OpenCL attention.cl: {name}, flash forward, online softmax over 16-key "
+                   f"tiles, {W} query rows per work-item, masked tiles skipped)")
+
+
+@register("attention_bwd")
+def lower_attention_bwd(eqn, rt):
+    sp = _spec(eqn, rt)
+    if sp is None:
+        return None
+    avals = [a.aval for a in eqn.inputs]
+    q_aval, k_aval = avals[0], avals[1]
+    if avals[4].shape != q_aval.shape or avals[6].shape != q_aval.shape or avals[5].shape != sp["lse_shape"] \
+            or any(a.dtype != q_aval.dtype for a in (avals[4], avals[5], avals[6])):
+        return None
+    dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
+    names = [f"attention_bwd_dq_{sp['suffix']}", f"attention_bwd_dkdv_{sp['suffix']}"]
+    scale = dtype.type(eqn.params["scale"])
+    q_shape, k_shape, lse_shape = q_aval.shape, k_aval.shape, sp["lse_shape"]
+    g_dq = (-(-T // W), B * N)
+    g_dkdv = (-(-S // W), B * N)
+    local = _local(rt, 2)
+
+    def run(ctx, inputs):
+        q, k, v, mask, out, lse, g = device_inputs(eqn, ctx, inputs)
+        k_dq, k_dkdv = ctx.kernels[names[0]], ctx.kernels[names[1]]
+        dq = ctx.alloc(q_shape, dtype)
+        dk = ctx.alloc(k_shape, dtype)
+        dv = ctx.alloc(k_shape, dtype)
+        delta = ctx.alloc(lse_shape, dtype)
+        k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
+             dq.buffer, delta.buffer, np.int32(T), np.int32(S), scale)
+        k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
+               delta.buffer, dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
+        ctx.release(delta)  # the in-order queue runs later users of this buffer after dkdv
+        return [dq, dk, dv]
+
+    return Lowered(sp["source"], names, run, 2,
+                   f"attention_bwd (OpenCL attention.cl: {names[0]} with delta, then {names[1]}; P recomputed "
+                   f"from the saved lse per 16-wide tile, masked tiles skipped)")

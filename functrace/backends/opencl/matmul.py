@@ -1,0 +1,377 @@
+"""OpenCL lowering of ``dot_general``: the packed, register-tiled kernels of ``cl_kernels/matmul.cl``.
+
+Any ``dot_general`` whose operands are, in row-major memory order, ``(batch..., M..., K...)`` or
+``(batch..., K..., M...)`` for the left operand and ``(batch..., K..., N...)`` or
+``(batch..., N..., K...)`` for the right one (batch dims leading and paired in order, contracting
+dims contiguous and paired in order) is a batched ``op(A) . op(B)`` with transpose flags: that
+covers ``x @ w``, ``x.T @ y`` / ``x @ y.T`` (what the VJP of a matmul emits), ``einsum('bij,bjk->bik')``
+and matrix-vector products.  Other layouts return ``None`` (the executable runs a host step).
+
+Which implementation runs (``FUNCTRACE_MATMUL`` or :func:`set_mode`):
+
+* ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
+* ``blas``: on CPU devices, the host BLAS (numpy) on zero-copy mappings of the device buffers;
+* ``auto`` (default): on a CPU device, the first call of each shape times both on the real
+  operands and keeps the faster (the decision is cached in memory per shape and dtype; the
+  step's report label says which one runs); on other devices always OpenCL.
+
+The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
+:func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .lowerings import Lowered, kernel_source, register
+
+TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
+VW = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}   # vector width; TN = 2 * VW columns
+SFX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+ACTS = {"none": 0, "relu": 1, "tanh": 2}
+PK = 16                     # k rows per packing work-item (matmul.cl MM_PK)
+# cache blocking of one work-item (see matmul.cl): rows, columns, and the K chunk per pass
+BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
+MODES = ("auto", "opencl", "blas")
+
+_mode_override: str | None = None
+_DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
+_TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
+
+
+def mode() -> str:
+    """The current choice: :func:`set_mode`'s override, else ``FUNCTRACE_MATMUL``, else ``auto``."""
+    m = _mode_override or os.environ.get("FUNCTRACE_MATMUL", "auto") or "auto"
+    m = m.strip().lower()
+    if m not in MODES:
+        raise ValueError(f"FUNCTRACE_MATMUL must be one of {MODES}, got {m!r}")
+    return m
+
+
+def set_mode(m: str | None) -> None:
+    """Force ``"opencl"`` / ``"blas"`` / ``"auto"`` for programs compiled from now on (None: use
+    ``FUNCTRACE_MATMUL``).  Compiled programs keep the choice they were lowered with."""
+    global _mode_override
+    if m is not None and m not in MODES:
+        raise ValueError(f"matmul mode must be one of {MODES}, got {m!r}")
+    _mode_override = m
+
+
+@contextlib.contextmanager
+def forced_mode(m: str):
+    """``with forced_mode("opencl"): ft.jit(f, backend="opencl")(...)``."""
+    global _mode_override
+    old = _mode_override
+    set_mode(m)
+    try:
+        yield
+    finally:
+        _mode_override = old
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def kernel_name(dtype, bias: bool = False, act: str = "none") -> str:
+    dtype = np.dtype(dtype)
+    return f"matmul_{SFX[dtype]}" + ("_bias" if bias else "") + ("" if act == "none" else f"_{act}")
+
+
+def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
+    """``matmul.cl`` specialized for a dtype and an epilogue (one variant; several variants can
+    share a program: the packing and matrix-vector kernels are emitted once per dtype)."""
+    dtype = np.dtype(dtype)
+    head = (f"#define MM_REAL {'float' if dtype == np.float32 else 'double'}\n#define MM_VW {VW[dtype]}\n"
+            f"#define MM_SFX {SFX[dtype]}\n#define MM_NAME {kernel_name(dtype, bias, act)}\n"
+            f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n")
+    return head + kernel_source("matmul.cl")
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """``out[b] (M x N) = op(A[b]) . op(B[b])``; A stored (M, K) or, with ``ta``, (K, M); B stored
+    (K, N) or, with ``tb``, (N, K); all row-major and contiguous."""
+
+    batch: int
+    M: int
+    N: int
+    K: int
+    ta: bool
+    tb: bool
+    dtype: np.dtype
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.M * self.N * self.K
+
+    def describe(self) -> str:
+        op = ("A^T" if self.ta else "A") + (" B^T" if self.tb else " B")
+        b = f"{self.batch} x " if self.batch != 1 else ""
+        return f"{op}, {b}{self.M}x{self.K} . {self.K}x{self.N} {self.dtype.name}"
+
+
+def _consecutive(dims) -> bool:
+    return all(b == a + 1 for a, b in zip(dims, dims[1:]))
+
+
+def matmul_spec(lhs_shape, rhs_shape, dimension_numbers, dtype) -> MatmulSpec | None:
+    """``dot_general`` as a batched matmul with transpose flags, or None when the contracting,
+    batch and free dimensions are not contiguous groups in a usable order."""
+    dtype = np.dtype(dtype)
+    if dtype not in VW:
+        return None
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    nb = len(lb)
+    if lb != tuple(range(nb)) or rb != tuple(range(nb)):
+        return None
+    if not (_consecutive(lc) and _consecutive(rc)):
+        return None
+    lf = tuple(i for i in range(len(lhs_shape)) if i not in lc and i not in lb)
+    rf = tuple(i for i in range(len(rhs_shape)) if i not in rc and i not in rb)
+    lrest, rrest = tuple(range(nb, len(lhs_shape))), tuple(range(nb, len(rhs_shape)))
+    if lrest == lf + lc:
+        ta = False
+    elif lrest == lc + lf:
+        ta = True
+    else:
+        return None
+    if rrest == rc + rf:
+        tb = False
+    elif rrest == rf + rc:
+        tb = True
+    else:
+        return None
+    prod = lambda shape, dims: math.prod(shape[d] for d in dims)
+    return MatmulSpec(prod(lhs_shape, lb), prod(lhs_shape, lf), prod(rhs_shape, rf), prod(lhs_shape, lc),
+                      ta, tb, dtype)
+
+
+# --------------------------------------------------------------------------- launches
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _Plan:
+    """The launches of one matmul shape: precomputed grids and scalar arguments."""
+
+    def __init__(self, spec: MatmulSpec, rt, bias: bool, act: str):
+        s = spec
+        self.spec = s
+        self.bias = bias
+        self.act = act
+        i32, i64 = np.int32, np.int64
+        sfx = SFX[s.dtype]
+        tn = 2 * VW[s.dtype]
+        self.out_shape_flat = (s.batch, s.M, s.N)
+        # matrix-vector products waste a packed micro-tile: dedicated kernels (no epilogue there)
+        self.kind = "gemm"
+        if not bias and act == "none" and (s.N == 1 or s.M == 1):
+            if s.N == 1 and not s.ta:        # y[m] = A[m, :] . x
+                self.kind, mat, vec, rows = "mv_rows", 0, 1, s.M
+            elif s.N == 1:                   # y[m] = sum_k At[k, m] x[k]
+                self.kind, mat, vec, rows = "mv_cols", 0, 1, s.M
+            elif not s.tb:                   # y[n] = sum_k x[k] B[k, n]
+                self.kind, mat, vec, rows = "mv_cols", 1, 0, s.N
+            else:                            # y[n] = Bt[n, :] . x
+                self.kind, mat, vec, rows = "mv_rows", 1, 0, s.N
+            self.mat, self.vec = mat, vec
+            self.kernel_names = [f"matmul_{self.kind}_{sfx}"]
+            grid0 = _cdiv(rows, 4) if self.kind == "mv_rows" else _cdiv(rows, tn)
+            self.grid = (grid0, s.batch)
+            self.args = (i32(rows), i32(s.K), i64(rows * s.K), i64(s.K), i64(rows))
+            self.launches = 1
+            return
+        mb, nbk = _cdiv(s.M, TM), _cdiv(s.N, tn)
+        self.ap_size = s.batch * mb * TM * s.K
+        self.bp_size = s.batch * nbk * tn * s.K
+        # blocking: per work-item mcb x ncb micro-tiles (64 rows x 256 columns), K chunks of kc
+        # (the kc x TN panel of Bp stays in L1, the (mcb*TM) x kc block of Ap in L2); split
+        # further when that leaves too few work-items for the device's compute units.
+        mcb, ncb = max(1, BLOCK_M // TM), max(1, BLOCK_N // tn)
+        kc = BLOCK_K
+        units = max(1, int(getattr(rt.device, "max_compute_units", 1) or 1)) if rt is not None else 1
+        want = 4 * units
+        while s.batch * _cdiv(mb, mcb) * _cdiv(nbk, ncb) < want and (mcb > 1 or ncb > 1):
+            if ncb >= mcb and ncb > 1:
+                ncb //= 2
+            else:
+                mcb //= 2
+        self.pack_a_grid = (_cdiv(s.K, PK), mb, s.batch)
+        self.pack_b_grid = (_cdiv(s.K, PK), nbk, s.batch)
+        self.pack_a_args = (i32(s.M), i32(s.K), i32(int(s.ta)), i64(s.M * s.K), i64(mb * TM * s.K))
+        self.pack_b_args = (i32(s.N), i32(s.K), i32(int(s.tb)), i64(s.N * s.K), i64(nbk * tn * s.K))
+        self.grid = (_cdiv(mb, mcb), _cdiv(nbk, ncb), s.batch)
+        self.mm_args = (i32(s.M), i32(s.N), i32(s.K), i32(mcb), i32(ncb), i32(kc),
+                        i64(mb * TM * s.K), i64(nbk * tn * s.K), i64(s.M * s.N))
+        self.blocking = (mcb * TM, ncb * tn, kc)
+        self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act)]
+        self.launches = 3
+
+    def describe(self) -> str:
+        if self.kind != "gemm":
+            return f"{self.kind} kernel"
+        m, n, k = self.blocking
+        epi = (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
+        return f"packed 8x{2 * VW[self.spec.dtype]} micro-tiles, {m}x{n} blocks, kc {k}{epi}"
+
+    def run_opencl(self, ctx, a, b, out, bias=None) -> None:
+        q, kernels = ctx.queue, ctx.kernels
+        if self.kind != "gemm":
+            ops = (a, b)
+            kernels[self.kernel_names[0]](q, self.grid, (1, 1), ops[self.mat].buffer, ops[self.vec].buffer,
+                                          out.buffer, *self.args)
+            return
+        ap = ctx.alloc((self.ap_size,), self.spec.dtype)
+        bp = ctx.alloc((self.bp_size,), self.spec.dtype)
+        ka, kb, km = (kernels[n] for n in self.kernel_names)
+        ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
+        kb(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
+        km(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
+           (bias if bias is not None else out).buffer, *self.mm_args)
+        ctx.release(ap)  # the in-order queue runs later users of these buffers after this launch
+        ctx.release(bp)
+
+    def run_blas(self, ctx, a, b, out, bias=None) -> None:
+        """numpy's BLAS on zero-copy host mappings of the buffers (CPU devices)."""
+        s = self.spec
+        cl, q = ctx.rt.cl, ctx.queue
+        maps = []
+
+        def view(arr, flags, shape):
+            host, _ = cl.enqueue_map_buffer(q, arr.buffer, flags, 0, shape, s.dtype, is_blocking=True)
+            maps.append(host)
+            return host
+
+        try:
+            A = view(a, cl.map_flags.READ, (s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
+            B = view(b, cl.map_flags.READ, (s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
+            C = view(out, cl.map_flags.WRITE_INVALIDATE_REGION, (s.batch, s.M, s.N))
+            A = A.transpose(0, 2, 1) if s.ta else A
+            B = B.transpose(0, 2, 1) if s.tb else B
+            if s.batch == 1:
+                np.dot(A[0], B[0], out=C[0])
+            else:
+                np.matmul(A, B, out=C)
+            if bias is not None:
+                C += view(bias, cl.map_flags.READ, (s.N,))
+            if self.act == "relu":
+                np.maximum(C, 0, out=C)
+            elif self.act == "tanh":
+                np.tanh(C, out=C)
+        finally:
+            for host in reversed(maps):
+                host.base.release(q)
+
+
+def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
+    """Time the OpenCL kernels and the host BLAS on these operands (after one warm-up each, which
+    also compiles PoCL's work-group function) and return the faster."""
+    q = ctx.queue
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        fn(ctx, a, b, out, bias)
+        q.finish()
+        return time.perf_counter() - t0
+
+    first = timed(plan.run_opencl), timed(plan.run_blas)
+    reps = 1 if min(first) > 0.05 else 3
+    t_cl = min(timed(plan.run_opencl) for _ in range(reps))
+    t_blas = min(timed(plan.run_blas) for _ in range(reps))
+    _TIMINGS[_key(plan)] = (t_cl, t_blas)
+    return "blas" if t_blas < t_cl else "opencl"
+
+
+def _key(plan: _Plan):
+    s = plan.spec
+    return (s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act)
+
+
+def _label(plan: _Plan, impl: str, how: str) -> str:
+    s = plan.spec
+    if impl == "blas":
+        return f"matmul (host BLAS{how}; {s.describe()})"
+    return f"matmul (OpenCL, {plan.describe()}{how}; {s.describe()})"
+
+
+def _measured(plan: _Plan) -> str:
+    t = _TIMINGS.get(_key(plan))
+    if t is None:
+        return ", measured faster"
+    return f", measured {t[0] * 1e3:.3g} ms OpenCL vs {t[1] * 1e3:.3g} ms BLAS"
+
+
+def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") -> Lowered:
+    """Lowered steps for ``act(op(A) . op(B) + bias)``; ``run(ctx, [a, b] or [a, b, bias])``."""
+    if act not in ACTS:
+        raise ValueError(f"matmul epilogue activation must be one of {tuple(ACTS)}, got {act!r}")
+    plan = _Plan(spec, rt, bias, act)
+    m = mode()
+    is_cpu = bool(getattr(rt, "is_cpu", False))
+    if not is_cpu or m == "opencl":
+        impl = "opencl"
+    elif m == "blas":
+        impl = "blas"
+    else:
+        impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
+    state = {"impl": impl}
+    lowered = Lowered(source=matmul_source(spec.dtype, bias, act), kernel_names=list(plan.kernel_names),
+                      run=None, launches=0 if impl == "blas" else plan.launches,
+                      label="", extra={"spec": spec, "plan": plan, "impl": impl})
+    how = {None: " unless BLAS measures faster at the first call", "opencl": "", "blas": ""}[impl]
+    if impl is not None and m == "auto" and is_cpu:
+        how = _measured(plan)
+    lowered.label = _label(plan, impl or "opencl", how)
+
+    def run(ctx, inputs):
+        a, b = inputs[0], inputs[1]
+        bias_arr = inputs[2] if bias else None
+        out = ctx.alloc(lowered.extra.get("out_shape", plan.out_shape_flat), spec.dtype)
+        if spec.batch * spec.M * spec.N == 0:
+            return [out]
+        impl = state["impl"]
+        if impl is None:
+            impl = _DECISIONS.get(_key(plan)) or _choose(plan, ctx, a, b, out, bias_arr)
+            _DECISIONS[_key(plan)] = impl
+            state["impl"] = lowered.extra["impl"] = impl
+            lowered.label = _label(plan, impl, _measured(plan))
+            return [out]  # _choose's runs have written the result
+        if impl == "blas":
+            plan.run_blas(ctx, a, b, out, bias_arr)
+        else:
+            plan.run_opencl(ctx, a, b, out, bias_arr)
+        return [out]
+
+    lowered.run = run
+    return lowered
+
+
+@register("dot_general")
+def lower(eqn, rt) -> Lowered | None:
+    from ...core import Literal
+    if any(type(a) is Literal for a in eqn.inputs):
+        return None
+    x, y = eqn.inputs
+    out = eqn.out_vars[0].aval
+    dtype = np.dtype(out.dtype)
+    if x.aval.dtype != dtype or y.aval.dtype != dtype:
+        return None
+    if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
+        return None
+    spec = matmul_spec(x.aval.shape, y.aval.shape, eqn.params["dimension_numbers"], dtype)
+    if spec is None or spec.K == 0:
+        return None
+    lowered = lower_matmul(spec, rt)
+    lowered.extra["out_shape"] = tuple(out.shape)
+    return lowered

@@ -1,0 +1,142 @@
+"""OpenCL lowerings of ``rms_norm`` and ``rms_norm_bwd`` (kernels in ``cl_kernels/rmsnorm.cl``).
+
+* ``rms_norm``: one work-item per row (vectorized along the row): 1 launch.
+* ``rms_norm_bwd``: ``dx`` one work-item per row (it also keeps ``rstd`` per row in a scratch
+  buffer); ``dw`` sums ``g * x * rstd`` over all rows in parallel: per-column partial sums over
+  row chunks, then (when there is more than one chunk) a combine kernel: 2 or 3 launches.
+
+``rmsnorm.cl`` is specialized per element type by a ``#define`` prefix (``REAL``, ``SUF``)
+and ``#undef`` suffix, so float32 and float64 variants can share one program; kernel names
+carry the suffix (``rms_norm_fwd_f32``).  Unsupported cases (other dtypes, float64 on a
+device without it, empty arrays) return None and run as host steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...core import Literal
+from .lowerings import Lowered, kernel_source, register
+
+_SUFFIX = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+
+
+def real_type(dtype, rt):
+    """(OpenCL C type, kernel-name suffix) for a supported float dtype on ``rt``, else None."""
+    spec = _SUFFIX.get(np.dtype(dtype))
+    if spec is None or (spec[0] == "double" and not rt.supports_fp64):
+        return None
+    return spec
+
+
+def specialize(filename: str, defines: dict) -> str:
+    """The text of ``cl_kernels/<filename>`` between ``#define`` lines for ``defines`` and the
+    matching ``#undef`` lines (only identifiers and numbers are spliced, never user strings)."""
+    for k, v in defines.items():
+        assert k.isidentifier() and str(v).replace("_", "").replace(".", "").isalnum(), (k, v)
+    head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    tail = "".join(f"#undef {k}\n" for k in defines)
+    return f"\n/* ---- {filename} [{', '.join(f'{k}={v}' for k, v in defines.items())}] */\n" + head \
+        + kernel_source(filename) + "\n" + tail
+
+
+def device_inputs(eqn, ctx, inputs: list) -> list:
+    """Device arrays for the equation's inputs (a literal operand is uploaded, broadcast to its
+    abstract shape; the executable passes None for literals)."""
+    out = []
+    for a, x in zip(eqn.inputs, inputs):
+        if x is None and type(a) is Literal:
+            x = ctx.rt.to_device(np.ascontiguousarray(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape)))
+        out.append(x)
+    return out
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _check(eqn, rt, n_float: int):
+    """Common checks: the first ``n_float`` inputs share one supported dtype; x is (..., D) with
+    D > 0 rows > 0 and w is (D,).  Returns (ctype, suffix, R, D) or None."""
+    avals = [a.aval for a in eqn.inputs[:n_float]]
+    dtype = avals[0].dtype
+    if any(a.dtype != dtype for a in avals):
+        return None
+    spec = real_type(dtype, rt)
+    if spec is None:
+        return None
+    xs, ws = avals[0].shape, avals[1].shape
+    if len(xs) < 1 or ws != xs[-1:] or _size(xs) == 0:
+        return None
+    if n_float > 2 and avals[2].shape != xs:
+        return None
+    D = xs[-1]
+    return spec[0], spec[1], _size(xs) // D, D
+
+
+@register("rms_norm")
+def lower_rms_norm(eqn, rt):
+    chk = _check(eqn, rt, 2)
+    if chk is None:
+        return None
+    ctype, suf, R, D = chk
+    dtype = eqn.inputs[0].aval.dtype
+    shape = eqn.inputs[0].aval.shape
+    name = f"rms_norm_fwd_{suf}"
+    eps = dtype.type(eqn.params["eps"])
+
+    def run(ctx, inputs):
+        x, w = device_inputs(eqn, ctx, inputs)
+        y = ctx.alloc(shape, dtype)
+        ctx.kernels[name](ctx.queue, (R,), None, x.buffer, w.buffer, y.buffer, np.int64(D), eps)
+        return [y]
+
+    return Lowered(specialize("rmsnorm.cl", {"REAL": ctype, "SUF": suf}), [name], run, 1,
+                   f"rms_norm (OpenCL rmsnorm.cl: {name}, one work-item per row)")
+
+
+def _dw_chunks(R: int, D: int) -> int:
+    """Row chunks for the dw reduction: enough work-items to fill the device, chunks of at least
+    16 rows."""
+    col_items = -(-D // 16)
+    want = max(1, -(-64 // col_items))
+    return max(1, min(want, -(-R // 16), 256))
+
+
+@register("rms_norm_bwd")
+def lower_rms_norm_bwd(eqn, rt):
+    chk = _check(eqn, rt, 3)
+    if chk is None:
+        return None
+    ctype, suf, R, D = chk
+    dtype = eqn.inputs[0].aval.dtype
+    shape = eqn.inputs[0].aval.shape
+    eps = dtype.type(eqn.params["eps"])
+    names = [f"rms_norm_bwd_dx_{suf}", f"rms_norm_bwd_dw_{suf}", f"rms_norm_bwd_dw_combine_{suf}"]
+    chunks = _dw_chunks(R, D)
+    rows_per_chunk = -(-R // chunks)
+    chunks = -(-R // rows_per_chunk)
+    col_items = -(-D // 16)
+
+    def run(ctx, inputs):
+        x, w, g = device_inputs(eqn, ctx, inputs)
+        k_dx, k_dw, k_comb = (ctx.kernels[n] for n in names)
+        dx = ctx.alloc(shape, dtype)
+        dw = ctx.alloc((D,), dtype)
+        rstd = ctx.alloc((R,), dtype)
+        k_dx(ctx.queue, (R,), None, x.buffer, w.buffer, g.buffer, dx.buffer, rstd.buffer, np.int64(D), eps)
+        if chunks == 1:
+            k_dw(ctx.queue, (col_items, 1), None, x.buffer, g.buffer, rstd.buffer, dw.buffer,
+                 np.int64(R), np.int64(D), np.int64(rows_per_chunk))
+        else:
+            partial = ctx.alloc((chunks, D), dtype)
+            k_dw(ctx.queue, (col_items, chunks), None, x.buffer, g.buffer, rstd.buffer, partial.buffer,
+                 np.int64(R), np.int64(D), np.int64(rows_per_chunk))
+            k_comb(ctx.queue, (D,), None, partial.buffer, dw.buffer, np.int64(D), np.int64(chunks))
+            ctx.release(partial)
+        ctx.release(rstd)
+        return [dx, dw]
+
+    return Lowered(specialize("rmsnorm.cl", {"REAL": ctype, "SUF": suf}), names, run,
+                   2 if chunks == 1 else 3,
+                   f"rms_norm_bwd (OpenCL rmsnorm.cl: dx per row; dw as {chunks} row-chunk partial "
+                   f"column sums{' + combine' if chunks > 1 else ''})")

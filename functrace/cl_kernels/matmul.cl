@@ -1,0 +1,367 @@
+/* matmul.cl - batched C = op(A) . op(B) (+ bias along N, then activation) for float / double.
+ *
+ * Layout: row-major, contiguous.  op(A) is M x K, stored either as A[M][K] (ta = 0) or as the
+ * transpose A[K][M] (ta = 1); op(B) is K x N, stored as B[K][N] (tb = 0) or B[N][K] (tb = 1).
+ * So AB, A^T B, A B^T and A^T B^T (what backward passes need) run without materializing a
+ * transpose.  Batches are consecutive matrices (batch strides as arguments, 3rd grid dim).
+ *
+ * Scheme (BLIS-like, tuned for PoCL's pthread CPU device):
+ *   1. matmul_pack_a_*: op(A) -> Ap[batch][M/TM][K][TM]   (TM = 8 rows, zero-padded)
+ *      matmul_pack_b_*: op(B) -> Bp[batch][N/TN][K][TN]   (TN = 2 vectors: 32 floats / 16 doubles)
+ *      The transposes, the edge padding and every irregular stride are handled here, once,
+ *      at memory speed; the compute kernel sees only contiguous, aligned, padded panels.
+ *   2. matmul_*: one work-item (work-group size 1: PoCL runs work-groups on its threads, and a
+ *      single work-item with explicit vector types compiles to straight AVX/AVX-512 code)
+ *      computes a block of C of mcb x ncb micro-tiles.  Its loops are
+ *          for each K chunk of kc:               (Bp micro-panel kc x TN stays in L1,
+ *            for each TN-column panel:            Ap block (mcb*TM) x kc stays in L2)
+ *              for each TM-row micro-tile:
+ *                 acc[TM][2] (16 vector registers) = C tile (or 0 on the first chunk)
+ *                 for k: acc[i][j] += Ap[i] * Bp[j-vector]     (a*b + c: fma() is slow on PoCL)
+ *                 store the tile (bias + activation on the last chunk)
+ *      Tiles that cross the M or N edge load/store through a bounds-checked scalar path.
+ *   3. matmul_mv_rows_* / matmul_mv_cols_*: matrix-vector products (M == 1 or N == 1), which
+ *      would waste most of a packed micro-tile; vectorized along the contiguous axis.
+ *
+ * This file is included once per variant.  matmul.py defines before it:
+ *   MM_REAL  float | double         MM_VW  vector width (16 | 8)     MM_SFX  f32 | f64
+ *   MM_NAME  compute kernel name    MM_BIAS 0 | 1                    MM_ACT  0 none | 1 relu | 2 tanh
+ * and the file #undefs them at its end.  The packing and matrix-vector kernels are emitted once
+ * per dtype (guarded), the compute kernel once per (dtype, epilogue) variant.
+ */
+
+#define MM_PASTE_(a, b) a##b
+#define MM_PASTE(a, b) MM_PASTE_(a, b)
+#define MM_NAME3_(a, b) a##_##b
+#define MM_NAME3(a, b) MM_NAME3_(a, b)
+
+#define MM_TM 8
+#define MM_TN (2 * MM_VW)
+#define MM_PK 16                                  /* k rows per packing work-item */
+#define MM_VEC MM_PASTE(MM_REAL, MM_VW)           /* float16 / double8 */
+#define MM_VEC8 MM_PASTE(MM_REAL, 8)
+#define MM_VLOAD MM_PASTE(vload, MM_VW)
+#define MM_VSTORE MM_PASTE(vstore, MM_VW)
+#define MM_ZERO ((MM_REAL)0)
+
+#if MM_VW == 8
+#  ifndef MM_HELPERS_F64
+#    define MM_HELPERS_F64
+#    define MM_EMIT_HELPERS 1
+#  endif
+#else
+#  ifndef MM_HELPERS_F32
+#    define MM_HELPERS_F32
+#    define MM_EMIT_HELPERS 1
+#  endif
+#endif
+
+#ifdef MM_EMIT_HELPERS
+/* Ap[b][mb][k][TM] = op(A)[b][mb*TM + i][k]; rows past M are zero.  Grid (ceil(K/PK), M/TM, batch). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void MM_NAME3(matmul_pack_a, MM_SFX)(__global const MM_REAL* restrict A, __global MM_REAL* restrict Ap,
+                                      const int M, const int K, const int ta, const long sA, const long sAp)
+{
+    const int k0 = get_global_id(0) * MM_PK;
+    const int mb = get_global_id(1);
+    A += get_global_id(2) * sA;
+    const int kn = min(MM_PK, K - k0);
+    const int m0 = mb * MM_TM;
+    __global MM_REAL* dst = Ap + get_global_id(2) * sAp + ((long)mb * K + k0) * MM_TM;
+    if (ta) {                                     /* A[K][M]: rows of the panel are contiguous */
+        const __global MM_REAL* src = A + (long)k0 * M + m0;
+        if (m0 + MM_TM <= M) {
+            for (int kk = 0; kk < kn; kk++)
+                vstore8(vload8(0, src + (long)kk * M), kk, dst);
+        } else {
+            for (int kk = 0; kk < kn; kk++)
+                for (int i = 0; i < MM_TM; i++)
+                    dst[kk * MM_TM + i] = m0 + i < M ? src[(long)kk * M + i] : MM_ZERO;
+        }
+    } else {                                      /* A[M][K]: transpose TM x PK in registers */
+        const __global MM_REAL* src = A + (long)m0 * K + k0;
+        if (kn == MM_PK) {
+            #pragma unroll
+            for (int i = 0; i < MM_TM; i++) {
+                MM_VEC8 lo = (MM_VEC8)MM_ZERO, hi = (MM_VEC8)MM_ZERO;
+                if (m0 + i < M) {
+                    lo = vload8(0, src + (long)i * K);
+                    hi = vload8(1, src + (long)i * K);
+                }
+                #pragma unroll
+                for (int kk = 0; kk < 8; kk++) {
+                    dst[kk * MM_TM + i] = lo[kk];
+                    dst[(kk + 8) * MM_TM + i] = hi[kk];
+                }
+            }
+        } else {
+            for (int i = 0; i < MM_TM; i++)
+                for (int kk = 0; kk < kn; kk++)
+                    dst[kk * MM_TM + i] = m0 + i < M ? src[(long)i * K + kk] : MM_ZERO;
+        }
+    }
+}
+
+/* Bp[b][nb][k][TN] = op(B)[b][k][nb*TN + j]; columns past N are zero.  Grid (ceil(K/PK), N/TN, batch). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __global MM_REAL* restrict Bp,
+                                      const int N, const int K, const int tb, const long sB, const long sBp)
+{
+    const int k0 = get_global_id(0) * MM_PK;
+    const int nb = get_global_id(1);
+    B += get_global_id(2) * sB;
+    const int kn = min(MM_PK, K - k0);
+    const int n0 = nb * MM_TN;
+    __global MM_REAL* dst = Bp + get_global_id(2) * sBp + ((long)nb * K + k0) * MM_TN;
+    if (!tb) {                                    /* B[K][N]: rows of the panel are contiguous */
+        const __global MM_REAL* src = B + (long)k0 * N + n0;
+        if (n0 + MM_TN <= N) {
+            for (int kk = 0; kk < kn; kk++) {
+                MM_VSTORE(MM_VLOAD(0, src + (long)kk * N), 0, dst + kk * MM_TN);
+                MM_VSTORE(MM_VLOAD(1, src + (long)kk * N), 1, dst + kk * MM_TN);
+            }
+        } else {
+            for (int kk = 0; kk < kn; kk++)
+                for (int j = 0; j < MM_TN; j++)
+                    dst[kk * MM_TN + j] = n0 + j < N ? src[(long)kk * N + j] : MM_ZERO;
+        }
+    } else {                                      /* B[N][K]: transpose TN x PK in registers */
+        const __global MM_REAL* src = B + (long)n0 * K + k0;
+        if (kn == MM_PK) {
+            for (int j = 0; j < MM_TN; j++) {
+                MM_VEC8 lo = (MM_VEC8)MM_ZERO, hi = (MM_VEC8)MM_ZERO;
+                if (n0 + j < N) {
+                    lo = vload8(0, src + (long)j * K);
+                    hi = vload8(1, src + (long)j * K);
+                }
+                #pragma unroll
+                for (int kk = 0; kk < 8; kk++) {
+                    dst[kk * MM_TN + j] = lo[kk];
+                    dst[(kk + 8) * MM_TN + j] = hi[kk];
+                }
+            }
+        } else {
+            for (int j = 0; j < MM_TN; j++)
+                for (int kk = 0; kk < kn; kk++)
+                    dst[kk * MM_TN + j] = n0 + j < N ? src[(long)j * K + kk] : MM_ZERO;
+        }
+    }
+}
+
+/* y[b][m] = sum_k A[b][m][k] * x[b][k]  (rows contiguous along k).  Grid (ceil(M/4), batch). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void MM_NAME3(matmul_mv_rows, MM_SFX)(__global const MM_REAL* restrict A, __global const MM_REAL* restrict x,
+                                       __global MM_REAL* restrict y, const int M, const int K,
+                                       const long sA, const long sx, const long sy)
+{
+    const int m0 = get_global_id(0) * 4;
+    const long b = get_global_id(1);
+    A += b * sA + (long)m0 * K;
+    x += b * sx;
+    y += b * sy + m0;
+    const int rows = min(4, M - m0);
+    const int kv = K - K % MM_VW;
+    if (rows == 4) {
+        MM_VEC s0 = (MM_VEC)MM_ZERO, s1 = s0, s2 = s0, s3 = s0;
+        for (int k = 0; k < kv; k += MM_VW) {
+            const MM_VEC xv = MM_VLOAD(0, x + k);
+            s0 = MM_VLOAD(0, A + k) * xv + s0;
+            s1 = MM_VLOAD(0, A + K + k) * xv + s1;
+            s2 = MM_VLOAD(0, A + 2 * (long)K + k) * xv + s2;
+            s3 = MM_VLOAD(0, A + 3 * (long)K + k) * xv + s3;
+        }
+        MM_REAL r[4];
+        r[0] = MM_ZERO; r[1] = MM_ZERO; r[2] = MM_ZERO; r[3] = MM_ZERO;
+        #pragma unroll
+        for (int l = 0; l < MM_VW; l++) { r[0] += s0[l]; r[1] += s1[l]; r[2] += s2[l]; r[3] += s3[l]; }
+        for (int k = kv; k < K; k++) {
+            const MM_REAL xk = x[k];
+            r[0] += A[k] * xk; r[1] += A[K + k] * xk; r[2] += A[2 * (long)K + k] * xk; r[3] += A[3 * (long)K + k] * xk;
+        }
+        y[0] = r[0]; y[1] = r[1]; y[2] = r[2]; y[3] = r[3];
+    } else {
+        for (int i = 0; i < rows; i++) {
+            const __global MM_REAL* a = A + (long)i * K;
+            MM_VEC s = (MM_VEC)MM_ZERO;
+            for (int k = 0; k < kv; k += MM_VW)
+                s = MM_VLOAD(0, a + k) * MM_VLOAD(0, x + k) + s;
+            MM_REAL r = MM_ZERO;
+            for (int l = 0; l < MM_VW; l++) r += s[l];
+            for (int k = kv; k < K; k++) r += a[k] * x[k];
+            y[i] = r;
+        }
+    }
+}
+
+/* y[b][n] = sum_k x[b][k] * B[b][k][n]  (rows contiguous along n).  Grid (ceil(N/TN), batch). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __global const MM_REAL* restrict x,
+                                       __global MM_REAL* restrict y, const int N, const int K,
+                                       const long sB, const long sx, const long sy)
+{
+    const int n0 = get_global_id(0) * MM_TN;
+    const long b = get_global_id(1);
+    B += b * sB + n0;
+    x += b * sx;
+    y += b * sy + n0;
+    if (n0 + MM_TN <= N) {
+        MM_VEC s0 = (MM_VEC)MM_ZERO, s1 = s0, t0 = s0, t1 = s0;
+        int k = 0;
+        for (; k + 1 < K; k += 2) {
+            const MM_REAL x0 = x[k], x1 = x[k + 1];
+            const __global MM_REAL* r0 = B + (long)k * N;
+            s0 = x0 * MM_VLOAD(0, r0) + s0;
+            s1 = x0 * MM_VLOAD(1, r0) + s1;
+            t0 = x1 * MM_VLOAD(0, r0 + N) + t0;
+            t1 = x1 * MM_VLOAD(1, r0 + N) + t1;
+        }
+        if (k < K) {
+            const MM_REAL x0 = x[k];
+            s0 = x0 * MM_VLOAD(0, B + (long)k * N) + s0;
+            s1 = x0 * MM_VLOAD(1, B + (long)k * N) + s1;
+        }
+        MM_VSTORE(s0 + t0, 0, y);
+        MM_VSTORE(s1 + t1, 1, y);
+    } else {
+        const int cols = N - n0;
+        for (int j = 0; j < cols; j++) {
+            MM_REAL r = MM_ZERO;
+            for (int k = 0; k < K; k++) r += x[k] * B[(long)k * N + j];
+            y[j] = r;
+        }
+    }
+}
+#undef MM_EMIT_HELPERS
+#endif /* MM_EMIT_HELPERS */
+
+#if MM_ACT == 1
+#  define MM_EPI(v) fmax((v), (MM_VEC)MM_ZERO)
+#  define MM_EPI1(v) fmax((v), MM_ZERO)
+#elif MM_ACT == 2
+#  define MM_EPI(v) tanh(v)
+#  define MM_EPI1(v) tanh(v)
+#else
+#  define MM_EPI(v) (v)
+#  define MM_EPI1(v) (v)
+#endif
+
+/* C[b] (M x N) = epilogue(Ap[b] . Bp[b]).  Grid (ceil(M/(TM*mcb)), ceil(N/(TN*ncb)), batch); each
+ * work-item computes mcb x ncb micro-tiles of TM x TN, in K chunks of kc (see the top of the file).
+ * bias (length N) is read only when MM_BIAS. */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restrict Bp,
+             __global MM_REAL* restrict C, __global const MM_REAL* restrict bias,
+             const int M, const int N, const int K, const int mcb, const int ncb, const int kc,
+             const long sAp, const long sBp, const long sC)
+{
+    const long b = get_global_id(2);
+    Ap += b * sAp;
+    Bp += b * sBp;
+    C += b * sC;
+    const int mb_begin = get_global_id(0) * mcb;
+    const int mb_end = min(mb_begin + mcb, (M + MM_TM - 1) / MM_TM);
+    const int nb_begin = get_global_id(1) * ncb;
+    const int nb_end = min(nb_begin + ncb, (N + MM_TN - 1) / MM_TN);
+    for (int pc = 0; pc < K; pc += kc) {
+        const int kn = min(kc, K - pc);
+        const bool first = pc == 0, last = pc + kn >= K;
+        for (int nb = nb_begin; nb < nb_end; nb++) {
+            const int n0 = nb * MM_TN;
+            const __global MM_REAL* bpanel = Bp + ((long)nb * K + pc) * MM_TN;
+            for (int mb = mb_begin; mb < mb_end; mb++) {
+                const int m0 = mb * MM_TM;
+                const bool full = m0 + MM_TM <= M && n0 + MM_TN <= N;
+                __global MM_REAL* cp = C + (long)m0 * N + n0;
+                MM_VEC c0[MM_TM], c1[MM_TM];
+                if (first) {
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) { c0[i] = (MM_VEC)MM_ZERO; c1[i] = (MM_VEC)MM_ZERO; }
+                } else if (full) {
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) {
+                        c0[i] = MM_VLOAD(0, cp + (long)i * N);
+                        c1[i] = MM_VLOAD(1, cp + (long)i * N);
+                    }
+                } else {
+                    for (int i = 0; i < MM_TM; i++) {
+                        MM_REAL t[MM_TN];
+                        for (int j = 0; j < MM_TN; j++)
+                            t[j] = (m0 + i < M && n0 + j < N) ? cp[(long)i * N + j] : MM_ZERO;
+                        c0[i] = MM_VLOAD(0, t);
+                        c1[i] = MM_VLOAD(1, t);
+                    }
+                }
+                const __global MM_REAL* a = Ap + ((long)mb * K + pc) * MM_TM;
+                const __global MM_REAL* bp = bpanel;
+                for (int k = 0; k < kn; k++) {
+                    const MM_VEC b0 = MM_VLOAD(0, bp);
+                    const MM_VEC b1 = MM_VLOAD(1, bp);
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) {
+                        const MM_REAL av = a[i];
+                        c0[i] = av * b0 + c0[i];
+                        c1[i] = av * b1 + c1[i];
+                    }
+                    a += MM_TM;
+                    bp += MM_TN;
+                }
+                if (last) {
+#if MM_BIAS
+                    MM_VEC bias0, bias1;
+                    if (n0 + MM_TN <= N) {
+                        bias0 = MM_VLOAD(0, bias + n0);
+                        bias1 = MM_VLOAD(1, bias + n0);
+                    } else {
+                        MM_REAL t[MM_TN];
+                        for (int j = 0; j < MM_TN; j++) t[j] = n0 + j < N ? bias[n0 + j] : MM_ZERO;
+                        bias0 = MM_VLOAD(0, t);
+                        bias1 = MM_VLOAD(1, t);
+                    }
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) { c0[i] += bias0; c1[i] += bias1; }
+#endif
+#if MM_ACT
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) { c0[i] = MM_EPI(c0[i]); c1[i] = MM_EPI(c1[i]); }
+#endif
+                }
+                if (full) {
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) {
+                        MM_VSTORE(c0[i], 0, cp + (long)i * N);
+                        MM_VSTORE(c1[i], 1, cp + (long)i * N);
+                    }
+                } else {
+                    for (int i = 0; i < MM_TM; i++) {
+                        if (m0 + i >= M) break;
+                        MM_REAL t[MM_TN];
+                        MM_VSTORE(c0[i], 0, t);
+                        MM_VSTORE(c1[i], 1, t);
+                        for (int j = 0; j < MM_TN && n0 + j < N; j++) cp[(long)i * N + j] = t[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#undef MM_EPI
+#undef MM_EPI1
+#undef MM_PASTE_
+#undef MM_PASTE
+#undef MM_NAME3_
+#undef MM_NAME3
+#undef MM_TM
+#undef MM_TN
+#undef MM_PK
+#undef MM_VEC
+#undef MM_VEC8
+#undef MM_VLOAD
+#undef MM_VSTORE
+#undef MM_ZERO
+#undef MM_REAL
+#undef MM_VW
+#undef MM_SFX
+#undef MM_NAME
+#undef MM_BIAS
+#undef MM_ACT
