@@ -225,3 +225,36 @@ def test_bad_device_choice(monkeypatch):
     finally:
         ft.config.update("device", None)
         cl_runtime._state.clear()
+
+
+def _one_case_per_primitive():
+    """For every primitive in the registry, the first systematic gradient case that uses it."""
+    import test_grads_systematic as sysgrads
+    import functrace.primitives as P
+    chosen = {}
+    for param in sysgrads.CASES + sysgrads.FWD_ONLY_CASES + sysgrads.REV_ONLY_CASES:
+        f, args = param.values
+        try:
+            names = {e.primitive.name for e in ft.make_jaxpr(f)(*args).eqns}
+        except Exception:
+            continue
+        for n in sorted(names - set(chosen)):
+            chosen[n] = param
+    return [pytest.param(name, *chosen[name].values, id=f"{name}:{chosen[name].id}")
+            for name in sorted(chosen) if name in P.registry]
+
+
+@pytest.mark.parametrize("name,f,args", _one_case_per_primitive())
+def test_every_primitive_on_opencl_matches_numpy(name, f, args):
+    got, want = both(f, *args)
+    for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-10)
+
+
+def test_device_array_arithmetic_is_eager_numpy():
+    a = ft.jit(lambda x: x * 2, backend="opencl")(np.arange(4.0))
+    np.testing.assert_allclose(a + 1, [1, 3, 5, 7])
+    np.testing.assert_allclose(1 - a, [1, -1, -3, -5])
+    np.testing.assert_allclose(a[1:3], [2, 4])
+    assert float(np.sum(a)) == 12.0

@@ -302,7 +302,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
 
     int t0 = 0;
     for (; t0 + AT_BK <= T; t0 += AT_BK) {
-        uchar mt[AT_BK * W];    /* mt[r*W + i] = mask[t0+r, s0+i] (0 past S) */
+        AT_UW mt[AT_BK];        /* mt[r] = mask[t0+r, s0 ... s0+W-1] (0 past S) */
         AT_CW anyv = (AT_CW)(0), allv = (AT_CW)(-1);
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) {
@@ -315,7 +315,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
                 for (int i = 0; i < W; i++) tmp[i] = s0 + i < S ? mrow[i] : 0;
                 mr = AT_VLOADW(0, tmp);
             }
-            AT_VSTOREW(mr, r, mt);
+            mt[r] = mr;
             const AT_CW nz = mr != (AT_UW)(0);
             anyv |= nz;
             allv &= nz;
@@ -335,7 +335,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
         for (int r = 0; r < AT_BK; r++) p[r] = exp(p[r] * scale - lb[t0 + r]);
         if (!all(allv)) {
             #pragma unroll
-            for (int r = 0; r < AT_BK; r++) p[r] = select(p[r], (AT_RW)(0), AT_MASKED(AT_VLOADW(r, mt)));
+            for (int r = 0; r < AT_BK; r++) p[r] = select(p[r], (AT_RW)(0), AT_MASKED(mt[r]));
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = (AT_RW)(0);

@@ -210,6 +210,29 @@ class Array:
         return self
 
 
+def _host_op(name: str, reflected: bool = False):
+    """Arithmetic on device arrays outside jit computes eagerly on a host copy (like numpy)."""
+    import operator
+    op = getattr(operator, name)
+
+    def method(self, other):
+        a, b = np.asarray(self), np.asarray(other) if isinstance(other, Array) else other
+        return op(b, a) if reflected else op(a, b)
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lt", "le", "gt", "ge",
+              "eq", "ne", "and_", "or_", "xor"):
+    _dunder = _name.rstrip("_")
+    setattr(Array, f"__{_dunder}__", _host_op(_name))
+    if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(Array, f"__r{_dunder}__", _host_op(_name, reflected=True))
+Array.__neg__ = lambda self: -np.asarray(self)
+Array.__abs__ = lambda self: abs(np.asarray(self))
+Array.__getitem__ = lambda self, idx: np.asarray(self)[idx]
+Array.__hash__ = None
+
+
 def get_runtime() -> Runtime | None:
     """The process-wide runtime for the configured device; None (with one warning) when no
     OpenCL platform or device is available."""
