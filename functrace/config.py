@@ -8,13 +8,17 @@ from typing import Any
 class Config:
     """Options that change how programs run (not what they mean)."""
 
-    _DEFAULTS = {"debug_nans": False, "device": None, "default_backend": None}
+    _DEFAULTS = {"debug_nans": False, "device": None, "default_backend": None,
+                 # on CPU devices, programs with less work than this (elements) run on the host
+                 "opencl_small_program_elements": 16384}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():
             env = os.environ.get("FUNCTRACE_" + name.upper())
             if env is not None and isinstance(default, bool):
                 env = env.lower() in ("1", "true", "yes", "on")
+            elif env is not None and isinstance(default, int):
+                env = int(env)
             setattr(self, name, default if env is None else env)
 
     def update(self, name: str, value: Any) -> None:

@@ -258,3 +258,19 @@ def test_device_array_arithmetic_is_eager_numpy():
     np.testing.assert_allclose(1 - a, [1, -1, -3, -5])
     np.testing.assert_allclose(a[1:3], [2, 4])
     assert float(np.sum(a)) == 12.0
+
+
+def test_small_programs_run_on_the_host_of_a_cpu_device():
+    ft.config.update("opencl_small_program_elements", 16384)
+    f = ft.jit(lambda x: fnp.sin(x) * 2.0 + 1.0, backend="opencl")
+    x = RNG.standard_normal(100)
+    exe = f.lower(x).compile()
+    if rt.is_cpu:
+        assert exe.num_kernel_launches == 0 and "host" in exe.report()
+    out = f(x)
+    assert isinstance(out, ft.Array)
+    np.testing.assert_allclose(np.asarray(out), np.sin(x) * 2 + 1)
+    big = RNG.standard_normal(20000)
+    assert f.lower(big).compile().num_kernel_launches == 1
+    np.testing.assert_allclose(np.asarray(f(big)), np.sin(big) * 2 + 1)
+    np.testing.assert_allclose(np.asarray(f(out)), np.sin(np.sin(x) * 2 + 1) * 2 + 1)  # host-backed input

@@ -12,7 +12,11 @@ def compile_for(name: str | None, closed):
     if name == "numpy":
         return NumpyExecutable(closed)
     if name == "opencl":
-        from .opencl import OpenCLExecutable, get_runtime
+        from .opencl import OpenCLExecutable, HostExecutable, get_runtime, is_small
         rt = get_runtime()
-        return OpenCLExecutable(closed, rt) if rt is not None else NumpyExecutable(closed)
+        if rt is None:
+            return NumpyExecutable(closed)
+        if rt.is_cpu and is_small(closed):
+            return HostExecutable(closed, rt)
+        return OpenCLExecutable(closed, rt)
     raise ValueError(f"unknown backend {name!r}; available: ['numpy', 'opencl']")

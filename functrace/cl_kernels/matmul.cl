@@ -18,7 +18,7 @@
  *              for each TM-row micro-tile:
  *                 acc[TM][2] (16 vector registers) = C tile (or 0 on the first chunk)
  *                 for k: acc[i][j] += Ap[i] * Bp[j-vector]     (a*b + c: fma() is slow on PoCL)
- *                 store the tile (bias + activation on the last chunk)
+ *                 store the tile; on the last chunk, bias + activation on the stored tile
  *      Tiles that cross the M or N edge load/store through a bounds-checked scalar path.
  *   3. matmul_mv_rows_* / matmul_mv_cols_*: matrix-vector products (M == 1 or N == 1), which
  *      would waste most of a packed micro-tile; vectorized along the contiguous axis.
@@ -305,26 +305,6 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
                     a += MM_TM;
                     bp += MM_TN;
                 }
-                if (last) {
-#if MM_BIAS
-                    MM_VEC bias0, bias1;
-                    if (n0 + MM_TN <= N) {
-                        bias0 = MM_VLOAD(0, bias + n0);
-                        bias1 = MM_VLOAD(1, bias + n0);
-                    } else {
-                        MM_REAL t[MM_TN];
-                        for (int j = 0; j < MM_TN; j++) t[j] = n0 + j < N ? bias[n0 + j] : MM_ZERO;
-                        bias0 = MM_VLOAD(0, t);
-                        bias1 = MM_VLOAD(1, t);
-                    }
-                    #pragma unroll
-                    for (int i = 0; i < MM_TM; i++) { c0[i] += bias0; c1[i] += bias1; }
-#endif
-#if MM_ACT
-                    #pragma unroll
-                    for (int i = 0; i < MM_TM; i++) { c0[i] = MM_EPI(c0[i]); c1[i] = MM_EPI(c1[i]); }
-#endif
-                }
                 if (full) {
                     #pragma unroll
                     for (int i = 0; i < MM_TM; i++) {
@@ -340,6 +320,37 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
                         for (int j = 0; j < MM_TN && n0 + j < N; j++) cp[(long)i * N + j] = t[j];
                     }
                 }
+#if MM_BIAS || MM_ACT
+                /* epilogue on the tile just stored (in L1): a loop, not the unrolled registers,
+                 * keeps the code (and PoCL's compile time) small */
+                if (last) {
+                    const int rows = min(MM_TM, M - m0), cols = min(MM_TN, N - n0);
+                    if (cols == MM_TN) {
+  #if MM_BIAS
+                        const MM_VEC bias0 = MM_VLOAD(0, bias + n0), bias1 = MM_VLOAD(1, bias + n0);
+  #endif
+                        for (int i = 0; i < rows; i++) {
+                            __global MM_REAL* row = cp + (long)i * N;
+                            MM_VEC v0 = MM_VLOAD(0, row), v1 = MM_VLOAD(1, row);
+  #if MM_BIAS
+                            v0 += bias0;
+                            v1 += bias1;
+  #endif
+                            MM_VSTORE(MM_EPI(v0), 0, row);
+                            MM_VSTORE(MM_EPI(v1), 1, row);
+                        }
+                    } else {
+                        for (int i = 0; i < rows; i++)
+                            for (int j = 0; j < cols; j++) {
+                                MM_REAL v = cp[(long)i * N + j];
+  #if MM_BIAS
+                                v += bias[n0 + j];
+  #endif
+                                cp[(long)i * N + j] = MM_EPI1(v);
+                            }
+                    }
+                }
+#endif
             }
         }
     }

@@ -1,5 +1,5 @@
 """The OpenCL backend (pyopencl; PoCL on a CPU, any vendor driver on a GPU)."""
 from .runtime import Array, Runtime, devices, get_runtime
-from .executable import OpenCLExecutable
+from .executable import HostExecutable, OpenCLExecutable, is_small
 
-__all__ = ["Array", "Runtime", "devices", "get_runtime", "OpenCLExecutable"]
+__all__ = ["Array", "Runtime", "devices", "get_runtime", "OpenCLExecutable", "HostExecutable", "is_small"]

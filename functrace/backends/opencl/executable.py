@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...config import config
 from ...core import ClosedJaxpr, Literal
 from ...optimize import analyze
 from .fusion import (CTYPE, REDUCTIONS, Access, Group, access_for, elementwise_kernel, fusable,
@@ -266,6 +267,44 @@ __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restr
 
 
 PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+
+def is_small(closed: ClosedJaxpr) -> bool:
+    """Is the whole program's work (elements produced by all its equations) so small that, on a
+    CPU device, a kernel launch's latency (~40 us with PoCL) exceeds it?"""
+    total = 0
+    for eqn in closed.jaxpr.eqns:
+        if eqn.params and any(isinstance(v, ClosedJaxpr) for v in eqn.params.values()):
+            return False  # sub-programs (loops) may run many times
+        for v in eqn.out_vars:
+            total += _size(v.aval.shape)
+    return total < config.opencl_small_program_elements
+
+
+class HostExecutable:
+    """A small program on a CPU device, run on the host with the numpy executor (the host *is*
+    the device): results are host-backed ``Array``s, so nothing is copied."""
+
+    backend = "opencl"
+    num_kernel_launches = 0
+
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime):
+        from ..numpy_backend import NumpyExecutable
+        self.closed = closed
+        self.rt = rt
+        self._exe = NumpyExecutable(closed)
+        self.peak_bytes = analyze(closed).peak_bytes
+
+    def __call__(self, *args):
+        ins = [a.host_view() if isinstance(a, Array) else a for a in args]
+        return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+
+    def as_text(self) -> str:
+        return "// no OpenCL kernels: a small program run on the host of the CPU device\n" + str(self.closed)
+
+    def report(self) -> str:
+        return (f"device: {self.rt.name}\nkernel launches per call: 0 (small program: run on the host; "
+                f"fewer than {config.opencl_small_program_elements} elements of work, below a kernel launch's latency)\n"
+                f"peak live intermediate bytes: {self.peak_bytes}")
 
 
 class OpenCLExecutable:

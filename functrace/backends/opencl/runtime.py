@@ -138,8 +138,10 @@ class Runtime:
         x = np.ascontiguousarray(x)
         if x.size == 0:
             return self.empty(x.shape, x.dtype)
-        buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE | self.cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
-        return Array(self, buf, x.shape, x.dtype)
+        return Array(self, self._buffer_from(x), x.shape, x.dtype)
+
+    def _buffer_from(self, x: np.ndarray):
+        return self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE | self.cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
 
     def write(self, out: "Array", x) -> None:
         """Copy host data into an existing device array."""
@@ -173,11 +175,31 @@ class Array:
 
     __array_priority__ = 100
 
-    def __init__(self, runtime: Runtime, buffer, shape: tuple, dtype):
+    def __init__(self, runtime: Runtime, buffer, shape: tuple, dtype, host: np.ndarray | None = None):
         self.runtime = runtime
-        self.buffer = buffer
+        self._buffer = buffer
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
+        self._host = host  # host-backed (results of small programs run on a CPU device's host)
+
+    @classmethod
+    def from_host(cls, runtime: Runtime, value) -> "Array":
+        """An array whose data lives in host memory (a CPU device reads it without a transfer
+        step of ours); its device buffer is made only if a kernel needs it."""
+        value = np.asarray(value)
+        return cls(runtime, None, value.shape, value.dtype, value)
+
+    @property
+    def buffer(self):
+        if self._buffer is None:
+            host = np.ascontiguousarray(self._host)
+            self._buffer = (self.runtime._buffer_from(host) if host.size
+                            else self.runtime.empty(self.shape, self.dtype).buffer)
+        return self._buffer
+
+    def host_view(self) -> np.ndarray:
+        """The data on the host: without a copy when host-backed, else copied from the device."""
+        return self._host if self._host is not None else self.__array__()
 
     @property
     def ndim(self) -> int:
@@ -188,9 +210,12 @@ class Array:
         return int(np.prod(self.shape, dtype=np.int64))
 
     def __array__(self, dtype=None, copy=None):
-        out = np.empty(self.shape, self.dtype)
-        if out.size:
-            self.runtime.cl.enqueue_copy(self.runtime.queue, out, self.buffer)  # blocking
+        if self._host is not None:
+            out = np.array(self._host, copy=True)
+        else:
+            out = np.empty(self.shape, self.dtype)
+            if out.size:
+                self.runtime.cl.enqueue_copy(self.runtime.queue, out, self._buffer)  # blocking
         return out if dtype is None else out.astype(dtype)
 
     def __repr__(self) -> str:

@@ -1,0 +1,125 @@
+"""float32 matmul, 1024^3 and 2048^3: functrace's OpenCL kernel alone against numpy's BLAS.
+
+Both are timed interleaved in the same run (best of ``--repeat``), on the same operands:
+
+* **OpenCL kernel**: the launches ``dot_general`` lowers to (packing of A and B, then the
+  register-tiled compute kernel of ``cl_kernels/matmul.cl``) on device buffers that already
+  hold the operands: no host transfers, no Python tracing, the host-BLAS alternative disabled.
+* **numpy**: ``np.matmul(a, b, out=c)`` (OpenBLAS as numpy ships it; ``_common.setup()``
+  drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow it down).
+* for information, **jit end to end**: ``ft.jit(lambda a, b: a @ b, backend="opencl")`` on
+  ``ft.Array`` operands with ``FUNCTRACE_MATMUL=opencl`` (adds the output allocation and the
+  per-call overhead).
+
+Threads: ``OMP_NUM_THREADS`` (default 1) sets OpenBLAS's threads, and ``setup()`` pins the
+process to that many cores, so PoCL's worker threads share the same cores: both sides get the
+same CPU budget.  Run: ``python benchmarks/bench_matmul.py`` (``OMP_NUM_THREADS=2 python
+benchmarks/bench_matmul.py`` for two cores; ``--sizes 512,1024`` for other sizes).
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import setup  # noqa: E402
+
+THREADS = setup()
+
+import numpy as np  # noqa: E402
+
+import functrace as ft  # noqa: E402
+from functrace.backends.opencl import matmul as mm  # noqa: E402
+from functrace.backends.opencl.lowerings import LaunchContext  # noqa: E402
+from functrace.backends.opencl.runtime import get_runtime  # noqa: E402
+
+
+class _Pool:
+    """The executable's buffer pool, reduced to what the launches need."""
+
+    def __init__(self, rt):
+        self.rt, self.free = rt, {}
+
+    def alloc(self, shape, dtype):
+        lst = self.free.get((tuple(shape), np.dtype(dtype)))
+        return lst.pop() if lst else self.rt.empty(shape, dtype)
+
+    def release(self, arr):
+        self.free.setdefault((arr.shape, arr.dtype), []).append(arr)
+
+
+def kernel_runner(rt, a_dev, b_dev, n, dtype=np.float32):
+    spec = mm.MatmulSpec(1, n, n, n, False, False, np.dtype(dtype))
+    plan = mm._Plan(spec, rt, False, "none")
+    prog = rt.program(mm.matmul_source(dtype))
+    kernels = {name: rt.cl.Kernel(prog, name) for name in plan.kernel_names}
+    pool = _Pool(rt)
+    ctx = LaunchContext(rt, rt.queue, kernels, pool.alloc, pool.release)
+    out = rt.empty((n, n), dtype)
+
+    def run():
+        plan.run_opencl(ctx, a_dev, b_dev, out)
+        rt.queue.finish()
+    return run, out, plan
+
+
+def best(fn, repeat):
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1024,2048")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-jit", action="store_true", help="skip the jit end-to-end column")
+    args = ap.parse_args()
+    rt = get_runtime()
+    if rt is None:
+        print("no usable OpenCL device: nothing to measure")
+        return
+    pocl_threads = os.environ.get("POCL_MAX_PTHREAD_COUNT") or f"{rt.device.max_compute_units} (compute units)"
+    print(f"device: {rt.name}; numpy/OpenBLAS threads: {THREADS}; process pinned to "
+          f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} core(s); "
+          f"PoCL worker threads: {pocl_threads}")
+    print(f"blocking: {mm.BLOCK_M}x{mm.BLOCK_N} per work-item, kc {mm.BLOCK_K}")
+    rng = np.random.default_rng(0)
+    rows = []
+    mm.set_mode("opencl")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), np.float32)
+        a_dev, b_dev = rt.to_device(a), rt.to_device(b)
+        run_cl, out, plan = kernel_runner(rt, a_dev, b_dev, n)
+        run_np = lambda: np.matmul(a, b, out=c)
+        jitted = ft.jit(lambda x, y: x @ y, backend="opencl")
+        run_jit = lambda: jitted(a_dev, b_dev).block_until_ready()
+        run_cl(), run_np()
+        if not args.no_jit:
+            run_jit()
+        err = np.abs(np.asarray(out) - c).max() / np.abs(c).max()
+        assert err < 1e-5, f"OpenCL result differs from numpy: relative error {err}"
+        t_cl, t_np, t_jit = [], [], []
+        for _ in range(args.repeat):  # interleaved: both see the same machine load
+            t_cl.append(best(run_cl, 1))
+            t_np.append(best(run_np, 1))
+            if not args.no_jit:
+                t_jit.append(best(run_jit, 1))
+        gf = lambda ts: 2 * n ** 3 / min(ts) / 1e9
+        rows.append((n, gf(t_cl), gf(t_np), gf(t_jit) if t_jit else float("nan")))
+        print(f"  {n}: {plan.describe()}; max relative error vs numpy {err:.1e}", flush=True)
+    print()
+    print(f"{'size':>10} | {'OpenCL kernel':>14} | {'numpy BLAS':>11} | {'ratio':>6} | {'jit end-to-end':>14}")
+    print(f"{'':>10} | {'GFLOP/s':>14} | {'GFLOP/s':>11} | {'CL/np':>6} | {'GFLOP/s':>14}")
+    for n, g_cl, g_np, g_jit in rows:
+        print(f"{f'{n}^3':>10} | {g_cl:14.1f} | {g_np:11.1f} | {g_cl / g_np:6.2f} | {g_jit:14.1f}")
+    print("\ntarget: OpenCL kernel >= 0.50x numpy BLAS GFLOP/s (float32 1024^3 and 2048^3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Per-call overhead and first-call (compile) cost of OpenCL-jitted functions.
+
+* per-call: a jitted 20-equation elementwise function on a small vector (device-resident input),
+  functrace OpenCL vs functrace numpy backend vs JAX jit, same run;
+* first call of the MLP training step (784-512-512-10, batch 128, jit(value_and_grad)) in a
+  fresh process: cold (empty functrace and PoCL caches) and warm (caches filled by the cold run).
+Run: ``python benchmarks/bench_overhead.py``.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import setup  # noqa: E402
+
+THREADS = setup()
+
+import numpy as np
+
+import functrace as ft
+import functrace.numpy as fnp
+
+FIRST_CALL = r"""
+import os, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, {root!r})
+import numpy as np, functrace as ft, functrace.numpy as fnp
+sys.path.insert(0, {bench!r})
+from bench_mlp import init_params, make_loss
+rng = np.random.default_rng(0)
+params = init_params(rng)
+x = rng.standard_normal((128, 784)).astype(np.float32)
+y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+t1 = time.perf_counter()
+step = ft.jit(ft.value_and_grad(make_loss(fnp)), backend="opencl")
+val, grads = step(params, x, y)
+float(np.asarray(val))
+t2 = time.perf_counter()
+print(f"{{t2 - t1:.4f}} {{t1 - t0:.4f}}")
+"""
+
+
+def chain20(x):
+    for _ in range(5):
+        x = fnp.sin(x) * 0.5 + x * x - 0.25
+    return x
+
+
+def bench(fn, repeat=200):
+    for _ in range(10):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def first_call(env) -> tuple[float, float]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = FIRST_CALL.format(root=os.path.dirname(here), bench=here)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    call, imports = map(float, out.stdout.split()[-2:])
+    return call, imports
+
+
+def main():
+    x = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    n_eqns = len(ft.jit(chain20).lower(x).jaxpr.eqns)
+    from functrace.backends.opencl import get_runtime
+    rt = get_runtime()
+    results = {}
+    if rt is not None:
+        f_cl = ft.jit(chain20, backend="opencl")
+        xd = ft.Array.from_host(rt, x)  # a device array, as results of earlier calls are
+        results["functrace opencl"] = bench(lambda: f_cl(xd).block_until_ready())
+    f_np = ft.jit(chain20, backend="numpy")
+    results["functrace numpy"] = bench(lambda: f_np(x))
+    try:
+        import jax
+        import jax.numpy as jnp
+        jf = jax.jit(lambda x: [x := jnp.sin(x) * 0.5 + x * x - 0.25 for _ in range(5)][-1])
+        jx = jnp.asarray(x)
+        results["JAX jit"] = bench(lambda: jf(jx).block_until_ready())
+    except ImportError:
+        pass
+    print(f"per-call overhead, jitted {n_eqns}-equation function on 256 float32 ({THREADS} thread(s)):")
+    base = results.get("functrace opencl", results["functrace numpy"])
+    for k, t in results.items():
+        print(f"  {k:<18} {t * 1e6:8.1f} us   {t / base:6.2f}x of functrace opencl")
+    if rt is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, FUNCTRACE_CACHE_DIR=os.path.join(tmp, "ft"), POCL_CACHE_DIR=os.path.join(tmp, "pocl"))
+        cold, imp = first_call(env)
+        warm, _ = first_call(env)
+    print(f"first call of the MLP step (trace + optimize + compile + run), fresh process "
+          f"(imports {imp * 1e3:.0f} ms not included): cold caches {cold * 1e3:.0f} ms, warm caches {warm * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""The hand-written OpenCL kernels (cl_kernels/rmsnorm.cl, cl_kernels/attention.cl) against the
+numpy backend: rms_norm / rms_norm_bwd and attention / attention_bwd (flash forward with the
+log-sum-exp, backward from it) on random shapes -- sizes 1, 7, 127 and 1000, sequence lengths
+that are not multiples of the 16-wide tiles, several leading batch axes, causal, general and
+block-sparse masks, fully masked rows, float32 and float64 -- and whole-program gradients.
+Every test also checks in the executable's report that the fused primitives ran as kernels,
+not as host steps.
+
+Each test jits one function holding all its cases, so each dtype costs one OpenCL program
+build (cached on disk afterwards)."""
+import numpy as np
+import pytest
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace import nn
+from functrace.backends.opencl import runtime as cl_runtime
+
+rt = cl_runtime.get_runtime()
+pytestmark = pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+
+DTYPES = [np.float32, np.float64]
+
+
+def run_both(f, *args):
+    """(OpenCL outputs, numpy-backend outputs, OpenCL report) of jit(f)(*args)."""
+    jf = ft.jit(f, backend="opencl")
+    got = ft.tree_util.tree_map(np.asarray, jf(*args))
+    want = ft.tree_util.tree_map(np.asarray, ft.jit(f, backend="numpy")(*args))
+    return got, want, jf.lower(*args).compile().report()
+
+
+def assert_close(got, want, dtype):
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    gl, wl = ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)
+    assert len(gl) == len(wl)
+    for i, (g, w) in enumerate(zip(gl, wl)):
+        assert g.dtype == w.dtype == np.dtype(dtype) and g.shape == w.shape, (i, g.dtype, w.dtype, g.shape, w.shape)
+        # finite values: relative to the array's scale; masked-row lse values (about -1e30): relative
+        scale = max(1.0, float(np.abs(w[np.abs(w) < 1e20]).max(initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * 0.1 * scale, err_msg=f"output {i}")
+
+
+def assert_kernels(report: str, prims: list):
+    """Each primitive in ``prims`` ran as an OpenCL kernel (its label names the .cl file), none as a host step."""
+    lines = report.splitlines()
+    for p in prims:
+        kernel_lines = [ln for ln in lines if ln.startswith(f"  kernel  {p}: ")]
+        assert kernel_lines, f"{p} did not run as a kernel:\n{report}"
+        assert all("OpenCL" in ln and ".cl" in ln for ln in kernel_lines), report
+        assert not any(ln.startswith(f"  host    {p} ") for ln in lines), f"{p} ran as a host step:\n{report}"
+
+
+# --------------------------------------------------------------------------- RMSNorm
+
+RMS_SHAPES = [(1,), (7,), (127,), (1, 1), (3, 1000), (1000, 7), (2, 3, 4, 127), (127, 127), (2, 1, 7, 16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_forward_and_grad(dtype):
+    rng = np.random.default_rng(1)
+    xs = [(rng.standard_normal(s) * 3).astype(dtype) for s in RMS_SHAPES]
+    ws = [rng.standard_normal(s[-1:]).astype(dtype) for s in RMS_SHAPES]
+    cs = [rng.standard_normal(s).astype(dtype) for s in RMS_SHAPES]
+    eps = [1e-6 if i % 2 else 0.1 for i in range(len(RMS_SHAPES))]
+
+    def loss(xs, ws, cs):
+        return sum(fnp.sum(nn.rms_norm(x, w, eps=e) * c) for x, w, c, e in zip(xs, ws, cs, eps))
+
+    def f(xs, ws, cs):
+        ys = [nn.rms_norm(x, w, eps=e) for x, w, e in zip(xs, ws, eps)]
+        return ys, ft.grad(loss, argnums=(0, 1))(xs, ws, cs)
+
+    got, want, report = run_both(f, xs, ws, cs)
+    assert_close(got, want, dtype)
+    assert_kernels(report, ["rms_norm", "rms_norm_bwd"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_bwd_primitive(dtype):
+    """The fused backward primitive directly (dw reduced over row chunks + combine, and in one chunk)."""
+    rng = np.random.default_rng(2)
+    shapes = [(1000, 7), (4, 250, 3), (1, 1000), (127, 33)]
+    args = []
+    for s in shapes:
+        args += [rng.standard_normal(s).astype(dtype), rng.standard_normal(s[-1:]).astype(dtype),
+                 rng.standard_normal(s).astype(dtype)]
+
+    def f(*a):
+        return [nn.rms_norm_bwd_p.bind(*a[i:i + 3], eps=1e-5) for i in range(0, len(a), 3)]
+
+    got, want, report = run_both(f, *args)
+    assert_close(got, want, dtype)
+    assert_kernels(report, ["rms_norm_bwd"])
+    assert "combine" in report  # the multi-chunk dw path ran
+
+
+# --------------------------------------------------------------------------- attention
+
+# (q shape (batch..., T, N, H), S, mask kind); N=2, H=8 throughout, so one kernel specialization
+# per dtype; the other dimensions cover sizes 1, 7, 127 and partial 16-wide tiles
+ATTN_CASES = [
+    ((2, 7, 2, 8), 7, "causal"),
+    ((127, 2, 8), 127, "causal"),              # no batch axes; 7 full tiles + a partial one
+    ((2, 3, 5, 2, 8), 33, "random"),           # several batch axes; a fully masked row
+    ((1, 1, 2, 8), 1, "none"),
+    ((40, 2, 8), 37, "causal+random"),         # T > S: the first rows see no key at all
+    ((1, 48, 2, 8), 48, "blocks"),             # whole 16x16 tiles masked (skipped), masked rows
+    ((3, 20, 2, 8), 45, "causal"),             # T < S
+    ((1, 7, 2, 8), 127, "none"),
+]
+
+
+def _attention_case(rng, qs, S, kind, dtype):
+    ks = qs[:-3] + (S,) + qs[-2:]
+    q = rng.standard_normal(qs).astype(dtype)
+    k = rng.standard_normal(ks).astype(dtype)
+    v = rng.standard_normal(ks).astype(dtype)
+    cot = rng.standard_normal(qs).astype(dtype)
+    T, N = qs[-3], qs[-2]
+    mask = None
+    if "random" in kind:
+        mask = rng.random(qs[:-3] + (N, T, S)) > 0.3
+        mask[..., 0, :] = False
+    if kind == "blocks":
+        t, s = np.arange(T)[:, None], np.arange(S)[None]
+        mask = np.broadcast_to((np.abs(t - s) < 5) | (s < 3), qs[:-3] + (N, T, S)).copy()
+        mask[..., 20:36, :] = False
+    return q, k, v, cot, mask, "causal" in kind
+
+
+def _full_mask(q, k, mask, causal):
+    """The mask nn.attention passes to the primitive."""
+    T, S, N = q.shape[-3], k.shape[-3], q.shape[-2]
+    full = q.shape[:-3] + (N, T, S)
+    m = np.broadcast_to(np.tril(np.ones((T, S), bool), S - T) if causal else np.ones((T, S), bool), full)
+    return m & mask if mask is not None else np.ascontiguousarray(m)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_forward_lse_and_grads(dtype):
+    rng = np.random.default_rng(3)
+    cases = [_attention_case(rng, qs, S, kind, dtype) for qs, S, kind in ATTN_CASES]
+    arrays = [(q, k, v, c) for q, k, v, c, _, _ in cases]
+    masks = [(m, causal) for _, _, _, _, m, causal in cases]
+
+    def f(arrays):
+        res = []
+        for (q, k, v, c), (m, causal) in zip(arrays, masks):
+            out = nn.attention(q, k, v, causal=causal, mask=m)
+            # the primitive itself, for its log-sum-exp output
+            scale = 1.0 / np.sqrt(q.shape[-1])
+            _, lse = nn.attention_p.bind(q, k, v, _full_mask(q, k, m, causal), causal=causal, scale=scale)
+            grads = ft.grad(lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal, mask=m) * c),
+                            argnums=(0, 1, 2))(q, k, v)
+            res.append((out, lse, grads))
+        return res
+
+    got, want, report = run_both(f, arrays)
+    assert_close(got, want, dtype)
+    assert_kernels(report, ["attention", "attention_bwd"])
+    # fully masked rows average v over all keys, with lse = log(S) - 1e30
+    out, lse, _ = got[4]
+    assert np.all(lse[:, :3] < -1e29)
+    np.testing.assert_allclose(out[:3], np.broadcast_to(arrays[4][2].mean(axis=0), (3,) + out.shape[1:]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_attention_unsupported_head_dim_runs_on_host():
+    """head_dim > 256 has no kernel: the equation stays a (correct) host step."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((3, 1, 300)).astype(np.float32) for _ in range(3))
+    got, want, report = run_both(lambda q, k, v: nn.attention(q, k, v, causal=True), q, k, v)
+    assert_close(got, want, np.float32)
+    assert "  host    attention " in report
+
+
+# --------------------------------------------------------------------------- whole programs
+
+
+def _block(params, x, cot):
+    """A pre-norm transformer block: RMSNorm, causal multi-head attention, RMSNorm, SwiGLU MLP."""
+    B, T, D = x.shape
+    N, H = 2, D // 2
+    h = nn.rms_norm(x, params["n1"])
+    q = fnp.reshape(h @ params["wq"], (B, T, N, H))
+    k = fnp.reshape(h @ params["wk"], (B, T, N, H))
+    v = fnp.reshape(h @ params["wv"], (B, T, N, H))
+    a = fnp.reshape(nn.attention(q, k, v, causal=True), (B, T, D)) @ params["wo"]
+    x = x + a
+    h = nn.rms_norm(x, params["n2"])
+    y = x + nn.swiglu(h @ params["wg"], h @ params["wu"]) @ params["wd"]
+    return fnp.sum(y * cot)
+
+
+def test_transformer_block_grad():
+    rng = np.random.default_rng(5)
+    B, T, D, F = 2, 23, 16, 24
+    params = {"n1": 1 + 0.1 * rng.standard_normal(D), "n2": 1 + 0.1 * rng.standard_normal(D),
+              **{n: rng.standard_normal((D, D)) / 4 for n in ("wq", "wk", "wv", "wo")},
+              "wg": rng.standard_normal((D, F)) / 4, "wu": rng.standard_normal((D, F)) / 4,
+              "wd": rng.standard_normal((F, D)) / 5}
+    params = {n: p.astype(np.float32) for n, p in params.items()}
+    x = rng.standard_normal((B, T, D)).astype(np.float32)
+    cot = rng.standard_normal((B, T, D)).astype(np.float32)
+    got, want, report = run_both(ft.value_and_grad(_block, argnums=(0, 1)), params, x, cot)
+    assert_close(got, want, np.float32)
+    assert_kernels(report, ["rms_norm", "rms_norm_bwd", "attention", "attention_bwd"])
