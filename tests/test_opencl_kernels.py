@@ -22,6 +22,20 @@ pytestmark = pytest.mark.skipif(rt is None, reason="no usable OpenCL device on t
 DTYPES = [np.float32, np.float64]
 
 
+@pytest.fixture(autouse=True)
+def _kernels_even_for_small_programs():
+    """These shapes are small; the CPU-device shortcut that runs small programs on the host is
+    switched off so the kernels run."""
+    option = "opencl_small_program_elements"
+    if not hasattr(ft.config, option):
+        yield
+        return
+    saved = getattr(ft.config, option)
+    ft.config.update(option, 0)
+    yield
+    ft.config.update(option, saved)
+
+
 def run_both(f, *args):
     """(OpenCL outputs, numpy-backend outputs, OpenCL report) of jit(f)(*args)."""
     jf = ft.jit(f, backend="opencl")
@@ -137,6 +151,7 @@ def _full_mask(q, k, mask, causal):
     return m & mask if mask is not None else np.ascontiguousarray(m)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # numpy reference, masked rows
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_forward_lse_and_grads(dtype):
     rng = np.random.default_rng(3)
@@ -179,22 +194,45 @@ def test_attention_unsupported_head_dim_runs_on_host():
 
 
 def _block(params, x, cot):
+    """RMSNorm -> causal multi-head attention -> residual -> RMSNorm, with per-feature q/k/v
+    scalings instead of projections (this file tests the attention and RMSNorm kernels, not the
+    matmul lowering; tests/test_opencl.py has whole programs with matmuls)."""
+    B, T, D = x.shape
+    N, H = 2, D // 2
+    h = nn.rms_norm(x, params["n1"])
+    q, k, v = (fnp.reshape(fnp.tanh(h * params[n]), (B, T, N, H)) for n in ("wq", "wk", "wv"))
+    x = x + fnp.reshape(nn.attention(q, k, v, causal=True), (B, T, D)) * params["wo"]
+    y = nn.rms_norm(x, params["n2"], eps=1e-5)
+    return fnp.sum(y * cot)
+
+
+def test_norm_attention_program_grad():
+    rng = np.random.default_rng(5)
+    B, T, D = 2, 23, 16
+    params = {n: (1 + 0.3 * rng.standard_normal(D)).astype(np.float32)
+              for n in ("n1", "n2", "wq", "wk", "wv", "wo")}
+    x = rng.standard_normal((B, T, D)).astype(np.float32)
+    cot = rng.standard_normal((B, T, D)).astype(np.float32)
+    got, want, report = run_both(ft.value_and_grad(_block, argnums=(0, 1)), params, x, cot)
+    assert_close(got, want, np.float32)
+    assert_kernels(report, ["rms_norm", "rms_norm_bwd", "attention", "attention_bwd"])
+
+
+def _transformer_block(params, x, cot):
     """A pre-norm transformer block: RMSNorm, causal multi-head attention, RMSNorm, SwiGLU MLP."""
     B, T, D = x.shape
     N, H = 2, D // 2
     h = nn.rms_norm(x, params["n1"])
-    q = fnp.reshape(h @ params["wq"], (B, T, N, H))
-    k = fnp.reshape(h @ params["wk"], (B, T, N, H))
-    v = fnp.reshape(h @ params["wv"], (B, T, N, H))
-    a = fnp.reshape(nn.attention(q, k, v, causal=True), (B, T, D)) @ params["wo"]
-    x = x + a
+    q, k, v = (fnp.reshape(h @ params[n], (B, T, N, H)) for n in ("wq", "wk", "wv"))
+    x = x + fnp.reshape(nn.attention(q, k, v, causal=True), (B, T, D)) @ params["wo"]
     h = nn.rms_norm(x, params["n2"])
     y = x + nn.swiglu(h @ params["wg"], h @ params["wu"]) @ params["wd"]
     return fnp.sum(y * cot)
 
 
 def test_transformer_block_grad():
-    rng = np.random.default_rng(5)
+    """The same kernels among matmuls (however dot_general is lowered)."""
+    rng = np.random.default_rng(6)
     B, T, D, F = 2, 23, 16, 24
     params = {"n1": 1 + 0.1 * rng.standard_normal(D), "n2": 1 + 0.1 * rng.standard_normal(D),
               **{n: rng.standard_normal((D, D)) / 4 for n in ("wq", "wk", "wv", "wo")},
@@ -203,6 +241,6 @@ def test_transformer_block_grad():
     params = {n: p.astype(np.float32) for n, p in params.items()}
     x = rng.standard_normal((B, T, D)).astype(np.float32)
     cot = rng.standard_normal((B, T, D)).astype(np.float32)
-    got, want, report = run_both(ft.value_and_grad(_block, argnums=(0, 1)), params, x, cot)
+    got, want, report = run_both(ft.value_and_grad(_transformer_block, argnums=(0, 1)), params, x, cot)
     assert_close(got, want, np.float32)
     assert_kernels(report, ["rms_norm", "rms_norm_bwd", "attention", "attention_bwd"])

@@ -1,9 +1,10 @@
 /* Flash-style scaled dot-product attention, forward and backward, never materializing the
  * T x S logits.
  *
- * Layouts (row-major, contiguous): q, out, g, dq (B, T, NH, HD); k, v, dk, dv (B, S, NH, HD);
- * mask (B, NH, T, S) as bytes (nonzero = keep; it already contains the causal mask);
- * lse, delta (B, NH, T).  B is the product of the leading batch axes.
+ * Layouts (row-major, contiguous; NH = AT_NH heads, HD = AT_HD head dim): q, out, g, dq
+ * (B, T, NH, HD); k, v, dk, dv (B, S, NH, HD); mask (B, NH, T, S) as bytes (nonzero = keep; it
+ * already contains the causal mask); lse, delta (B, NH, T).  B is the product of the leading
+ * batch axes.
  *
  * Semantics (those of functrace.nn._attention_impl / _attention_bwd_impl): logits are
  * (q . k) * scale, masked logits are -1e30; out = softmax(logits) v, lse = log-sum-exp of the
@@ -11,68 +12,69 @@
  * Backward from the saved lse: P = mask ? exp(logits - lse) : 0, delta = rowsum(g * out),
  * dV = P^T g, dS = P * (g v^T - delta) * scale, dQ = dS k, dK = dS^T q.
  *
- * Vectorization (PoCL does not vectorize scalar kernels well): a work-item owns W rows as the
- * W lanes of a vector -- W query rows in the forward and dQ kernels, W keys in the dK/dV
+ * Vectorization (PoCL does not vectorize scalar kernels well): a work-item owns W = AT_W rows as
+ * the W lanes of a vector -- W query rows in the forward and dQ kernels, W keys in the dK/dV
  * kernel -- and streams over the other side in tiles of 16, one row per scalar broadcast, so
- * the inner loops are W-wide vector a*b+c (no fma(): slow on PoCL) on register accumulators.
- * The mask tile of every (W x 16) block is read first: fully masked tiles are skipped (the
- * causal upper triangle, or any block-sparse mask), fully kept tiles need no per-element select.
+ * the inner loops are W-wide vector a*b+c (no fma(): slow on PoCL) on register accumulators
+ * (the 16-wide tile loops are unrolled).  The mask tile of every (W x 16) block is read first:
+ * fully masked tiles are skipped (the causal upper triangle, or any block-sparse mask), fully
+ * kept tiles need no per-element select.
  *
  * Specialized by the lowering (functrace/backends/opencl/attention.py), which defines before
  * this file and #undefs after it:
- *     REAL   float | double            ITYPE  int | long (same width as REAL, for select)
- *     W      lanes (16 / 8 / 4)        HD     head dim          NH   number of heads
- *     SUF    kernel-name suffix, e.g. f32_h64_n4_w16 (one per specialization)
+ *     AT_REAL   float | double            AT_ITYPE  int | long (same width as AT_REAL, for select)
+ *     AT_W      lanes (16 / 8 / 4)        AT_HD     head dim          AT_NH   number of heads
+ *     AT_SUF    kernel-name suffix, e.g. f32_h64_n4_w16 (one per specialization)
  */
 #ifndef FT_CAT
 #define FT_CAT_(a, b) a##b
 #define FT_CAT(a, b) FT_CAT_(a, b)
 #endif
 
-#define AT_KN(name) FT_CAT(name, FT_CAT(_, SUF))
+#define AT_KN(name) FT_CAT(name, FT_CAT(_, AT_SUF))
 #define AT_BK 16                                /* keys (forward, dQ) / queries (dK, dV) per tile */
-#define AT_RS ((long)NH * HD)                   /* stride between sequence positions */
-#define AT_NEG ((REAL)(-1e30))
-#define AT_RW FT_CAT(REAL, W)                   /* W-lane vector of REAL */
-#define AT_IW FT_CAT(ITYPE, W)                  /* W-lane select mask */
-#define AT_CW FT_CAT(char, W)
-#define AT_UW FT_CAT(uchar, W)
-#define AT_VLOADW FT_CAT(vload, W)
-#define AT_VSTOREW FT_CAT(vstore, W)
+#define AT_RS ((long)AT_NH * AT_HD)             /* stride between sequence positions */
+#define AT_NEG ((AT_REAL)(-1e30))
+#define AT_RW FT_CAT(AT_REAL, AT_W)             /* W-lane vector of AT_REAL */
+#define AT_IW FT_CAT(AT_ITYPE, AT_W)            /* W-lane select mask */
+#define AT_CW FT_CAT(char, AT_W)
+#define AT_UW FT_CAT(uchar, AT_W)
+#define AT_VLOADW FT_CAT(vload, AT_W)
+#define AT_VSTOREW FT_CAT(vstore, AT_W)
 #define AT_CONVERT_IW FT_CAT(convert_, AT_IW)
 /* lanes whose mask byte is zero (as a select mask) */
 #define AT_MASKED(bytes) (AT_CONVERT_IW(bytes) == (AT_IW)(0))
 
 /* ------------------------------------------------------------------ forward
- * Work-item (tb, bn): query rows t0 = tb*W ... t0+W-1 of batch*head bn.  Online softmax over
+ * Work-item (tb, bn): query rows t0 = tb*AT_W ... t0+AT_W-1 of batch*head bn.  Online softmax over
  * key tiles: m (running max), l (running sum), acc[h] (running numerator), all per lane. */
-__kernel void AT_KN(attention_fwd)(__global const REAL* restrict q, __global const REAL* restrict k,
-                                   __global const REAL* restrict v, __global const uchar* restrict mask,
-                                   __global REAL* restrict out, __global REAL* restrict lse,
-                                   const int T, const int S, const REAL scale)
+__kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
+                                   __global const AT_REAL* restrict v, __global const uchar* restrict mask,
+                                   __global AT_REAL* restrict out, __global AT_REAL* restrict lse,
+                                   const int T, const int S, const AT_REAL scale)
 {
-    const int t0 = get_global_id(0) * W;
+    const int t0 = get_global_id(0) * AT_W;
     const long bn = get_global_id(1);
-    const long b = bn / NH, n = bn % NH;
-    __global const REAL* qb = q + (b * T * NH + n) * HD;
-    __global const REAL* kb = k + (b * S * NH + n) * HD;
-    __global const REAL* vb = v + (b * S * NH + n) * HD;
+    const long b = bn / AT_NH, n = bn % AT_NH;
+    __global const AT_REAL* qb = q + (b * T * AT_NH + n) * AT_HD;
+    __global const AT_REAL* kb = k + (b * S * AT_NH + n) * AT_HD;
+    __global const AT_REAL* vb = v + (b * S * AT_NH + n) * AT_HD;
     __global const uchar* mb = mask + bn * T * (long)S;
 
-    REAL qs[HD * W];            /* the query block, transposed: qs[h*W + i] = q[t0+i, h] */
-    AT_RW acc[HD];
-    for (int i = 0; i < W; i++) {
+    AT_REAL qs[AT_HD * AT_W];            /* the query block, transposed: qs[h*AT_W + i] = q[t0+i, h] */
+    AT_RW acc[AT_HD];
+    for (int i = 0; i < AT_W; i++) {
         const long row = min(t0 + i, T - 1);  /* lanes past T duplicate the last row */
-        for (int h = 0; h < HD; h++) qs[h * W + i] = qb[row * AT_RS + h];
+        for (int h = 0; h < AT_HD; h++) qs[h * AT_W + i] = qb[row * AT_RS + h];
     }
-    for (int h = 0; h < HD; h++) acc[h] = (AT_RW)(0);
+    for (int h = 0; h < AT_HD; h++) acc[h] = (AT_RW)(0);
     AT_RW m = (AT_RW)(-INFINITY), l = (AT_RW)(0);
 
     int j0 = 0;
     for (; j0 + AT_BK <= S; j0 += AT_BK) {
-        uchar16 mt[W];          /* mask tile: row i = mask[t0+i, j0 ... j0+15] */
+        uchar16 mt[AT_W];          /* mask tile: row i = mask[t0+i, j0 ... j0+15] */
         char16 anyv = (char16)(0), allv = (char16)(-1);
-        for (int i = 0; i < W; i++) {
+        for (int i = 0; i < AT_W; i++) {
             const uchar16 r = vload16(0, mb + min(t0 + i, T - 1) * (long)S + j0);
             mt[i] = r;
             const char16 nz = r != (uchar16)(0);
@@ -80,12 +82,12 @@ __kernel void AT_KN(attention_fwd)(__global const REAL* restrict q, __global con
             allv &= nz;
         }
         if (!any(anyv)) continue;                      /* fully masked tile */
-        __global const REAL* kt = kb + (long)j0 * AT_RS;
-        __global const REAL* vt = vb + (long)j0 * AT_RS;
+        __global const AT_REAL* kt = kb + (long)j0 * AT_RS;
+        __global const AT_REAL* vt = vb + (long)j0 * AT_RS;
         AT_RW s[AT_BK];
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) s[j] = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             const AT_RW qh = AT_VLOADW(h, qs);
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) s[j] = qh * kt[j * AT_RS + h] + s[j];
@@ -96,8 +98,8 @@ __kernel void AT_KN(attention_fwd)(__global const REAL* restrict q, __global con
         } else {
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) {
-                uchar mk[W];
-                for (int i = 0; i < W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
+                uchar mk[AT_W];
+                for (int i = 0; i < AT_W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
                 s[j] = select(s[j] * scale, (AT_RW)(AT_NEG), AT_MASKED(AT_VLOADW(0, mk)));
             }
         }
@@ -112,7 +114,7 @@ __kernel void AT_KN(attention_fwd)(__global const REAL* restrict q, __global con
             s[j] = exp(s[j] - mnew);
             l += s[j];
         }
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             AT_RW a = acc[h] * alpha;
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) a = s[j] * vt[j * AT_RS + h] + a;
@@ -121,70 +123,70 @@ __kernel void AT_KN(attention_fwd)(__global const REAL* restrict q, __global con
         m = mnew;
     }
     for (int j = j0; j < S; j++) {                    /* the keys past the last full tile */
-        __global const REAL* kr = kb + (long)j * AT_RS;
-        __global const REAL* vr = vb + (long)j * AT_RS;
+        __global const AT_REAL* kr = kb + (long)j * AT_RS;
+        __global const AT_REAL* vr = vb + (long)j * AT_RS;
         AT_RW sv = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
-        uchar mk[W];
-        for (int i = 0; i < W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
+        for (int h = 0; h < AT_HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
+        uchar mk[AT_W];
+        for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
         sv = select(sv * scale, (AT_RW)(AT_NEG), AT_MASKED(AT_VLOADW(0, mk)));
         const AT_RW mnew = fmax(m, sv);
         const AT_RW alpha = exp(m - mnew);
         const AT_RW p = exp(sv - mnew);
         l = l * alpha + p;
-        for (int h = 0; h < HD; h++) acc[h] = acc[h] * alpha + p * vr[h];
+        for (int h = 0; h < AT_HD; h++) acc[h] = acc[h] * alpha + p * vr[h];
         m = mnew;
     }
     /* rows with every key masked: uniform weights over all S keys (as the -1e30 reference) */
     const AT_IW dead = m <= (AT_RW)(AT_NEG);
     if (any(dead)) {
-        for (int h = 0; h < HD; h++) {
-            REAL a = 0;
+        for (int h = 0; h < AT_HD; h++) {
+            AT_REAL a = 0;
             for (int j = 0; j < S; j++) a += vb[(long)j * AT_RS + h];
             acc[h] = select(acc[h], (AT_RW)(a), dead);
         }
-        l = select(l, (AT_RW)((REAL)S), dead);
+        l = select(l, (AT_RW)((AT_REAL)S), dead);
         m = select(m, (AT_RW)(AT_NEG), dead);
     }
-    const AT_RW inv = (REAL)1 / l;
-    REAL ls[W];
+    const AT_RW inv = (AT_REAL)1 / l;
+    AT_REAL ls[AT_W];
     AT_VSTOREW(m + log(l), 0, ls);
-    for (int h = 0; h < HD; h++) AT_VSTOREW(acc[h] * inv, h, qs);
-    for (int i = 0; i < W && t0 + i < T; i++) {
-        __global REAL* orow = out + ((b * T + t0 + i) * NH + n) * HD;
-        for (int h = 0; h < HD; h++) orow[h] = qs[h * W + i];
+    for (int h = 0; h < AT_HD; h++) AT_VSTOREW(acc[h] * inv, h, qs);
+    for (int i = 0; i < AT_W && t0 + i < T; i++) {
+        __global AT_REAL* orow = out + ((b * T + t0 + i) * AT_NH + n) * AT_HD;
+        for (int h = 0; h < AT_HD; h++) orow[h] = qs[h * AT_W + i];
         lse[bn * T + t0 + i] = ls[i];
     }
 }
 
 /* ------------------------------------------------------------------ backward: dQ (and delta)
- * Work-item (tb, bn): query rows t0 ... t0+W-1 as lanes; streams over key tiles.
+ * Work-item (tb, bn): query rows t0 ... t0+AT_W-1 as lanes; streams over key tiles.
  * Also writes delta = rowsum(g * out) for the dK/dV kernel (enqueued after this one). */
-__kernel void AT_KN(attention_bwd_dq)(__global const REAL* restrict q, __global const REAL* restrict k,
-                                      __global const REAL* restrict v, __global const uchar* restrict mask,
-                                      __global const REAL* restrict out, __global const REAL* restrict lse,
-                                      __global const REAL* restrict g, __global REAL* restrict dq,
-                                      __global REAL* restrict delta, const int T, const int S, const REAL scale)
+__kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
+                                      __global const AT_REAL* restrict v, __global const uchar* restrict mask,
+                                      __global const AT_REAL* restrict out, __global const AT_REAL* restrict lse,
+                                      __global const AT_REAL* restrict g, __global AT_REAL* restrict dq,
+                                      __global AT_REAL* restrict delta, const int T, const int S, const AT_REAL scale)
 {
-    const int t0 = get_global_id(0) * W;
+    const int t0 = get_global_id(0) * AT_W;
     const long bn = get_global_id(1);
-    const long b = bn / NH, n = bn % NH;
-    const long qoff = (b * T * NH + n) * HD;
-    __global const REAL* qb = q + qoff;
-    __global const REAL* gb = g + qoff;
-    __global const REAL* ob = out + qoff;
-    __global const REAL* kb = k + (b * S * NH + n) * HD;
-    __global const REAL* vb = v + (b * S * NH + n) * HD;
+    const long b = bn / AT_NH, n = bn % AT_NH;
+    const long qoff = (b * T * AT_NH + n) * AT_HD;
+    __global const AT_REAL* qb = q + qoff;
+    __global const AT_REAL* gb = g + qoff;
+    __global const AT_REAL* ob = out + qoff;
+    __global const AT_REAL* kb = k + (b * S * AT_NH + n) * AT_HD;
+    __global const AT_REAL* vb = v + (b * S * AT_NH + n) * AT_HD;
     __global const uchar* mb = mask + bn * T * (long)S;
 
-    REAL qs[HD * W], gs[HD * W], dl[W], ls[W];
-    for (int i = 0; i < W; i++) {
+    AT_REAL qs[AT_HD * AT_W], gs[AT_HD * AT_W], dl[AT_W], ls[AT_W];
+    for (int i = 0; i < AT_W; i++) {
         const long row = min(t0 + i, T - 1);
-        REAL d = 0;
-        for (int h = 0; h < HD; h++) {
-            const REAL gv = gb[row * AT_RS + h];
-            qs[h * W + i] = qb[row * AT_RS + h];
-            gs[h * W + i] = gv;
+        AT_REAL d = 0;
+        for (int h = 0; h < AT_HD; h++) {
+            const AT_REAL gv = gb[row * AT_RS + h];
+            qs[h * AT_W + i] = qb[row * AT_RS + h];
+            gs[h * AT_W + i] = gv;
             d = gv * ob[row * AT_RS + h] + d;
         }
         dl[i] = d;
@@ -192,14 +194,14 @@ __kernel void AT_KN(attention_bwd_dq)(__global const REAL* restrict q, __global 
         if (t0 + i < T) delta[bn * T + t0 + i] = d;
     }
     const AT_RW dlt = AT_VLOADW(0, dl), lv = AT_VLOADW(0, ls);
-    AT_RW dqa[HD];
-    for (int h = 0; h < HD; h++) dqa[h] = (AT_RW)(0);
+    AT_RW dqa[AT_HD];
+    for (int h = 0; h < AT_HD; h++) dqa[h] = (AT_RW)(0);
 
     int j0 = 0;
     for (; j0 + AT_BK <= S; j0 += AT_BK) {
-        uchar16 mt[W];
+        uchar16 mt[AT_W];
         char16 anyv = (char16)(0), allv = (char16)(-1);
-        for (int i = 0; i < W; i++) {
+        for (int i = 0; i < AT_W; i++) {
             const uchar16 r = vload16(0, mb + min(t0 + i, T - 1) * (long)S + j0);
             mt[i] = r;
             const char16 nz = r != (uchar16)(0);
@@ -207,12 +209,12 @@ __kernel void AT_KN(attention_bwd_dq)(__global const REAL* restrict q, __global 
             allv &= nz;
         }
         if (!any(anyv)) continue;
-        __global const REAL* kt = kb + (long)j0 * AT_RS;
-        __global const REAL* vt = vb + (long)j0 * AT_RS;
+        __global const AT_REAL* kt = kb + (long)j0 * AT_RS;
+        __global const AT_REAL* vt = vb + (long)j0 * AT_RS;
         AT_RW p[AT_BK], ds[AT_BK];
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) p[j] = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             const AT_RW qh = AT_VLOADW(h, qs);
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) p[j] = qh * kt[j * AT_RS + h] + p[j];
@@ -222,21 +224,21 @@ __kernel void AT_KN(attention_bwd_dq)(__global const REAL* restrict q, __global 
         if (!all(allv)) {
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) {
-                uchar mk[W];
-                for (int i = 0; i < W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
+                uchar mk[AT_W];
+                for (int i = 0; i < AT_W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
                 p[j] = select(p[j], (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
             }
         }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             const AT_RW gh = AT_VLOADW(h, gs);
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) ds[j] = gh * vt[j * AT_RS + h] + ds[j];
         }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = p[j] * (ds[j] - dlt) * scale;
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             AT_RW a = dqa[h];
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) a = ds[j] * kt[j * AT_RS + h] + a;
@@ -244,65 +246,65 @@ __kernel void AT_KN(attention_bwd_dq)(__global const REAL* restrict q, __global 
         }
     }
     for (int j = j0; j < S; j++) {
-        __global const REAL* kr = kb + (long)j * AT_RS;
-        __global const REAL* vr = vb + (long)j * AT_RS;
+        __global const AT_REAL* kr = kb + (long)j * AT_RS;
+        __global const AT_REAL* vr = vb + (long)j * AT_RS;
         AT_RW sv = (AT_RW)(0), dp = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             sv = AT_VLOADW(h, qs) * kr[h] + sv;
             dp = AT_VLOADW(h, gs) * vr[h] + dp;
         }
-        uchar mk[W];
-        for (int i = 0; i < W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
+        uchar mk[AT_W];
+        for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
         const AT_RW p = select(exp(sv * scale - lv), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
         const AT_RW d = p * (dp - dlt) * scale;
-        for (int h = 0; h < HD; h++) dqa[h] = d * kr[h] + dqa[h];
+        for (int h = 0; h < AT_HD; h++) dqa[h] = d * kr[h] + dqa[h];
     }
-    for (int h = 0; h < HD; h++) AT_VSTOREW(dqa[h], h, qs);
-    for (int i = 0; i < W && t0 + i < T; i++) {
-        __global REAL* r = dq + qoff + (long)(t0 + i) * AT_RS;
-        for (int h = 0; h < HD; h++) r[h] = qs[h * W + i];
+    for (int h = 0; h < AT_HD; h++) AT_VSTOREW(dqa[h], h, qs);
+    for (int i = 0; i < AT_W && t0 + i < T; i++) {
+        __global AT_REAL* r = dq + qoff + (long)(t0 + i) * AT_RS;
+        for (int h = 0; h < AT_HD; h++) r[h] = qs[h * AT_W + i];
     }
 }
 
 /* ------------------------------------------------------------------ backward: dK, dV
- * Work-item (sb, bn): keys s0 = sb*W ... s0+W-1 as lanes; streams over query tiles, using the
+ * Work-item (sb, bn): keys s0 = sb*AT_W ... s0+AT_W-1 as lanes; streams over query tiles, using the
  * lse and the delta written by the dQ kernel. */
-__kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __global const REAL* restrict k,
-                                        __global const REAL* restrict v, __global const uchar* restrict mask,
-                                        __global const REAL* restrict lse, __global const REAL* restrict g,
-                                        __global const REAL* restrict delta, __global REAL* restrict dk,
-                                        __global REAL* restrict dv, const int T, const int S, const REAL scale)
+__kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
+                                        __global const AT_REAL* restrict v, __global const uchar* restrict mask,
+                                        __global const AT_REAL* restrict lse, __global const AT_REAL* restrict g,
+                                        __global const AT_REAL* restrict delta, __global AT_REAL* restrict dk,
+                                        __global AT_REAL* restrict dv, const int T, const int S, const AT_REAL scale)
 {
-    const int s0 = get_global_id(0) * W;
+    const int s0 = get_global_id(0) * AT_W;
     const long bn = get_global_id(1);
-    const long b = bn / NH, n = bn % NH;
-    const long koff = (b * S * NH + n) * HD;
-    __global const REAL* qb = q + (b * T * NH + n) * HD;
-    __global const REAL* gb = g + (b * T * NH + n) * HD;
-    __global const REAL* kb = k + koff;
-    __global const REAL* vb = v + koff;
+    const long b = bn / AT_NH, n = bn % AT_NH;
+    const long koff = (b * S * AT_NH + n) * AT_HD;
+    __global const AT_REAL* qb = q + (b * T * AT_NH + n) * AT_HD;
+    __global const AT_REAL* gb = g + (b * T * AT_NH + n) * AT_HD;
+    __global const AT_REAL* kb = k + koff;
+    __global const AT_REAL* vb = v + koff;
     __global const uchar* mb = mask + bn * T * (long)S;
-    __global const REAL* lb = lse + bn * T;
-    __global const REAL* db = delta + bn * T;
-    const int full_lanes = s0 + W <= S;
+    __global const AT_REAL* lb = lse + bn * T;
+    __global const AT_REAL* db = delta + bn * T;
+    const int full_lanes = s0 + AT_W <= S;
 
-    REAL ks[HD * W], vs[HD * W];   /* ks[h*W + i] = k[s0+i, h] */
-    for (int i = 0; i < W; i++) {
+    AT_REAL ks[AT_HD * AT_W], vs[AT_HD * AT_W];   /* ks[h*AT_W + i] = k[s0+i, h] */
+    for (int i = 0; i < AT_W; i++) {
         const long key = min(s0 + i, S - 1);
-        for (int h = 0; h < HD; h++) {
-            ks[h * W + i] = kb[key * AT_RS + h];
-            vs[h * W + i] = vb[key * AT_RS + h];
+        for (int h = 0; h < AT_HD; h++) {
+            ks[h * AT_W + i] = kb[key * AT_RS + h];
+            vs[h * AT_W + i] = vb[key * AT_RS + h];
         }
     }
-    AT_RW dka[HD], dva[HD];
-    for (int h = 0; h < HD; h++) {
+    AT_RW dka[AT_HD], dva[AT_HD];
+    for (int h = 0; h < AT_HD; h++) {
         dka[h] = (AT_RW)(0);
         dva[h] = (AT_RW)(0);
     }
 
     int t0 = 0;
     for (; t0 + AT_BK <= T; t0 += AT_BK) {
-        AT_UW mt[AT_BK];        /* mt[r] = mask[t0+r, s0 ... s0+W-1] (0 past S) */
+        AT_UW mt[AT_BK];        /* mt[r] = mask[t0+r, s0 ... s0+AT_W-1] (0 past S) */
         AT_CW anyv = (AT_CW)(0), allv = (AT_CW)(-1);
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) {
@@ -311,8 +313,8 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
             if (full_lanes) {
                 mr = AT_VLOADW(0, mrow);
             } else {
-                uchar tmp[W];
-                for (int i = 0; i < W; i++) tmp[i] = s0 + i < S ? mrow[i] : 0;
+                uchar tmp[AT_W];
+                for (int i = 0; i < AT_W; i++) tmp[i] = s0 + i < S ? mrow[i] : 0;
                 mr = AT_VLOADW(0, tmp);
             }
             mt[r] = mr;
@@ -321,12 +323,12 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
             allv &= nz;
         }
         if (!any(anyv)) continue;
-        __global const REAL* qt = qb + (long)t0 * AT_RS;
-        __global const REAL* gt = gb + (long)t0 * AT_RS;
+        __global const AT_REAL* qt = qb + (long)t0 * AT_RS;
+        __global const AT_REAL* gt = gb + (long)t0 * AT_RS;
         AT_RW p[AT_BK], ds[AT_BK];
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) p[r] = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             const AT_RW kh = AT_VLOADW(h, ks);
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) p[r] = kh * qt[r * AT_RS + h] + p[r];
@@ -339,20 +341,20 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             const AT_RW vh = AT_VLOADW(h, vs);
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) ds[r] = vh * gt[r * AT_RS + h] + ds[r];
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = p[r] * (ds[r] - db[t0 + r]) * scale;
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             AT_RW a = dva[h];
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) a = p[r] * gt[r * AT_RS + h] + a;
             dva[h] = a;
         }
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             AT_RW a = dka[h];
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) a = ds[r] * qt[r * AT_RS + h] + a;
@@ -360,33 +362,33 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const REAL* restrict q, __globa
         }
     }
     for (int t = t0; t < T; t++) {                    /* the queries past the last full tile */
-        __global const REAL* qr = qb + (long)t * AT_RS;
-        __global const REAL* gr = gb + (long)t * AT_RS;
+        __global const AT_REAL* qr = qb + (long)t * AT_RS;
+        __global const AT_REAL* gr = gb + (long)t * AT_RS;
         __global const uchar* mrow = mb + (long)t * S + s0;
-        uchar tmp[W];
-        for (int i = 0; i < W; i++) tmp[i] = s0 + i < S ? mrow[i] : 0;
+        uchar tmp[AT_W];
+        for (int i = 0; i < AT_W; i++) tmp[i] = s0 + i < S ? mrow[i] : 0;
         AT_RW sv = (AT_RW)(0), dp = (AT_RW)(0);
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             sv = AT_VLOADW(h, ks) * qr[h] + sv;
             dp = AT_VLOADW(h, vs) * gr[h] + dp;
         }
         const AT_RW p = select(exp(sv * scale - lb[t]), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, tmp)));
         const AT_RW d = p * (dp - db[t]) * scale;
-        for (int h = 0; h < HD; h++) {
+        for (int h = 0; h < AT_HD; h++) {
             dva[h] = p * gr[h] + dva[h];
             dka[h] = d * qr[h] + dka[h];
         }
     }
-    for (int h = 0; h < HD; h++) {
+    for (int h = 0; h < AT_HD; h++) {
         AT_VSTOREW(dka[h], h, ks);
         AT_VSTOREW(dva[h], h, vs);
     }
-    for (int i = 0; i < W && s0 + i < S; i++) {
-        __global REAL* kr = dk + koff + (long)(s0 + i) * AT_RS;
-        __global REAL* vr = dv + koff + (long)(s0 + i) * AT_RS;
-        for (int h = 0; h < HD; h++) {
-            kr[h] = ks[h * W + i];
-            vr[h] = vs[h * W + i];
+    for (int i = 0; i < AT_W && s0 + i < S; i++) {
+        __global AT_REAL* kr = dk + koff + (long)(s0 + i) * AT_RS;
+        __global AT_REAL* vr = dv + koff + (long)(s0 + i) * AT_RS;
+        for (int h = 0; h < AT_HD; h++) {
+            kr[h] = ks[h * AT_W + i];
+            vr[h] = vs[h * AT_W + i];
         }
     }
 }

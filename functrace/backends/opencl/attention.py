@@ -36,7 +36,7 @@ def _lanes(rt, ctype: str) -> int:
     return 8 if native >= 8 else 4
 
 
-def _spec(eqn, rt, n_out_like: int = 0):
+def _spec(eqn, rt):
     """Checks shapes and dtypes; returns the specialization or None."""
     q, k, v, mask = (a.aval for a in eqn.inputs[:4])
     if len(q.shape) < 3 or k.shape != v.shape or q.shape[:-3] != k.shape[:-3] or q.shape[-2:] != k.shape[-2:]:
@@ -58,8 +58,8 @@ def _spec(eqn, rt, n_out_like: int = 0):
     ctype, dsuf = rs
     W = _lanes(rt, ctype)
     suffix = f"{dsuf}_h{H}_n{N}_w{W}"
-    defines = {"REAL": ctype, "ITYPE": "int" if ctype == "float" else "long", "W": W, "HD": H, "NH": N,
-               "SUF": suffix}
+    defines = {"AT_REAL": ctype, "AT_ITYPE": "int" if ctype == "float" else "long", "AT_W": W, "AT_HD": H,
+               "AT_NH": N, "AT_SUF": suffix}
     B = int(np.prod(batch, dtype=np.int64))
     return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, W=W, suffix=suffix,
                 source=specialize("attention.cl", defines), lse_shape=tuple(batch) + (N, T))

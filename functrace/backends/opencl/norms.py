@@ -5,7 +5,7 @@
   buffer); ``dw`` sums ``g * x * rstd`` over all rows in parallel: per-column partial sums over
   row chunks, then (when there is more than one chunk) a combine kernel: 2 or 3 launches.
 
-``rmsnorm.cl`` is specialized per element type by a ``#define`` prefix (``REAL``, ``SUF``)
+``rmsnorm.cl`` is specialized per element type by a ``#define`` prefix (``RN_REAL``, ``RN_SUF``)
 and ``#undef`` suffix, so float32 and float64 variants can share one program; kernel names
 carry the suffix (``rms_norm_fwd_f32``).  Unsupported cases (other dtypes, float64 on a
 device without it, empty arrays) return None and run as host steps.
@@ -90,7 +90,7 @@ def lower_rms_norm(eqn, rt):
         ctx.kernels[name](ctx.queue, (R,), None, x.buffer, w.buffer, y.buffer, np.int64(D), eps)
         return [y]
 
-    return Lowered(specialize("rmsnorm.cl", {"REAL": ctype, "SUF": suf}), [name], run, 1,
+    return Lowered(specialize("rmsnorm.cl", {"RN_REAL": ctype, "RN_SUF": suf}), [name], run, 1,
                    f"rms_norm (OpenCL rmsnorm.cl: {name}, one work-item per row)")
 
 
@@ -136,7 +136,7 @@ def lower_rms_norm_bwd(eqn, rt):
         ctx.release(rstd)
         return [dx, dw]
 
-    return Lowered(specialize("rmsnorm.cl", {"REAL": ctype, "SUF": suf}), names, run,
+    return Lowered(specialize("rmsnorm.cl", {"RN_REAL": ctype, "RN_SUF": suf}), names, run,
                    2 if chunks == 1 else 3,
                    f"rms_norm_bwd (OpenCL rmsnorm.cl: dx per row; dw as {chunks} row-chunk partial "
                    f"column sums{' + combine' if chunks > 1 else ''})")
