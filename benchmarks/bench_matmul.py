@@ -1,6 +1,7 @@
 """float32 matmul, 1024^3 and 2048^3: functrace's OpenCL kernel alone against numpy's BLAS.
 
-Both are timed interleaved in the same run (best of ``--repeat``), on the same operands:
+Both are timed interleaved in the same run, on the same operands (best of at least ``--repeat``
+runs each, more for small sizes: about ``--seconds`` of timing per contender and size):
 
 * **OpenCL kernel**: the launches ``dot_general`` lowers to (packing of A and B, then the
   register-tiled compute kernel of ``cl_kernels/matmul.cl``) on device buffers that already
@@ -8,13 +9,14 @@ Both are timed interleaved in the same run (best of ``--repeat``), on the same o
 * **numpy**: ``np.matmul(a, b, out=c)`` (OpenBLAS as numpy ships it; ``_common.setup()``
   drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow it down).
 * for information, **jit end to end**: ``ft.jit(lambda a, b: a @ b, backend="opencl")`` on
-  ``ft.Array`` operands with ``FUNCTRACE_MATMUL=opencl`` (adds the output allocation and the
-  per-call overhead).
+  ``ft.Array`` operands, the OpenCL kernels forced (``matmul.set_mode("opencl")``, as
+  ``FUNCTRACE_MATMUL=opencl``); adds the output allocation and the per-call overhead.
 
 Threads: ``OMP_NUM_THREADS`` (default 1) sets OpenBLAS's threads, and ``setup()`` pins the
 process to that many cores, so PoCL's worker threads share the same cores: both sides get the
 same CPU budget.  Run: ``python benchmarks/bench_matmul.py`` (``OMP_NUM_THREADS=2 python
-benchmarks/bench_matmul.py`` for two cores; ``--sizes 512,1024`` for other sizes).
+benchmarks/bench_matmul.py`` for two cores; ``--sizes 512,1024`` for other sizes,
+``--variants AB,AtB,ABt`` for the transposed layouts backward passes use, ``--dtype float64``).
 """
 import argparse
 import os
@@ -48,13 +50,11 @@ class _Pool:
         self.free.setdefault((arr.shape, arr.dtype), []).append(arr)
 
 
-def kernel_runner(rt, a_dev, b_dev, n, dtype=np.float32):
-    spec = mm.MatmulSpec(1, n, n, n, False, False, np.dtype(dtype))
+def kernel_runner(rt, a_dev, b_dev, n, dtype=np.float32, ta=False, tb=False):
+    spec = mm.MatmulSpec(1, n, n, n, ta, tb, np.dtype(dtype))
     plan = mm._Plan(spec, rt, False, "none")
-    prog = rt.program(mm.matmul_source(dtype))
-    kernels = {name: rt.cl.Kernel(prog, name) for name in plan.kernel_names}
     pool = _Pool(rt)
-    ctx = LaunchContext(rt, rt.queue, kernels, pool.alloc, pool.release)
+    ctx = LaunchContext(rt, rt.queue, {}, pool.alloc, pool.release)  # kernels: the shared matmul program
     out = rt.empty((n, n), dtype)
 
     def run():
@@ -76,7 +76,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1024,2048")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--no-jit", action="store_true", help="skip the jit end-to-end column")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--variants", default="AB", help="comma list of AB, AtB, ABt, AtBt (operand layouts; "
+                    "numpy gets the same transposed views)")
     args = ap.parse_args()
     rt = get_runtime()
     if rt is None:
@@ -90,35 +94,43 @@ def main():
     rng = np.random.default_rng(0)
     rows = []
     mm.set_mode("opencl")
-    for n in [int(s) for s in args.sizes.split(",")]:
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
-        c = np.empty((n, n), np.float32)
+    dtype = np.dtype(args.dtype)
+    for variant, n in [(v, int(s)) for v in args.variants.split(",") for s in args.sizes.split(",")]:
+        ta, tb = variant.startswith("At"), variant.endswith("Bt")
+        a = rng.standard_normal((n, n)).astype(dtype)  # stored as op(A) (or its transpose when ta)
+        b = rng.standard_normal((n, n)).astype(dtype)
+        c = np.empty((n, n), dtype)
         a_dev, b_dev = rt.to_device(a), rt.to_device(b)
-        run_cl, out, plan = kernel_runner(rt, a_dev, b_dev, n)
-        run_np = lambda: np.matmul(a, b, out=c)
-        jitted = ft.jit(lambda x, y: x @ y, backend="opencl")
+        run_cl, out, plan = kernel_runner(rt, a_dev, b_dev, n, dtype, ta, tb)
+        a_op, b_op = (a.T if ta else a), (b.T if tb else b)
+        run_np = lambda: np.matmul(a_op, b_op, out=c)
+        spec = {"AB": "ik,kj->ij", "AtB": "ki,kj->ij", "ABt": "ik,jk->ij", "AtBt": "ki,jk->ij"}[variant]
+        jitted = ft.jit(lambda x, y: ft.numpy.einsum(spec, x, y), backend="opencl")
         run_jit = lambda: jitted(a_dev, b_dev).block_until_ready()
         run_cl(), run_np()
         if not args.no_jit:
             run_jit()
         err = np.abs(np.asarray(out) - c).max() / np.abs(c).max()
-        assert err < 1e-5, f"OpenCL result differs from numpy: relative error {err}"
+        assert err < (1e-5 if dtype == np.float32 else 1e-12), f"OpenCL result differs from numpy: relative error {err}"
         t_cl, t_np, t_jit = [], [], []
-        for _ in range(args.repeat):  # interleaved: both see the same machine load
+        reps = max(args.repeat, int(args.seconds / max(best(run_np, 1), best(run_cl, 1))))
+        for _ in range(reps):  # interleaved: both see the same machine load
             t_cl.append(best(run_cl, 1))
             t_np.append(best(run_np, 1))
             if not args.no_jit:
                 t_jit.append(best(run_jit, 1))
         gf = lambda ts: 2 * n ** 3 / min(ts) / 1e9
-        rows.append((n, gf(t_cl), gf(t_np), gf(t_jit) if t_jit else float("nan")))
-        print(f"  {n}: {plan.describe()}; max relative error vs numpy {err:.1e}", flush=True)
+        rows.append((variant, n, gf(t_cl), gf(t_np), gf(t_jit) if t_jit else float("nan")))
+        print(f"  {variant} {n}: {plan.describe()}; max relative error vs numpy {err:.1e}", flush=True)
     print()
-    print(f"{'size':>10} | {'OpenCL kernel':>14} | {'numpy BLAS':>11} | {'ratio':>6} | {'jit end-to-end':>14}")
-    print(f"{'':>10} | {'GFLOP/s':>14} | {'GFLOP/s':>11} | {'CL/np':>6} | {'GFLOP/s':>14}")
-    for n, g_cl, g_np, g_jit in rows:
-        print(f"{f'{n}^3':>10} | {g_cl:14.1f} | {g_np:11.1f} | {g_cl / g_np:6.2f} | {g_jit:14.1f}")
-    print("\ntarget: OpenCL kernel >= 0.50x numpy BLAS GFLOP/s (float32 1024^3 and 2048^3)")
+    print(f"{dtype.name} matmul, {THREADS} thread(s)")
+    print(f"{'variant':>7} | {'size':>7} | {'OpenCL kernel':>14} | {'numpy BLAS':>11} | {'ratio':>6} | "
+          f"{'jit end-to-end':>14}")
+    print(f"{'':>7} | {'':>7} | {'GFLOP/s':>14} | {'GFLOP/s':>11} | {'CL/np':>6} | {'GFLOP/s':>14}")
+    for variant, n, g_cl, g_np, g_jit in rows:
+        print(f"{variant:>7} | {f'{n}^3':>7} | {g_cl:14.1f} | {g_np:11.1f} | {g_cl / g_np:6.2f} | {g_jit:14.1f}")
+    if dtype == np.float32:
+        print("\ntarget: OpenCL kernel >= 0.50x numpy BLAS GFLOP/s (float32 1024^3 and 2048^3)")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@
  * This file is included once per variant.  matmul.py defines before it:
  *   MM_REAL  float | double         MM_VW  vector width (16 | 8)     MM_SFX  f32 | f64
  *   MM_NAME  compute kernel name    MM_BIAS 0 | 1                    MM_ACT  0 none | 1 relu | 2 tanh
+ *   MM_WITH_MV 0 | 1 (emit the matrix-vector kernels)
  * and the file #undefs them at its end.  The packing and matrix-vector kernels are emitted once
- * per dtype (guarded), the compute kernel once per (dtype, epilogue) variant.
+ * per dtype (guarded), the compute kernel once per (dtype, epilogue) variant, so several variants
+ * can share a program.
  */
 
 #define MM_PASTE_(a, b) a##b
@@ -35,9 +37,13 @@
 #define MM_NAME3_(a, b) a##_##b
 #define MM_NAME3(a, b) MM_NAME3_(a, b)
 
-#define MM_TM 8
+#ifndef MM_WITH_MV
+#define MM_WITH_MV 1
+#endif
+
+#define MM_TM 8                                   /* fixed: MM_KSTEP below spells out 8 rows */
 #define MM_TN (2 * MM_VW)
-#define MM_PK 16                                  /* k rows per packing work-item */
+#define MM_PKW 64                                 /* k rows per packing work-item */
 #define MM_VEC MM_PASTE(MM_REAL, MM_VW)           /* float16 / double8 */
 #define MM_VEC8 MM_PASTE(MM_REAL, 8)
 #define MM_VLOAD MM_PASTE(vload, MM_VW)
@@ -57,97 +63,100 @@
 #endif
 
 #ifdef MM_EMIT_HELPERS
-/* Ap[b][mb][k][TM] = op(A)[b][mb*TM + i][k]; rows past M are zero.  Grid (ceil(K/PK), M/TM, batch). */
+/* dst[kk * ld + i] = src[i * lds + k + kk] for i, kk < 8: an 8x8 block transposed in registers */
+#define MM_T8COL(c) (MM_VEC8)(r0.c, r1.c, r2.c, r3.c, r4.c, r5.c, r6.c, r7.c)
+#define MM_TRANSPOSE8(src, lds, k, dst, ld) do {                                               \
+        const __global MM_REAL* s_ = (src) + (k);                                              \
+        const MM_VEC8 r0 = vload8(0, s_), r1 = vload8(0, s_ + (lds)),                           \
+            r2 = vload8(0, s_ + 2 * (long)(lds)), r3 = vload8(0, s_ + 3 * (long)(lds)),          \
+            r4 = vload8(0, s_ + 4 * (long)(lds)), r5 = vload8(0, s_ + 5 * (long)(lds)),          \
+            r6 = vload8(0, s_ + 6 * (long)(lds)), r7 = vload8(0, s_ + 7 * (long)(lds));          \
+        __global MM_REAL* d_ = (dst);                                                          \
+        vstore8(MM_T8COL(s0), 0, d_);                                                          \
+        vstore8(MM_T8COL(s1), 0, d_ + (ld));                                                   \
+        vstore8(MM_T8COL(s2), 0, d_ + 2 * (ld));                                               \
+        vstore8(MM_T8COL(s3), 0, d_ + 3 * (ld));                                               \
+        vstore8(MM_T8COL(s4), 0, d_ + 4 * (ld));                                               \
+        vstore8(MM_T8COL(s5), 0, d_ + 5 * (ld));                                               \
+        vstore8(MM_T8COL(s6), 0, d_ + 6 * (ld));                                               \
+        vstore8(MM_T8COL(s7), 0, d_ + 7 * (ld));                                               \
+    } while (0)
+
+/* Ap[b][mb][k][TM] = op(A)[b][mb*TM + i][k]; rows past M are zero.
+ * Grid (ceil(K/PKW), ceil(M/TM), batch): a work-item packs PKW k-rows of one panel. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void MM_NAME3(matmul_pack_a, MM_SFX)(__global const MM_REAL* restrict A, __global MM_REAL* restrict Ap,
                                       const int M, const int K, const int ta, const long sA, const long sAp)
 {
-    const int k0 = get_global_id(0) * MM_PK;
-    const int mb = get_global_id(1);
+    const int kbeg = get_global_id(0) * MM_PKW;
+    const int kend = min(kbeg + MM_PKW, K);
+    const int m0 = get_global_id(1) * MM_TM;
+    const bool full = m0 + MM_TM <= M;
     A += get_global_id(2) * sA;
-    const int kn = min(MM_PK, K - k0);
-    const int m0 = mb * MM_TM;
-    __global MM_REAL* dst = Ap + get_global_id(2) * sAp + ((long)mb * K + k0) * MM_TM;
-    if (ta) {                                     /* A[K][M]: rows of the panel are contiguous */
-        const __global MM_REAL* src = A + (long)k0 * M + m0;
-        if (m0 + MM_TM <= M) {
-            for (int kk = 0; kk < kn; kk++)
-                vstore8(vload8(0, src + (long)kk * M), kk, dst);
-        } else {
-            for (int kk = 0; kk < kn; kk++)
-                for (int i = 0; i < MM_TM; i++)
-                    dst[kk * MM_TM + i] = m0 + i < M ? src[(long)kk * M + i] : MM_ZERO;
-        }
-    } else {                                      /* A[M][K]: transpose TM x PK in registers */
-        const __global MM_REAL* src = A + (long)m0 * K + k0;
-        if (kn == MM_PK) {
-            #pragma unroll
-            for (int i = 0; i < MM_TM; i++) {
-                MM_VEC8 lo = (MM_VEC8)MM_ZERO, hi = (MM_VEC8)MM_ZERO;
-                if (m0 + i < M) {
-                    lo = vload8(0, src + (long)i * K);
-                    hi = vload8(1, src + (long)i * K);
-                }
-                #pragma unroll
-                for (int kk = 0; kk < 8; kk++) {
-                    dst[kk * MM_TM + i] = lo[kk];
-                    dst[(kk + 8) * MM_TM + i] = hi[kk];
-                }
-            }
-        } else {
-            for (int i = 0; i < MM_TM; i++)
-                for (int kk = 0; kk < kn; kk++)
-                    dst[kk * MM_TM + i] = m0 + i < M ? src[(long)i * K + kk] : MM_ZERO;
+    __global MM_REAL* dst = Ap + get_global_id(2) * sAp + (long)m0 * K;   /* panel mb: mb*TM*K */
+    int k = kbeg;
+    if (ta) {                                     /* A[K][M]: the panel's rows are contiguous */
+        if (full)
+            for (; k < kend; k++) vstore8(vload8(0, A + (long)k * M + m0), k, dst);
+    } else if (full) {                            /* A[M][K]: 8x8 transposes in registers */
+        const __global MM_REAL* src = A + (long)m0 * K;
+        for (; k + 8 <= kend; k += 8) {
+            MM_TRANSPOSE8(src, K, k, dst + (long)k * MM_TM, MM_TM);
         }
     }
+    for (; k < kend; k++)                         /* edges */
+        for (int i = 0; i < MM_TM; i++)
+            dst[(long)k * MM_TM + i] = m0 + i >= M ? MM_ZERO : ta ? A[(long)k * M + m0 + i] : A[(long)(m0 + i) * K + k];
 }
 
-/* Bp[b][nb][k][TN] = op(B)[b][k][nb*TN + j]; columns past N are zero.  Grid (ceil(K/PK), N/TN, batch). */
+/* Bp[b][nb][k][TN] = op(B)[b][k][nb*TN + j]; columns past N are zero.
+ * Grid (ceil(K/PKW), ceil(N/TN), batch). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __global MM_REAL* restrict Bp,
                                       const int N, const int K, const int tb, const long sB, const long sBp)
 {
-    const int k0 = get_global_id(0) * MM_PK;
-    const int nb = get_global_id(1);
+    const int kbeg = get_global_id(0) * MM_PKW;
+    const int kend = min(kbeg + MM_PKW, K);
+    const int n0 = get_global_id(1) * MM_TN;
+    const bool full = n0 + MM_TN <= N;
     B += get_global_id(2) * sB;
-    const int kn = min(MM_PK, K - k0);
-    const int n0 = nb * MM_TN;
-    __global MM_REAL* dst = Bp + get_global_id(2) * sBp + ((long)nb * K + k0) * MM_TN;
-    if (!tb) {                                    /* B[K][N]: rows of the panel are contiguous */
-        const __global MM_REAL* src = B + (long)k0 * N + n0;
-        if (n0 + MM_TN <= N) {
-            for (int kk = 0; kk < kn; kk++) {
-                MM_VSTORE(MM_VLOAD(0, src + (long)kk * N), 0, dst + kk * MM_TN);
-                MM_VSTORE(MM_VLOAD(1, src + (long)kk * N), 1, dst + kk * MM_TN);
+    __global MM_REAL* dst = Bp + get_global_id(2) * sBp + (long)n0 * K;   /* panel nb: nb*TN*K */
+    int k = kbeg;
+    if (!tb) {                                    /* B[K][N]: the panel's rows are contiguous */
+        if (full)
+            for (; k < kend; k++) {
+                const __global MM_REAL* src = B + (long)k * N + n0;
+                MM_VSTORE(MM_VLOAD(0, src), 0, dst + (long)k * MM_TN);
+                MM_VSTORE(MM_VLOAD(1, src), 1, dst + (long)k * MM_TN);
             }
-        } else {
-            for (int kk = 0; kk < kn; kk++)
-                for (int j = 0; j < MM_TN; j++)
-                    dst[kk * MM_TN + j] = n0 + j < N ? src[(long)kk * N + j] : MM_ZERO;
-        }
-    } else {                                      /* B[N][K]: transpose TN x PK in registers */
-        const __global MM_REAL* src = B + (long)n0 * K + k0;
-        if (kn == MM_PK) {
-            for (int j = 0; j < MM_TN; j++) {
-                MM_VEC8 lo = (MM_VEC8)MM_ZERO, hi = (MM_VEC8)MM_ZERO;
-                if (n0 + j < N) {
-                    lo = vload8(0, src + (long)j * K);
-                    hi = vload8(1, src + (long)j * K);
-                }
-                #pragma unroll
-                for (int kk = 0; kk < 8; kk++) {
-                    dst[kk * MM_TN + j] = lo[kk];
-                    dst[(kk + 8) * MM_TN + j] = hi[kk];
-                }
-            }
-        } else {
-            for (int j = 0; j < MM_TN; j++)
-                for (int kk = 0; kk < kn; kk++)
-                    dst[kk * MM_TN + j] = n0 + j < N ? src[(long)j * K + kk] : MM_ZERO;
-        }
+    } else if (full) {                            /* B[N][K]: 8x8 transposes in registers */
+        for (; k + 8 <= kend; k += 8)
+            for (int g = 0; g < MM_TN; g += 8)
+                MM_TRANSPOSE8(B + (long)(n0 + g) * K, K, k, dst + (long)k * MM_TN + g, MM_TN);
     }
+    for (; k < kend; k++)                         /* edges */
+        for (int j = 0; j < MM_TN; j++)
+            dst[(long)k * MM_TN + j] = n0 + j >= N ? MM_ZERO : tb ? B[(long)(n0 + j) * K + k] : B[(long)k * N + n0 + j];
 }
 
+#undef MM_T8COL
+#undef MM_TRANSPOSE8
+#undef MM_EMIT_HELPERS
+#endif /* MM_EMIT_HELPERS */
+
+#if MM_WITH_MV && MM_VW == 8
+#  ifndef MM_MV_F64
+#    define MM_MV_F64
+#    define MM_EMIT_MV 1
+#  endif
+#elif MM_WITH_MV
+#  ifndef MM_MV_F32
+#    define MM_MV_F32
+#    define MM_EMIT_MV 1
+#  endif
+#endif
+
+#ifdef MM_EMIT_MV
 /* y[b][m] = sum_k A[b][m][k] * x[b][k]  (rows contiguous along k).  Grid (ceil(M/4), batch). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void MM_NAME3(matmul_mv_rows, MM_SFX)(__global const MM_REAL* restrict A, __global const MM_REAL* restrict x,
@@ -231,8 +240,8 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
         }
     }
 }
-#undef MM_EMIT_HELPERS
-#endif /* MM_EMIT_HELPERS */
+#undef MM_EMIT_MV
+#endif /* MM_EMIT_MV */
 
 #if MM_ACT == 1
 #  define MM_EPI(v) fmax((v), (MM_VEC)MM_ZERO)
@@ -244,6 +253,18 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 #  define MM_EPI(v) (v)
 #  define MM_EPI1(v) (v)
 #endif
+
+/* one k step of the micro-kernel: 2 vector loads of Bp, 8 broadcasts of Ap, 16 multiply-adds */
+#define MM_FMA_ROW(i, off) {                                                                   \
+        const MM_REAL av = a[(off) * MM_TM + (i)];                                             \
+        c0[i] = av * b0 + c0[i];                                                               \
+        c1[i] = av * b1 + c1[i];                                                               \
+    }
+#define MM_KSTEP(off) {                                                                        \
+        const MM_VEC b0 = MM_VLOAD(0, bp + (off) * MM_TN), b1 = MM_VLOAD(1, bp + (off) * MM_TN); \
+        MM_FMA_ROW(0, off) MM_FMA_ROW(1, off) MM_FMA_ROW(2, off) MM_FMA_ROW(3, off)            \
+        MM_FMA_ROW(4, off) MM_FMA_ROW(5, off) MM_FMA_ROW(6, off) MM_FMA_ROW(7, off)            \
+    }
 
 /* C[b] (M x N) = epilogue(Ap[b] . Bp[b]).  Grid (ceil(M/(TM*mcb)), ceil(N/(TN*ncb)), batch); each
  * work-item computes mcb x ncb micro-tiles of TM x TN, in K chunks of kc (see the top of the file).
@@ -293,15 +314,14 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
                 }
                 const __global MM_REAL* a = Ap + ((long)mb * K + pc) * MM_TM;
                 const __global MM_REAL* bp = bpanel;
-                for (int k = 0; k < kn; k++) {
-                    const MM_VEC b0 = MM_VLOAD(0, bp);
-                    const MM_VEC b1 = MM_VLOAD(1, bp);
-                    #pragma unroll
-                    for (int i = 0; i < MM_TM; i++) {
-                        const MM_REAL av = a[i];
-                        c0[i] = av * b0 + c0[i];
-                        c1[i] = av * b1 + c1[i];
-                    }
+                int k = 0;
+                for (; k + 4 <= kn; k += 4) {   /* unrolled by hand: PoCL ignores unroll pragmas here */
+                    MM_KSTEP(0) MM_KSTEP(1) MM_KSTEP(2) MM_KSTEP(3)
+                    a += 4 * MM_TM;
+                    bp += 4 * MM_TN;
+                }
+                for (; k < kn; k++) {
+                    MM_KSTEP(0)
                     a += MM_TM;
                     bp += MM_TN;
                 }
@@ -358,13 +378,15 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
 
 #undef MM_EPI
 #undef MM_EPI1
+#undef MM_FMA_ROW
+#undef MM_KSTEP
 #undef MM_PASTE_
 #undef MM_PASTE
 #undef MM_NAME3_
 #undef MM_NAME3
 #undef MM_TM
 #undef MM_TN
-#undef MM_PK
+#undef MM_PKW
 #undef MM_VEC
 #undef MM_VEC8
 #undef MM_VLOAD
@@ -376,3 +398,4 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
 #undef MM_NAME
 #undef MM_BIAS
 #undef MM_ACT
+#undef MM_WITH_MV

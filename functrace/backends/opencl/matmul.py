@@ -17,12 +17,21 @@ Which implementation runs (``FUNCTRACE_MATMUL`` or :func:`set_mode`):
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
+
+Compile cost: the matmul kernels do not change with the shapes (those are kernel arguments), so
+they are built once per device, dtype and epilogue as a *shared program* (``rt.program``:
+cached in memory and on disk, and PoCL's own cache keeps the compiled kernels), instead of being
+compiled again into every jitted function's program.  On PoCL that build (it compiles every
+kernel when the binary is cached) costs seconds, which would otherwise be paid by the first
+call of every new function that multiplies matrices.  The jitted program's source
+(``as_text()``) carries a comment naming the matmul kernels a step launches.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -34,7 +43,7 @@ TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
 VW = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}   # vector width; TN = 2 * VW columns
 SFX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 ACTS = {"none": 0, "relu": 1, "tanh": 2}
-PK = 16                     # k rows per packing work-item (matmul.cl MM_PK)
+PKW = 64                    # k rows per packing work-item (matmul.cl MM_PKW)
 # cache blocking of one work-item (see matmul.cl): rows, columns, and the K chunk per pass
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
 MODES = ("auto", "opencl", "blas")
@@ -77,6 +86,24 @@ def forced_mode(m: str):
 # --------------------------------------------------------------------------- sources
 
 
+_SHARED: dict = {}          # (runtime id, dtype, bias, act) -> (runtime, {kernel name: cl.Kernel})
+_LAUNCH_LOCK = threading.Lock()  # shared cl.Kernel objects: set-args + enqueue must not interleave
+
+
+def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
+    """The kernels of the shared matmul program for this variant (built once per runtime)."""
+    key = (id(rt), np.dtype(dtype).name, bool(bias), act)
+    entry = _SHARED.get(key)
+    if entry is None or entry[0] is not rt:
+        prog = rt.program("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + matmul_source(dtype, bias, act))
+        sfx = SFX[np.dtype(dtype)]
+        names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(dtype, bias, act)]
+        if not bias and act == "none":
+            names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
+        entry = _SHARED[key] = (rt, {n: rt.cl.Kernel(prog, n) for n in names})
+    return entry[1]
+
+
 def kernel_name(dtype, bias: bool = False, act: str = "none") -> str:
     dtype = np.dtype(dtype)
     return f"matmul_{SFX[dtype]}" + ("_bias" if bias else "") + ("" if act == "none" else f"_{act}")
@@ -88,7 +115,8 @@ def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
     dtype = np.dtype(dtype)
     head = (f"#define MM_REAL {'float' if dtype == np.float32 else 'double'}\n#define MM_VW {VW[dtype]}\n"
             f"#define MM_SFX {SFX[dtype]}\n#define MM_NAME {kernel_name(dtype, bias, act)}\n"
-            f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n")
+            f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n"
+            f"#define MM_WITH_MV {int(not bias and act == 'none')}\n")  # epilogue variants: GEMM only
     return head + kernel_source("matmul.cl")
 
 
@@ -207,8 +235,8 @@ class _Plan:
                 ncb //= 2
             else:
                 mcb //= 2
-        self.pack_a_grid = (_cdiv(s.K, PK), mb, s.batch)
-        self.pack_b_grid = (_cdiv(s.K, PK), nbk, s.batch)
+        self.pack_a_grid = (_cdiv(s.K, PKW), mb, s.batch)
+        self.pack_b_grid = (_cdiv(s.K, PKW), nbk, s.batch)
         self.pack_a_args = (i32(s.M), i32(s.K), i32(int(s.ta)), i64(s.M * s.K), i64(mb * TM * s.K))
         self.pack_b_args = (i32(s.N), i32(s.K), i32(int(s.tb)), i64(s.N * s.K), i64(nbk * tn * s.K))
         self.grid = (_cdiv(mb, mcb), _cdiv(nbk, ncb), s.batch)
@@ -226,19 +254,22 @@ class _Plan:
         return f"packed 8x{2 * VW[self.spec.dtype]} micro-tiles, {m}x{n} blocks, kc {k}{epi}"
 
     def run_opencl(self, ctx, a, b, out, bias=None) -> None:
-        q, kernels = ctx.queue, ctx.kernels
+        q = ctx.queue
+        kernels = shared_kernels(ctx.rt, self.spec.dtype, self.bias, self.act)
         if self.kind != "gemm":
             ops = (a, b)
-            kernels[self.kernel_names[0]](q, self.grid, (1, 1), ops[self.mat].buffer, ops[self.vec].buffer,
-                                          out.buffer, *self.args)
+            with _LAUNCH_LOCK:
+                kernels[self.kernel_names[0]](q, self.grid, (1, 1), ops[self.mat].buffer, ops[self.vec].buffer,
+                                              out.buffer, *self.args)
             return
         ap = ctx.alloc((self.ap_size,), self.spec.dtype)
         bp = ctx.alloc((self.bp_size,), self.spec.dtype)
         ka, kb, km = (kernels[n] for n in self.kernel_names)
-        ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
-        kb(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
-        km(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
-           (bias if bias is not None else out).buffer, *self.mm_args)
+        with _LAUNCH_LOCK:
+            ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
+            kb(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
+            km(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
+               (bias if bias is not None else out).buffer, *self.mm_args)
         ctx.release(ap)  # the in-order queue runs later users of these buffers after this launch
         ctx.release(bp)
 
@@ -326,7 +357,12 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     else:
         impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
     state = {"impl": impl}
-    lowered = Lowered(source=matmul_source(spec.dtype, bias, act), kernel_names=list(plan.kernel_names),
+    if impl != "blas" and rt is not None:
+        shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
+    stub = (f"/* dot_general -> {', '.join(plan.kernel_names)}: launched from the shared matmul program "
+            f"(cl_kernels/matmul.cl, {spec.dtype.name}{', bias' if bias else ''}"
+            f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
+    lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl == "blas" else plan.launches,
                       label="", extra={"spec": spec, "plan": plan, "impl": impl})
     how = {None: " unless BLAS measures faster at the first call", "opencl": "", "blas": ""}[impl]
@@ -342,11 +378,14 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             return [out]
         impl = state["impl"]
         if impl is None:
-            impl = _DECISIONS.get(_key(plan)) or _choose(plan, ctx, a, b, out, bias_arr)
-            _DECISIONS[_key(plan)] = impl
+            impl = _DECISIONS.get(_key(plan))
+            computed = impl is None
+            if computed:  # _choose's runs write the result
+                impl = _DECISIONS[_key(plan)] = _choose(plan, ctx, a, b, out, bias_arr)
             state["impl"] = lowered.extra["impl"] = impl
             lowered.label = _label(plan, impl, _measured(plan))
-            return [out]  # _choose's runs have written the result
+            if computed:
+                return [out]
         if impl == "blas":
             plan.run_blas(ctx, a, b, out, bias_arr)
         else:
