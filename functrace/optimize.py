@@ -248,7 +248,33 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
                             eqn.out_vars, eqn.phase)
     elif name == "reduce_sum" and not eqn.params["axes"]:
         return inputs[0]
+    elif name == "dot_general":
+        return _fold_transposes_into_dot(eqn, inputs, producer)
     return None
+
+
+def _fold_transposes_into_dot(eqn: JaxprEqn, inputs: list, producer: dict):
+    """``dot_general(transpose(x), y)`` reads x through its dimension numbers instead (no copy),
+    when the free dimensions keep their relative order (so the output layout is unchanged)."""
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    new_inputs, dims, changed = list(inputs), [[lc, lb], [rc, rb]], False
+    for k, a in enumerate(inputs):
+        prev = producer.get(a) if type(a) is not Literal else None
+        if prev is None or prev.primitive.name != "transpose":
+            continue
+        perm = prev.params["permutation"]
+        contract, batch = dims[k]
+        free = [i for i in range(len(perm)) if i not in contract and i not in batch]
+        mapped_free = [perm[i] for i in free]
+        if mapped_free != sorted(mapped_free):
+            continue
+        dims[k] = [tuple(perm[i] for i in contract), tuple(perm[i] for i in batch)]
+        new_inputs[k] = prev.inputs[0]
+        changed = True
+    if not changed:
+        return None
+    dn = ((dims[0][0], dims[1][0]), (dims[0][1], dims[1][1]))
+    return JaxprEqn(eqn.primitive, new_inputs, {"dimension_numbers": dn}, eqn.out_vars, eqn.phase)
 
 
 def _uniform_value(c):

@@ -111,3 +111,14 @@ def test_partial_eval_splits_known_and_unknown():
     known2, unknown2, _ = partial_eval(closed, [False, True], lambda eqn: False)
     assert len(known2.jaxpr.outs) == 1 and "sin" in names(unknown2)
     np.testing.assert_allclose(unknown2(x, t)[0], 2 * np.sin(x) * t + np.cos(x) * t)
+
+
+def test_transposes_fold_into_dot_general():
+    x, y = RNG.standard_normal((5, 3)), RNG.standard_normal((5, 4))
+    for f in (lambda x, y: x.T @ y, lambda x, y: fnp.einsum("ij,ik->jk", x, y), lambda x, y: (y.T @ x).T):
+        lowered = ft.jit(f).lower(x, y)
+        assert "transpose" not in [e.primitive.name for e in lowered.jaxpr.eqns], str(lowered.jaxpr)
+        np.testing.assert_allclose(ft.jit(f)(x, y), x.T @ y, rtol=1e-12)
+    b = RNG.standard_normal((2, 3, 4))
+    g = lambda b: fnp.einsum("bij,bkj->bik", b, fnp.transpose(b, (0, 2, 1)).transpose(0, 2, 1))
+    np.testing.assert_allclose(ft.jit(g)(b), g(b), rtol=1e-12)
