@@ -234,6 +234,21 @@ class Array:
         self.runtime.queue.finish()
         return self
 
+    _recycle = None  # the executable's free list this buffer returns to
+
+    def recycle(self) -> None:
+        """Give the buffer back to its pool now (the array must not be used afterwards)."""
+        if self._recycle is not None and self._buffer is not None:
+            self._recycle.append(self._buffer)
+        self._buffer = None
+        self._recycle = None
+
+    def __del__(self):
+        try:
+            self.recycle()
+        except Exception:  # interpreter shutdown
+            pass
+
 
 def _host_op(name: str, reflected: bool = False):
     """Arithmetic on device arrays outside jit computes eagerly on a host copy (like numpy)."""
