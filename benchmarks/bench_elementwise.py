@@ -61,15 +61,21 @@ def main():
         out = f_cl(xd, yd)
         np.testing.assert_allclose(np.asarray(out), make(np)(x, y), rtol=2e-5, atol=2e-5)
         launches = f_cl.lower(xd, yd).compile().num_kernel_launches
-        times = {"functrace opencl": bench(lambda: f_cl(xd, yd).block_until_ready())}
-        times["numpy"] = bench(lambda: make(np)(x, y))
+        contenders = {"functrace opencl": lambda: f_cl(xd, yd).block_until_ready(),
+                      "numpy": lambda: make(np)(x, y)}
         if jax:
             jf = jax.jit(make(jnp))
-            times["JAX jit"] = bench(lambda: jf(jx, jy).block_until_ready())
+            contenders["JAX jit"] = lambda: jf(jx, jy).block_until_ready()
+        rounds = {k: [] for k in contenders}
+        for _ in range(3):  # interleaved rounds; the spread shows how noisy the machine is
+            for k, fn in contenders.items():
+                rounds[k].append(bench(fn))
+        times = {k: min(v) for k, v in rounds.items()}
         base = times["functrace opencl"]
         print(f"  {name} chain ({launches} kernel launch{'es' if launches > 1 else ''}):")
         for k, t in times.items():
-            print(f"    {k:<18} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace")
+            print(f"    {k:<18} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace   "
+                  f"(rounds: {', '.join(f'{r * 1e3:.1f}' for r in rounds[k])} ms)")
         if name == "arithmetic":
             nbytes = 3 * N * 4  # read x, y; write out
             dst = rt.empty((N,), np.float32)

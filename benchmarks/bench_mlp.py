@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import setup  # noqa: E402
 
 THREADS = setup()
+os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
 
 import numpy as np
 
@@ -66,6 +67,13 @@ def main():
     contenders["functrace jit (numpy backend)"] = lambda: step(params, x, y)
     eager = ft.value_and_grad(loss)
     contenders["functrace eager"] = lambda: eager(params, x, y)
+    from functrace.backends.opencl import get_runtime
+    if get_runtime() is not None:
+        step_cl = ft.jit(ft.value_and_grad(loss), backend="opencl")
+        v_cl, _ = step_cl(params, x, y)
+        assert np.allclose(np.asarray(v_cl), step(params, x, y)[0], rtol=1e-4)
+        contenders["functrace jit (opencl)"] = lambda: ft.tree_util.tree_map(
+            lambda a: a.block_until_ready(), step_cl(params, x, y))
     ref_val, ref_grads = step(params, x, y)
 
     try:
