@@ -27,3 +27,16 @@ def setup() -> str:
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=" + threads)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     return threads
+
+
+def best_of(fn, repeat: int = 7, warmup: int = 1) -> float:
+    """Seconds of the fastest of ``repeat`` calls after ``warmup`` calls (noise only adds time)."""
+    import time
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best

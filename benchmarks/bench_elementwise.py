@@ -9,10 +9,9 @@ PoCL's threads are limited with POCL_MAX_PTHREAD_COUNT to the same number).
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
 os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
@@ -25,15 +24,6 @@ from functrace.backends.opencl import get_runtime
 
 N = 4 * 1024 * 1024
 
-
-def bench(fn, repeat=15):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def main():
@@ -69,7 +59,7 @@ def main():
         rounds = {k: [] for k in contenders}
         for _ in range(3):  # interleaved rounds; the spread shows how noisy the machine is
             for k, fn in contenders.items():
-                rounds[k].append(bench(fn))
+                rounds[k].append(best_of(fn))
         times = {k: min(v) for k, v in rounds.items()}
         base = times["functrace opencl"]
         print(f"  {name} chain ({launches} kernel launch{'es' if launches > 1 else ''}):")
@@ -79,7 +69,7 @@ def main():
         if name == "arithmetic":
             nbytes = 3 * N * 4  # read x, y; write out
             dst = rt.empty((N,), np.float32)
-            copy = bench(lambda: (rt.cl.enqueue_copy(rt.queue, dst.buffer, xd.buffer), rt.queue.finish()))
+            copy = best_of(lambda: (rt.cl.enqueue_copy(rt.queue, dst.buffer, xd.buffer), rt.queue.finish()))
             copy_bw = 2 * N * 4 / copy
             bw = nbytes / base
             print(f"    bandwidth {bw / 1e9:.1f} GB/s vs device copy {copy_bw / 1e9:.1f} GB/s "

@@ -5,10 +5,9 @@ Run: ``python benchmarks/bench_hessian.py``.
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
 
@@ -23,15 +22,6 @@ N = 256
 def make_f(np_mod, A):
     return lambda x: np_mod.sum(np_mod.tanh(A @ x) ** 2) + 0.5 * np_mod.sum(x ** 4)
 
-
-def bench(fn, repeat=7):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def main():
@@ -74,7 +64,7 @@ def main():
         results = {k: [] for k in contenders}
         for _ in range(3):  # interleaved rounds
             for name, fn in contenders.items():
-                results[name].append(bench(fn))
+                results[name].append(best_of(fn))
         base = min(results["functrace jit"])
         for name, ts in results.items():
             t = min(ts)

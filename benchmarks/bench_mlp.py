@@ -8,10 +8,9 @@ Run: ``python benchmarks/bench_mlp.py``.
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
 os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
@@ -20,7 +19,6 @@ import numpy as np
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.optimize import analyze
 
 SIZES = (784, 512, 512, 10)
 BATCH = 128
@@ -43,16 +41,6 @@ def make_loss(np_mod):
         return -np_mod.mean(np_mod.sum(y * log_probs, axis=1))
     return loss
 
-
-def timeit(fn, warmup=3, repeat=15):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def main():
@@ -116,7 +104,7 @@ def main():
     results = {k: [] for k in contenders}
     for _ in range(5):
         for name, fn in contenders.items():
-            results[name].append(timeit(fn, warmup=2, repeat=7))
+            results[name].append(best_of(fn, repeat=7, warmup=2))
     base = min(results["functrace jit (numpy backend)"])
     print(f"MLP {SIZES} batch {BATCH} float32, {THREADS} thread(s); time per value_and_grad step")
     for name, ts in results.items():

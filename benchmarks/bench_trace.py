@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
 
@@ -30,15 +30,6 @@ def make_f(np_mod):
         return np_mod.sum(x)
     return f
 
-
-def best_of(fn, repeat=7, number=1):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
 
 
 def main():

@@ -4,10 +4,9 @@ Run: ``python benchmarks/bench_transformer.py`` (thread budget: OMP_NUM_THREADS,
 import math
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
 os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
@@ -51,15 +50,6 @@ def block_jax(p, x):
     return jnp.mean(x * x)
 
 
-def bench(fn, repeat=5):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
-
 
 def main():
     rng = np.random.default_rng(0)
@@ -87,7 +77,7 @@ def main():
     results = {k: [] for k in contenders}
     for _ in range(3):
         for k, fn in contenders.items():
-            results[k].append(bench(fn))
+            results[k].append(best_of(fn))
     base = min(results["functrace opencl"])
     print(f"transformer block fwd+bwd (B={B}, T={T}, D={D}, heads={H}, SwiGLU {F}), float32, {THREADS} thread(s)")
     for k, ts in results.items():

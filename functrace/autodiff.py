@@ -23,7 +23,7 @@ import numpy as np
 
 from . import core
 from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
-from .errors import DtypeError, FunctraceError
+from .errors import DtypeError
 from . import primitives as P
 from .primitives import add
 from . import tree_util
@@ -488,7 +488,6 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """Jacobian by reverse mode: ``vmap`` of the ``vjp`` function over the output basis."""
     from .batching import vmap
-    fname = _fun_name(fun)
     multiple = not isinstance(argnums, int)
     argnum_tuple = tuple(argnums) if multiple else (argnums,)
 

@@ -16,7 +16,7 @@ Design (autodidax-style, kept small):
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -465,7 +465,7 @@ class Tracer:
     def _concrete(self, what: str):
         try:
             return self.concrete_value()
-        except ConcretizationError as e:
+        except ConcretizationError:
             raise ConcretizationError(self, what) from None
 
     def item(self):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, get_aval
+from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
 

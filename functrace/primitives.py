@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .core import Primitive, ShapedArray, get_aval, Tracer
+from .core import Primitive, ShapedArray, get_aval
 from .errors import DtypeError, ShapeError, user_frame_description
 
 registry: dict[str, Primitive] = {}

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-import numpy as np
 
 from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
                    get_aval, new_main, _phase)

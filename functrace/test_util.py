@@ -41,6 +41,17 @@ def _assert_close(what, got, want, atol, rtol):
                                  f"got:\n{g}\nexpected:\n{w}")
 
 
+def numerical_grad(f: Callable, x, eps: float = 1e-6) -> np.ndarray:
+    """Central-difference gradient of a scalar function of one float64 array (for tests)."""
+    x = np.asarray(x, dtype=np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (float(f(x + e)) - float(f(x - e))) / (2 * eps)
+    return g
+
+
 def check_grads(f: Callable, args: Sequence, order: int = 2, modes: Sequence[str] = ("fwd", "rev"),
                 atol: float | None = None, rtol: float | None = None, eps: float | None = None,
                 seed: int = 0) -> None:

@@ -6,17 +6,9 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.test_util import check_grads
+from functrace.test_util import check_grads, numerical_grad
 
 
-def numerical_grad(f, x, eps=1e-6):
-    x = np.asarray(x, dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = eps
-        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
 
 
 def test_mlp_grad_matches_pytree_and_numbers():

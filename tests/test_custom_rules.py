@@ -17,6 +17,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.test_util import numerical_grad
 from functrace import lax
 
 RNG = np.random.default_rng(4321)
@@ -26,14 +27,6 @@ def rn(*shape):
     return RNG.standard_normal(shape)
 
 
-def numerical_grad(f, x, eps=1e-6):
-    x = np.asarray(x, dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = eps
-        g[i] = (float(f(x + e)) - float(f(x - e))) / (2 * eps)
-    return g
 
 
 def sigmoid(x):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
 from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..optimize import analyze

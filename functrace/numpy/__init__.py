@@ -11,11 +11,10 @@ import functools
 import math
 import operator
 import string
-from typing import Any, Sequence
 
 import numpy as np
 
-from ..core import Tracer, get_aval
+from ..core import Tracer
 from ..errors import ShapeError, user_frame_description
 from .. import primitives as P
 from ..primitives import shape_of

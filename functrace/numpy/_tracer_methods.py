@@ -1,7 +1,6 @@
 """Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy."""
 from __future__ import annotations
 
-import numpy as np
 
 import functrace.numpy as fnp
 from ..core import Tracer

@@ -15,7 +15,7 @@ import numpy as np
 from ...config import config
 from ...core import ClosedJaxpr, Literal
 from ...optimize import analyze
-from .fusion import (CTYPE, REDUCTIONS, Access, Group, access_for, elementwise_kernel, fusable,
+from .fusion import (CTYPE, REDUCTIONS, Group, access_for, elementwise_kernel, fusable,
                      reduction_kernel, _size)
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime

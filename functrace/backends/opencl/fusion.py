@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...core import Literal, Var
+from ...core import Literal
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 

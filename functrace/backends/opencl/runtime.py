@@ -14,7 +14,7 @@ import os
 import tempfile
 import threading
 import warnings
-from typing import Any
+
 
 import numpy as np
 
