@@ -10,7 +10,9 @@ class Config:
 
     _DEFAULTS = {"debug_nans": False, "device": None, "default_backend": None,
                  # on CPU devices, programs with less work than this (elements) run on the host
-                 "opencl_small_program_elements": 16384}
+                 "opencl_small_program_elements": 16384,
+                 # ... and, inside larger programs, kernels over fewer elements than this
+                 "opencl_host_step_elements": 4096}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():

@@ -11,7 +11,10 @@ def opencl_kernels_for_small_programs(request):
     if not request.module.__name__.startswith("test_opencl"):
         yield
         return
-    saved = ft.config.opencl_small_program_elements
-    ft.config.update("opencl_small_program_elements", 0)
+    names = ("opencl_small_program_elements", "opencl_host_step_elements")
+    saved = {n: getattr(ft.config, n) for n in names}
+    for n in names:
+        ft.config.update(n, 0)
     yield
-    ft.config.update("opencl_small_program_elements", saved)
+    for n, v in saved.items():
+        ft.config.update(n, v)

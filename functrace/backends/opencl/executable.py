@@ -192,6 +192,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if id(item) in absorbed:
                 continue
             g = item
+            if _host_is_cheaper(rt, _size(g.shape)):
+                plan.steps.extend(HostStep(e) for e in g.eqns)
+                continue
             outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
             outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
             if not outputs:
@@ -212,6 +215,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 and item.inputs[0].aval.dtype in CTYPE:
             x = item.inputs[0]
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
+            if _host_is_cheaper(rt, _size(x.aval.shape)):
+                plan.steps.extend(HostStep(e) for e in (list(g.eqns) if g is not None else []) + [item])
+                continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
             chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
@@ -242,6 +248,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
                 plan.steps.append(LoweredStep(item, lowered))
+
+
+def _host_is_cheaper(rt, elements: int) -> bool:
+    """On a CPU device, a tiny kernel costs more in launch latency than numpy takes on the host."""
+    return rt is not None and rt.is_cpu and elements < config.opencl_host_step_elements
 
 
 def _vector_width(rt, eqns) -> int:
