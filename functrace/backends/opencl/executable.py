@@ -460,13 +460,13 @@ class OpenCLExecutable:
         return [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
 
     def _host_step(self, eqn, env, get) -> None:
-        ins = [a.val if type(a) is Literal else np.asarray(get(a)).reshape(a.aval.shape) for a in eqn.inputs]
+        """Run one equation with numpy.  Results are host-backed arrays: a following host step
+        reads them without a transfer, and a kernel that needs one gets its buffer on demand."""
+        ins = [a.val if type(a) is Literal else get(a).host_view().reshape(a.aval.shape) for a in eqn.inputs]
         res = eqn.primitive.impl(*ins, **eqn.params)
         results = res if eqn.primitive.multiple_results else [res]
         for v, r in zip(eqn.out_vars, results):
-            out = self._alloc(v.aval.shape, v.aval.dtype)
-            self.rt.write(out, r)
-            env[v] = out
+            env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
 
     # ------------------------------------------------------------------ introspection
 

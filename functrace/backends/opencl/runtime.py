@@ -198,8 +198,11 @@ class Array:
         return self._buffer
 
     def host_view(self) -> np.ndarray:
-        """The data on the host: without a copy when host-backed, else copied from the device."""
-        return self._host if self._host is not None else self.__array__()
+        """The data on the host (read-only use): without a copy when host-backed, else copied from
+        the device once and kept (arrays are never written after they are produced)."""
+        if self._host is None:
+            self._host = self.__array__()
+        return self._host
 
     @property
     def ndim(self) -> int:
