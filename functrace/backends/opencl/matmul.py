@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .runtime import Array
 from .lowerings import Lowered, kernel_source, register
 
 TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
@@ -273,6 +274,23 @@ class _Plan:
         ctx.release(ap)  # the in-order queue runs later users of these buffers after this launch
         ctx.release(bp)
 
+    def run_blas_host(self, ctx, a, b, bias, out_shape):
+        """numpy's BLAS on the operands' host views; the result is a host-backed array (a kernel
+        that reads it later gets a device buffer on demand)."""
+        s = self.spec
+        A = a.host_view().reshape((s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
+        B = b.host_view().reshape((s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
+        A = A.transpose(0, 2, 1) if s.ta else A
+        B = B.transpose(0, 2, 1) if s.tb else B
+        C = np.dot(A[0], B[0])[None] if s.batch == 1 else np.matmul(A, B)
+        if bias is not None:
+            C += bias.host_view()
+        if self.act == "relu":
+            np.maximum(C, 0, out=C)
+        elif self.act == "tanh":
+            np.tanh(C, out=C)
+        return Array.from_host(ctx.rt, C.reshape(out_shape))
+
     def run_blas(self, ctx, a, b, out, bias=None) -> None:
         """numpy's BLAS on zero-copy host mappings of the buffers (CPU devices)."""
         s = self.spec
@@ -387,7 +405,8 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             if computed:
                 return [out]
         if impl == "blas":
-            plan.run_blas(ctx, a, b, out, bias_arr)
+            ctx.release(out)
+            return [plan.run_blas_host(ctx, a, b, bias_arr, lowered.extra.get("out_shape", plan.out_shape_flat))]
         else:
             plan.run_opencl(ctx, a, b, out, bias_arr)
         return [out]
