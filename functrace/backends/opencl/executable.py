@@ -15,7 +15,7 @@ import numpy as np
 from ...config import config
 from ...core import ClosedJaxpr, Literal
 from ...optimize import analyze
-from .fusion import (CTYPE, REDUCTIONS, Group, access_for, elementwise_kernel, fusable,
+from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, Group, access_for, elementwise_kernel, fusable,
                      reduction_kernel, _size)
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
@@ -280,7 +280,7 @@ __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restr
 }}"""
 
 
-PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + F32_HELPERS + "\n"
 
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (elements produced by all its equations) so small that, on a
