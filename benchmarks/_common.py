@@ -29,10 +29,14 @@ def setup() -> str:
     return threads
 
 
-def best_of(fn, repeat: int = 7, warmup: int = 1) -> float:
-    """Seconds of the fastest of ``repeat`` calls after ``warmup`` calls (noise only adds time)."""
+def best_of(fn, repeat: int = 7, warmup: int = 1, warmup_seconds: float = 0.0) -> float:
+    """Seconds of the fastest of ``repeat`` calls after ``warmup`` calls, and at least
+    ``warmup_seconds`` of calls (noise only adds time; some paths need a while to settle)."""
     import time
+    start = time.perf_counter()
     for _ in range(warmup):
+        fn()
+    while time.perf_counter() - start < warmup_seconds:
         fn()
     best = float("inf")
     for _ in range(repeat):

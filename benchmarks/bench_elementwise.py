@@ -3,7 +3,9 @@
 * transcendental chain ``tanh(x)*x + exp(-x*x) + sin(x)*0.5 - log1p(x*x)`` on 4M float32;
 * arithmetic chain ``((x*1.5 + y)*0.5 - x*y)*2 + 1`` on 4M float32, against the device's
   measured copy bandwidth (an OpenCL buffer copy of the same bytes).
-Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a training loop.
+Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a training loop; each
+contender runs for a second before timing (the first ~20 OpenCL calls of a fresh process were
+measured 5x slower than steady state on PoCL).
 Run: ``python benchmarks/bench_elementwise.py`` (OMP_NUM_THREADS sets the budget, default 1;
 PoCL's threads are limited with POCL_MAX_PTHREAD_COUNT to the same number).
 """
@@ -59,7 +61,7 @@ def main():
         rounds = {k: [] for k in contenders}
         for _ in range(3):  # interleaved rounds; the spread shows how noisy the machine is
             for k, fn in contenders.items():
-                rounds[k].append(best_of(fn))
+                rounds[k].append(best_of(fn, warmup_seconds=1.0))
         times = {k: min(v) for k, v in rounds.items()}
         base = times["functrace opencl"]
         print(f"  {name} chain ({launches} kernel launch{'es' if launches > 1 else ''}):")
@@ -69,7 +71,8 @@ def main():
         if name == "arithmetic":
             nbytes = 3 * N * 4  # read x, y; write out
             dst = rt.empty((N,), np.float32)
-            copy = best_of(lambda: (rt.cl.enqueue_copy(rt.queue, dst.buffer, xd.buffer), rt.queue.finish()))
+            copy = best_of(lambda: (rt.cl.enqueue_copy(rt.queue, dst.buffer, xd.buffer), rt.queue.finish()),
+                           warmup_seconds=1.0)
             copy_bw = 2 * N * 4 / copy
             bw = nbytes / base
             print(f"    bandwidth {bw / 1e9:.1f} GB/s vs device copy {copy_bw / 1e9:.1f} GB/s "
