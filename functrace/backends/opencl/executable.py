@@ -36,7 +36,6 @@ class KernelStep:
     global_size: int
     n: int
     eqns: list
-    kind: str = "elementwise"
 
 
 @dataclass
@@ -48,13 +47,11 @@ class ReduceStep:
     n_out: int
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
-    kind: str = "reduction"
 
 
 @dataclass
 class HostStep:
     eqn: object
-    kind: str = "host"
 
 
 @dataclass
@@ -63,7 +60,6 @@ class LoweredStep:
 
     eqn: object
     lowered: object
-    kind: str = "lowered"
 
 
 @dataclass
@@ -164,7 +160,6 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
                 continue
             needed = {v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs}
             if needed == {x} and consumers.get(x) == {id(item)}:
-                g.reduction = item
                 absorbed.add(id(g))
     _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
     return plan

@@ -86,12 +86,11 @@ def _size(shape) -> int:
 
 @dataclass
 class Group:
-    """Elementwise equations fused into one kernel (optionally feeding one reduction)."""
+    """Elementwise equations fused into one kernel (or absorbed into the reduction they feed)."""
 
     shape: tuple
     eqns: list = field(default_factory=list)
     sealed: bool = False
-    reduction: object = None  # the reduce_* equation absorbing this group, if any
 
     def produced(self) -> set:
         return {v for e in self.eqns for v in e.out_vars}
