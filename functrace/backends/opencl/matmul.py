@@ -342,6 +342,41 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     return "blas" if t_blas < t_cl else "opencl"
 
 
+def _decisions_path(rt) -> str:
+    import hashlib
+    from .runtime import cache_dir
+    digest = hashlib.sha256(rt.fingerprint.encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(), f"matmul-choices-{digest}.json")
+
+
+def _load_decisions(rt) -> None:
+    """The per-shape OpenCL-vs-BLAS decisions measured by earlier processes on this device (so a
+    warm start neither measures nor builds kernels it will not use).  Unreadable: ignored."""
+    if rt is None or getattr(rt, "_matmul_choices_loaded", False):
+        return
+    rt._matmul_choices_loaded = True
+    import json
+    try:
+        with open(_decisions_path(rt)) as f:
+            for key, (impl, t_cl, t_blas) in json.load(f).items():
+                k = tuple(json.loads(key))
+                if impl in ("opencl", "blas"):
+                    _DECISIONS.setdefault(k, impl)
+                    _TIMINGS.setdefault(k, (float(t_cl), float(t_blas)))
+    except (OSError, ValueError, TypeError):
+        pass
+
+
+def _save_decisions(rt) -> None:
+    import json
+    from .runtime import _atomic_write
+    data = {json.dumps(list(k)): [impl, *_TIMINGS.get(k, (0.0, 0.0))] for k, impl in _DECISIONS.items()}
+    try:
+        _atomic_write(_decisions_path(rt), json.dumps(data).encode())
+    except OSError:
+        pass  # a cache we cannot write only costs a measurement
+
+
 def _key(plan: _Plan):
     s = plan.spec
     return (s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act)
@@ -373,6 +408,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     elif m == "blas":
         impl = "blas"
     else:
+        _load_decisions(rt)
         impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
     state = {"impl": impl}
     if impl != "blas" and rt is not None:
@@ -400,6 +436,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             computed = impl is None
             if computed:  # _choose's runs write the result
                 impl = _DECISIONS[_key(plan)] = _choose(plan, ctx, a, b, out, bias_arr)
+                _save_decisions(ctx.rt)
             state["impl"] = lowered.extra["impl"] = impl
             lowered.label = _label(plan, impl, _measured(plan))
             if computed:

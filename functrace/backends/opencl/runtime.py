@@ -49,13 +49,24 @@ def usable(device) -> bool:
     an LLVM that does not know the host CPU fails every build with "unknown target CPU".)"""
     key = ("usable", device.int_ptr)
     if key not in _state:
+        marker = os.path.join(cache_dir(), "usable-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
+        if os.path.exists(marker):  # proven by an earlier process: skip the probe build
+            _state[key] = True
+            return True
         try:
             cl = _cl()
             cl.Program(cl.Context([device]), _PROBE).build()
             _state[key] = True
+            _atomic_write(marker, b"ok")
+        except OSError:
+            _state[key] = True  # the probe worked; only the marker could not be written
         except Exception:
             _state[key] = False
     return _state[key]
+
+
+def _fingerprint(device) -> str:
+    return f"{device.platform.name}|{device.platform.version}|{device.name}|{device.driver_version}"
 
 
 def _choose(devs: list):
@@ -86,7 +97,7 @@ class Runtime:
         self.queue = cl.CommandQueue(self.context)
         self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.name = device.name
-        self.fingerprint = f"{device.platform.name}|{device.platform.version}|{device.name}|{device.driver_version}"
+        self.fingerprint = _fingerprint(device)
         self.supports_fp64 = "cl_khr_fp64" in device.extensions or device.double_fp_config != 0
         self._programs: dict = {}
 
