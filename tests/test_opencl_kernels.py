@@ -244,3 +244,28 @@ def test_transformer_block_grad():
     got, want, report = run_both(ft.value_and_grad(_transformer_block, argnums=(0, 1)), params, x, cot)
     assert_close(got, want, np.float32)
     assert_kernels(report, ["rms_norm", "rms_norm_bwd", "attention", "attention_bwd"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["rows", "middle_axis", "scalar_index", "repeated"])
+def test_gather_and_scatter_add_kernels(case, dtype):
+    rng = np.random.default_rng(7)
+    if case == "rows":
+        x, idx, axis = rng.standard_normal((127, 9)), rng.integers(0, 127, (5, 3)), 0
+    elif case == "middle_axis":
+        x, idx, axis = rng.standard_normal((3, 7, 5)), rng.integers(0, 7, 11), 1
+    elif case == "scalar_index":
+        x, idx, axis = rng.standard_normal((7, 1000)), np.array(4), 0
+    else:
+        x, idx, axis = rng.standard_normal((7, 4)), np.array([1, 1, 1, 6, 1, 0, 6]), 0
+    x = x.astype(dtype)
+    import functrace.primitives as Pr
+    f = lambda x: Pr.take(x, idx.astype(np.int64), axis)
+    g = lambda x: ft.grad(lambda x: fnp.sum(Pr.take(x, idx.astype(np.int64), axis) ** 2))(x)  # scatter_add
+    for fn in (f, g):
+        got = np.asarray(ft.jit(fn, backend="opencl")(x))
+        want = ft.jit(fn, backend="numpy")(x)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    report = ft.jit(g, backend="opencl").lower(x).compile().report()
+    assert "scatter-add" in report and "gather" in report, report
