@@ -65,6 +65,12 @@ _DTYPE_SHORT = {np.dtype(k): v for k, v in [
 
 _PY_SCALAR_DTYPE = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64),
                     complex: np.dtype(np.complex128)}
+PY_SCALAR_TYPES = tuple(_PY_SCALAR_DTYPE)  # weakly typed when traced
+
+
+def scalars_to_arrays(args) -> list:
+    """Python scalars as 0-d arrays (numpy implementations and compiled programs take arrays)."""
+    return [np.asarray(a) if type(a) in _PY_SCALAR_DTYPE else a for a in args]
 
 
 def get_aval(x) -> ShapedArray:
@@ -321,7 +327,7 @@ class Primitive:
                 if top is None or t.level > top.level:
                     top = t
         if top is None:
-            out = self.impl(*[np.asarray(a) if type(a) in _PY_SCALAR_DTYPE else a for a in args], **params)
+            out = self.impl(*scalars_to_arrays(args), **params)
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)

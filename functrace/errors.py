@@ -47,8 +47,3 @@ class ShapeError(FunctraceError, ValueError):
 
 class DtypeError(FunctraceError, TypeError):
     """A dtype the operation or transformation cannot handle."""
-
-
-def with_user_location(exc_type, message: str):
-    """Build ``exc_type`` with the user's function and line appended to ``message``."""
-    return exc_type(f"{message} {user_frame_description()}")

@@ -14,13 +14,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval
+from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from .optimize import Report, optimize
 from .staging import trace_to_jaxpr
 from . import tree_util
-
-
-_PY_SCALARS = (bool, int, float, complex)
 
 
 def _leaf_signature(x) -> tuple:
@@ -154,7 +151,7 @@ class Jitted:
         if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
             outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
         else:  # compiled programs take arrays; Python scalars were traced as weakly typed values
-            outs = entry.executable()(*[np.asarray(x) if type(x) in _PY_SCALARS else x for x in leaves])
+            outs = entry.executable()(*scalars_to_arrays(leaves))
         return tree_util.tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> Lowered:

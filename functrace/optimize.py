@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
+from .primitives import reshape_p
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
 
@@ -318,16 +319,11 @@ def _implicit_broadcasts(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list
             new_inputs[k] = src
             continue
         var = Var(ShapedArray(keep, src.aval.dtype, src.aval.weak_type))
-        reshape_eqn = JaxprEqn(_reshape_p(), [src], {"new_sizes": keep}, [var], prev.phase)
+        reshape_eqn = JaxprEqn(reshape_p, [src], {"new_sizes": keep}, [var], prev.phase)
         producer[var] = reshape_eqn
         eqns.append(reshape_eqn)
         new_inputs[k] = var
     return new_inputs
-
-
-def _reshape_p():
-    from .primitives import reshape_p
-    return reshape_p
 
 
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:

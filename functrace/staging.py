@@ -103,9 +103,6 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxp
     return builder.build(in_vars, out_atoms)
 
 
-def abstractify(x) -> ShapedArray:
-    return get_aval(x)
-
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., ClosedJaxpr]:
     """``make_jaxpr(f)(*args)`` returns the IR of ``f`` specialised to the args' shapes and dtypes."""
@@ -126,7 +123,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             out_tree_box.append(out_tree)
             return out_leaves
 
-        closed = trace_to_jaxpr(flat_fun, [abstractify(x) for x in leaves])
+        closed = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves])
         closed = dce(closed)
         closed.in_tree, closed.out_tree = in_tree, out_tree_box[0]
         return closed

@@ -14,7 +14,7 @@ import string
 
 import numpy as np
 
-from ..core import Tracer
+from ..core import PY_SCALAR_TYPES as _PY_SCALARS, Tracer
 from ..errors import ShapeError, user_frame_description
 from .. import primitives as P
 from ..primitives import shape_of
@@ -23,7 +23,6 @@ from ..primitives import shape_of
 from numpy import (float16, float32, float64, int8, int16, int32, int64, uint8, uint32, bool_,
                    complex64, complex128, dtype, pi, e, inf, nan, newaxis, ndarray)
 
-_PY_SCALARS = (bool, int, float, complex)
 _WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 _DEFAULT_DTYPE = {"b": np.dtype(bool), "i": np.dtype(np.int64), "f": np.dtype(np.float64),
                   "c": np.dtype(np.complex128)}
