@@ -129,6 +129,22 @@ def test_sum_of_product_is_one_launch():
     assert_close(got, want, np.float64)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(33, 100), (128, 512), (3, 4, 37), (1, 16)])
+def test_leading_axis_reductions_absorb_producers(shape, dtype):
+    """Column sums (bias gradients) are one vectorized kernel with the producer inline, NaNs kept."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    b = RNG.standard_normal(shape[-1]).astype(dtype)
+    x.flat[5] = np.nan
+    lead = tuple(range(len(shape) - 1))
+    f = lambda x, b: (fnp.sum(x * b + 1.0, axis=lead), fnp.max(x - b, axis=lead), fnp.min(x * 2.0, axis=0))
+    exe = ft.jit(f, backend="opencl").lower(x, b).compile()
+    assert exe.num_kernel_launches == 3
+    got, want = both(f, x, b)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+
+
 def test_report_names_kernels_and_host_steps():
     exe = ft.jit(lambda x, w: fnp.tanh(x @ w) * 2.0, backend="opencl").lower(np.ones((3, 4)), np.ones((4, 2))).compile()
     report = exe.report()
@@ -190,6 +206,7 @@ def test_device_arrays_stay_on_device_in_a_training_loop():
 
 def test_program_cache_on_disk_survives_and_rebuilds_corrupt_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(rt, "driver_caches_programs", False)  # our binary cache (drivers without their own)
     src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
     rt._programs.clear()
     rt.program(src)

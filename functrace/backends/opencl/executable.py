@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import config
-from ...core import ClosedJaxpr, Literal
+from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze
-from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, Group, access_for, elementwise_kernel, fusable,
-                     reduction_kernel, _size)
+from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, Group, access_for, column_reduction_kernel,
+                     elementwise_kernel, fusable, leading_axes, reduction_kernel, _size)
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
 
@@ -45,6 +45,7 @@ class ReduceStep:
     output: object
     chunks: int
     n_out: int
+    items: int  # global size of the (first) kernel
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
 
@@ -52,6 +53,16 @@ class ReduceStep:
 @dataclass
 class HostStep:
     eqn: object
+
+
+@dataclass
+class HostSegment:
+    """Consecutive host steps run as one generated numpy function (see ``numpy_backend``)."""
+
+    eqns: list
+    inputs: list
+    outputs: list
+    run: object
 
 
 @dataclass
@@ -67,6 +78,7 @@ class Plan:
     steps: list = field(default_factory=list)
     sources: list = field(default_factory=list)
     views: dict = field(default_factory=dict)  # var -> (base var, broadcast dims or None)
+    view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
 
 
 def _is_view(eqn) -> bool:
@@ -93,6 +105,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
 
     for eqn in jaxpr.eqns:
         if _is_view(eqn):
+            plan.view_eqns[eqn.out_vars[0]] = eqn
             src = eqn.inputs[0]
             base, dims = plan.views.get(src, (src, None))
             if eqn.primitive.name == "broadcast_in_dim":
@@ -162,7 +175,50 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             if needed == {x} and consumers.get(x) == {id(item)}:
                 absorbed.add(id(g))
     _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
+    plan.steps = _host_segments(plan.steps, program_outs, plan, {e: i for i, e in enumerate(jaxpr.eqns)})
     return plan
+
+
+def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -> list:
+    """Merge each run of consecutive host steps into one ``HostSegment``: a single generated
+    numpy function, with ``Array`` wrapping only at its boundary."""
+    from ..numpy_backend import NumpyExecutable
+    views = plan.views
+    reads_after: list = [set() for _ in steps]  # values read by steps after index i
+    later: set = set(program_outs)
+    for i in range(len(steps) - 1, -1, -1):
+        reads_after[i] = later | {views[v][0] for v in later if v in views}
+        s = steps[i]
+        eqns = [s.eqn] if isinstance(s, (HostStep, LoweredStep)) else s.eqns
+        later.update(a for e in eqns for a in e.inputs if type(a) is not Literal)
+        later.update(getattr(s, "inputs", ()))
+    out, run = [], []
+    for i, s in enumerate(steps + [None]):
+        if isinstance(s, HostStep):
+            run.append(i)
+            continue
+        if run:
+            eqns = [steps[j].eqn for j in run]
+            made = {v for e in eqns for v in e.out_vars}
+            # a view read here of a value made here: its (skipped) reshape/broadcast joins the segment
+            pending = [a for e in eqns for a in e.inputs if a in plan.view_eqns]
+            while pending:
+                v = pending.pop()
+                if v not in made and views[v][0] in made:
+                    eqns.append(plan.view_eqns[v])
+                    made.add(v)
+                    pending.extend(a for a in plan.view_eqns[v].inputs if a in plan.view_eqns)
+            eqns.sort(key=position.__getitem__)
+            produced = [v for e in eqns for v in e.out_vars]
+            inputs = list(dict.fromkeys(a for e in eqns for a in e.inputs
+                                        if type(a) is not Literal and a not in made))
+            outputs = [v for v in produced if v in reads_after[run[-1]]]
+            sub = ClosedJaxpr(Jaxpr([], inputs, eqns, outputs), [])
+            out.append(HostSegment(eqns, inputs, outputs, NumpyExecutable(sub)))
+            run = []
+        if s is not None:
+            out.append(s)
+    return out
 
 
 def _accesses(plan: Plan, inputs: list, kernel_shape: tuple) -> tuple[dict, list]:
@@ -225,15 +281,20 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 ins = [x]
             name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
                                                   if g is not None else "")
-            src, _ = reduction_kernel(name, item, g, accesses, chunks,
-                                      _vector_width(rt, (list(g.eqns) if g is not None else []) + [item]))
+            vec = _vector_width(rt, (list(g.eqns) if g is not None else []) + [item])
+            items = n_out * chunks
+            if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
+                chunks, items = 1, -(-n_out // vec)
+                src, _ = column_reduction_kernel(name, item, g, accesses, vec)
+            else:
+                src, _ = reduction_kernel(name, item, g, accesses, chunks, vec)
             plan.sources.append(src)
             finish = None
             if chunks > 1:
                 finish = f"{name}_combine"
                 plan.sources.append(_combine_source(finish, item, chunks))
             eqns = (list(g.eqns) if g is not None else []) + [item]
-            plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, eqns, finish))
+            plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
             k += 1
         else:
             lowered = lower(item, rt) if rt is not None else None
@@ -277,6 +338,20 @@ __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restr
 
 PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + F32_HELPERS + "\n"
 
+def _owned(results, inputs) -> list:
+    """Host results, copied where they share memory with an input: inputs may be pooled buffers
+    that later kernels overwrite (numpy's reshape, slicing or identity return views)."""
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    return [np.array(r) if isinstance(r, np.ndarray) and any(np.may_share_memory(r, x) for x in arrays) else r
+            for r in results]
+
+
+def _host_reason(eqn, rt) -> str:
+    if fusable(eqn) or eqn.primitive.name in REDUCTIONS:
+        return f"fewer than {config.opencl_host_step_elements} elements: below a kernel launch's latency"
+    return "no OpenCL lowering"
+
+
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (elements produced by all its equations) so small that, on a
     CPU device, a kernel launch's latency (~40 us with PoCL) exceeds it?"""
@@ -305,7 +380,7 @@ class HostExecutable:
 
     def __call__(self, *args):
         ins = [a.host_view() if isinstance(a, Array) else a for a in args]
-        return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+        return [Array.from_host(self.rt, o) for o in _owned(self._exe(*ins), ins)]
 
     def as_text(self) -> str:
         return "// no OpenCL kernels: a small program run on the host of the CPU device\n" + str(self.closed)
@@ -343,9 +418,9 @@ class OpenCLExecutable:
         self._release_after = self._plan_releases()
         self.num_kernel_launches = sum(
             s.lowered.launches if isinstance(s, LoweredStep) else 1 + (1 if getattr(s, "finish", None) else 0)
-            for s in self.plan.steps if not isinstance(s, HostStep))
+            for s in self.plan.steps if not isinstance(s, HostSegment))
         self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
-        self.num_host_steps = sum(isinstance(s, HostStep) for s in self.plan.steps)
+        self.num_host_steps = sum(len(s.eqns) for s in self.plan.steps if isinstance(s, HostSegment))
 
     def _plan_releases(self) -> list:
         """For each step, the values whose buffers are free after it (their last read)."""
@@ -355,9 +430,12 @@ class OpenCLExecutable:
         last: dict = {}
         produced: set = set()
         for i, step in enumerate(self.plan.steps):
-            if isinstance(step, (HostStep, LoweredStep)):
+            if isinstance(step, LoweredStep):
                 reads = [base_of(a) for a in step.eqn.inputs if type(a) is not Literal]
                 produced.update(step.eqn.out_vars)
+            elif isinstance(step, HostSegment):
+                reads = [base_of(a) for a in step.inputs]
+                produced.update(step.outputs)
             else:
                 reads = list(step.inputs)
                 produced.update(step.outputs if isinstance(step, KernelStep) else [step.output])
@@ -378,7 +456,11 @@ class OpenCLExecutable:
         object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
         key = (tuple(shape), np.dtype(dtype))
         free = self._pool.get(key)
-        arr = Array(self.rt, free.pop(), shape, dtype) if free else self.rt.empty(shape, dtype)
+        if free:
+            buffer, host = free.pop()
+            arr = Array(self.rt, buffer, shape, dtype, host)
+        else:
+            arr = self.rt.empty(shape, dtype)
         arr._recycle = self._pool.setdefault(key, [])
         return arr
 
@@ -392,18 +474,23 @@ class OpenCLExecutable:
 
     def _materialize_view(self, env, v):
         base, dims = self.plan.views[v]
-        src = np.asarray(env[base]).reshape(base.aval.shape)
-        if dims is None:
-            val = src.reshape(v.aval.shape)
-        else:
-            expanded = [1] * len(v.aval.shape)
-            for i, d in enumerate(dims):
-                expanded[d] = base.aval.shape[i]
-            val = np.broadcast_to(src.reshape(expanded), v.aval.shape)
         out = self._alloc(v.aval.shape, v.aval.dtype)
-        self.rt.write(out, val)
+        self.rt.write(out, self._host_value(env, v))
         env[v] = out
         return out
+
+    def _host_value(self, env, v) -> np.ndarray:
+        """``v`` as a numpy array on the host (views of a buffer stay numpy views)."""
+        if v in env:
+            return env[v].host_view().reshape(v.aval.shape)
+        base, dims = self.plan.views[v]
+        src = env[base].host_view().reshape(base.aval.shape)
+        if dims is None:
+            return src.reshape(v.aval.shape)
+        expanded = [1] * len(v.aval.shape)
+        for i, d in enumerate(dims):
+            expanded[d] = base.aval.shape[i]
+        return np.broadcast_to(src.reshape(expanded), v.aval.shape)
 
     # ------------------------------------------------------------------ running
 
@@ -437,10 +524,10 @@ class OpenCLExecutable:
                 out = self._alloc(step.output.aval.shape, step.output.aval.dtype)
                 bufs = [get(b).buffer for b in step.inputs]
                 if step.finish is None:
-                    kernels[step.name](queue, (step.n_out,), _LOCAL, *bufs, out.buffer)
+                    kernels[step.name](queue, (step.items,), _LOCAL, *bufs, out.buffer)
                 else:
-                    partial = self._alloc((step.n_out * step.chunks,), step.output.aval.dtype)
-                    kernels[step.name](queue, (step.n_out * step.chunks,), _LOCAL, *bufs, partial.buffer)
+                    partial = self._alloc((step.items,), step.output.aval.dtype)
+                    kernels[step.name](queue, (step.items,), _LOCAL, *bufs, partial.buffer)
                     kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
                     self._release(partial)
                 env[step.output] = out
@@ -449,19 +536,15 @@ class OpenCLExecutable:
                                                            for a in step.eqn.inputs])
                 env.update(zip(step.eqn.out_vars, outs))
             else:
-                self._host_step(step.eqn, env, get)
-            for v in dead:  # last read: the buffer serves later allocations of its size
-                self._release(env.pop(v))
-        return [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
-
-    def _host_step(self, eqn, env, get) -> None:
-        """Run one equation with numpy.  Results are host-backed arrays: a following host step
-        reads them without a transfer, and a kernel that needs one gets its buffer on demand."""
-        ins = [a.val if type(a) is Literal else get(a).host_view().reshape(a.aval.shape) for a in eqn.inputs]
-        res = eqn.primitive.impl(*ins, **eqn.params)
-        results = res if eqn.primitive.multiple_results else [res]
-        for v, r in zip(eqn.out_vars, results):
-            env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
+                ins = [self._host_value(env, v) for v in step.inputs]
+                for v, r in zip(step.outputs, _owned(step.run(*ins), ins)):
+                    env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
+            for v in dead:  # last read: a pooled buffer serves later allocations of its size
+                if env[v]._recycle is not None:
+                    self._release(env.pop(v))
+        outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
+        self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
+        return outs
 
     # ------------------------------------------------------------------ introspection
 
@@ -472,8 +555,9 @@ class OpenCLExecutable:
         lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         for step in self.plan.steps:
-            if isinstance(step, HostStep):
-                lines.append(f"  host    {step.eqn.primitive.name} (numpy on the host; no OpenCL lowering)")
+            if isinstance(step, HostSegment):
+                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {_host_reason(e, self.rt)})"
+                             for e in step.eqns)
             elif isinstance(step, LoweredStep):
                 lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
             else:

@@ -432,3 +432,66 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restric
     out0[gid] = acc;
 }}"""
     return src, inputs
+
+
+def leading_axes(reduce_eqn) -> bool:
+    """Does the reduction run over the leading axes only (a column sum of a row-major matrix)?"""
+    axes = tuple(reduce_eqn.params["axes"])
+    return len(axes) > 0 and axes == tuple(range(len(axes))) and len(axes) < len(reduce_eqn.inputs[0].aval.shape)
+
+
+def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
+                            vec: int = VEC) -> tuple[str, list]:
+    """Source of a reduction over the leading axes, ``x`` viewed as (R, C) -> (C,): work-item
+    ``gid`` accumulates ``vec`` adjacent columns as one vector over all R rows (unit-stride
+    loads; a scalar loop for the last, partial group of columns)."""
+    x = reduce_eqn.inputs[0]
+    kind = reduce_eqn.primitive.name
+    ct = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    C = _size(reduce_eqn.out_vars[0].aval.shape)
+    R = _size(x.aval.shape) // C
+    inputs = group_inputs(group) if group is not None else [x]
+    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
+    init = {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
+    cmp = ">" if kind == "reduce_max" else "<"
+
+    def body(vector: bool) -> str:
+        w = ExprWriter(vector, in_names, accesses, vec)
+        w.count = 1000 if vector else 0
+        if group is None:
+            val = w.load(x, "e")
+        else:
+            for eqn in group.eqns:
+                w.emit(eqn, "e")
+            val = w.names[x]
+        acc = "vacc" if vector else "acc"
+        if kind == "reduce_sum":
+            step = f"{acc} += {val};"
+        elif vector:
+            step = f"{acc} = select({acc}, {val}, ({val} {cmp} {acc}) | isnan({val}));"
+        else:
+            step = f"{acc} = (({val} {cmp} {acc}) || isnan({val})) ? {val} : {acc};"
+        return "\n            ".join(w.lines + [step])
+
+    src = f"""
+__kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
+    const long c0 = (long)get_global_id(0) * {vec};
+    if (c0 + {vec} <= {C}) {{
+        {ct}{vec} vacc = ({ct}{vec})({init});
+        for (long r = 0; r < {R}; r++) {{
+            const long e = r * {C} + c0;
+            {body(True)}
+        }}
+        vstore{vec}(vacc, 0, out0 + c0);
+    }} else {{
+        for (long c = c0; c < {C}; c++) {{
+            {ct} acc = {init};
+            for (long r = 0; r < {R}; r++) {{
+                const long e = r * {C} + c;
+                {body(False)}
+            }}
+            out0[c] = acc;
+        }}
+    }}
+}}"""
+    return src, inputs

@@ -46,6 +46,7 @@ def device_inputs(eqn, ctx, inputs: list) -> list:
     for a, x in zip(eqn.inputs, inputs):
         if x is None and type(a) is Literal:
             x = ctx.rt.to_device(np.ascontiguousarray(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape)))
+            ctx.rt.hold(x)  # a temporary that the kernel reads after this returns
         out.append(x)
     return out
 

@@ -3,9 +3,12 @@
 * ``devices()`` lists the OpenCL devices; ``ft.config.update("device", ...)`` or
   ``FUNCTRACE_DEVICE`` picks one (an index into that list or a substring of its name).
 * ``Array`` is a device buffer with a shape and dtype; ``np.asarray`` copies it to the host.
-  On CPU devices buffers are allocated in host-accessible memory (``ALLOC_HOST_PTR``).
+  On CPU devices with unified host memory every array *is* a page-aligned numpy array and its
+  buffer wraps that memory (``USE_HOST_PTR``): host steps, host BLAS and ``np.asarray`` read it
+  after a queue ``finish()``, without copies or map calls.
 * Programs are cached by a hash of their source, device and driver: in memory, and on disk as
-  device binaries (written atomically; an unreadable or foreign entry is rebuilt).
+  device binaries (written atomically; an unreadable or foreign entry is rebuilt) -- except on
+  PoCL, whose own cache (``POCL_CACHE_DIR``) already keeps built programs by source hash.
 """
 from __future__ import annotations
 
@@ -96,10 +99,15 @@ class Runtime:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
         self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.unified = self.is_cpu and bool(device.host_unified_memory)
+        self._in_flight: list = []  # host memory that enqueued kernels may still use (see hold)
         self.name = device.name
         self.fingerprint = _fingerprint(device)
         self.supports_fp64 = "cl_khr_fp64" in device.extensions or device.double_fp_config != 0
         self._programs: dict = {}
+        # PoCL keeps its own disk cache of built programs (keyed by source, options and device);
+        # asking it for binaries would compile every kernel of the program up front (seconds)
+        self.driver_caches_programs = "Portable Computing Language" in device.platform.name
 
     # ------------------------------------------------------------------ programs
 
@@ -114,6 +122,8 @@ class Runtime:
 
     def _load_or_build(self, key: str, source: str, options: str):
         cl = self.cl
+        if self.driver_caches_programs:
+            return cl.Program(self.context, source).build(options=options)
         path = os.path.join(cache_dir(), key + ".bin")
         if os.path.exists(path):
             try:
@@ -134,31 +144,70 @@ class Runtime:
             pass  # a cache we cannot write only costs compile time
         return prog
 
+    # ------------------------------------------------------------------ synchronization
+
+    def finish(self) -> None:
+        """Wait for every enqueued command; host memory held for them may then be freed."""
+        self.queue.finish()
+        self._in_flight.clear()
+
+    def hold(self, *objects) -> None:
+        """Keep ``objects`` (arrays, executables with their buffer pools) alive until the queue
+        has finished: on unified memory a kernel reads numpy-owned memory, which Python would
+        free as soon as the last reference died.  Bounded: many held calls force a finish."""
+        if self.unified:
+            self._in_flight.append(objects)
+            if len(self._in_flight) > 32:
+                self.finish()
+
     # ------------------------------------------------------------------ buffers
 
     def empty(self, shape: tuple, dtype) -> "Array":
         dtype = np.dtype(dtype)
+        if self.unified:
+            return Array(self, None, shape, dtype, _aligned_empty(shape, dtype))
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
-        flags = self.cl.mem_flags.READ_WRITE | (self.cl.mem_flags.ALLOC_HOST_PTR if self.is_cpu else 0)
-        return Array(self, self.cl.Buffer(self.context, flags, nbytes), shape, dtype)
+        return Array(self, self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes), shape, dtype)
 
     def to_device(self, x) -> "Array":
-        """A device copy of a host array (``Array`` inputs are returned as they are)."""
+        """A device copy of a host array (``Array`` inputs are returned as they are).  A copy even
+        on unified memory: the caller may change its array while kernels still read it."""
         if isinstance(x, Array):
             return x
-        x = np.ascontiguousarray(x)
-        if x.size == 0:
-            return self.empty(x.shape, x.dtype)
-        return Array(self, self._buffer_from(x), x.shape, x.dtype)
+        x = np.asarray(x)
+        out = self.empty(x.shape, x.dtype)
+        self.write(out, x)
+        return out
 
-    def _buffer_from(self, x: np.ndarray):
-        return self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE | self.cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    def buffer_for(self, host: np.ndarray):
+        """A buffer holding ``host``'s data: its own memory on unified devices when the layout
+        allows (contiguous, writable, page-aligned), else a copy."""
+        mf = self.cl.mem_flags
+        if self.unified and host.flags.c_contiguous and host.flags.writeable \
+                and host.ctypes.data % _HOST_ALIGN == 0:
+            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
 
     def write(self, out: "Array", x) -> None:
         """Copy host data into an existing device array."""
-        x = np.ascontiguousarray(np.asarray(x, dtype=out.dtype).reshape(out.shape))
-        if x.size:
-            self.cl.enqueue_copy(self.queue, out.buffer, x)
+        x = np.asarray(x, dtype=out.dtype).reshape(out.shape)
+        if not x.size:
+            return
+        if self.unified:
+            np.copyto(out.host_view(), x)
+        else:
+            self.cl.enqueue_copy(self.queue, out.buffer, np.ascontiguousarray(x))
+
+
+_HOST_ALIGN = 4096  # zero-copy host pointers: page-aligned (what strict CPU drivers require)
+
+
+def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a page boundary."""
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + _HOST_ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % _HOST_ALIGN
+    return raw[start:start + n].view(dtype).reshape(shape)
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -195,24 +244,26 @@ class Array:
 
     @classmethod
     def from_host(cls, runtime: Runtime, value) -> "Array":
-        """An array whose data lives in host memory (a CPU device reads it without a transfer
-        step of ours); its device buffer is made only if a kernel needs it."""
+        """An array whose data lives in host memory (never written afterwards); its device buffer
+        is made only if a kernel needs it."""
         value = np.asarray(value)
         return cls(runtime, None, value.shape, value.dtype, value)
 
     @property
     def buffer(self):
         if self._buffer is None:
-            host = np.ascontiguousarray(self._host)
-            self._buffer = (self.runtime._buffer_from(host) if host.size
-                            else self.runtime.empty(self.shape, self.dtype).buffer)
+            self._buffer = (self.runtime.buffer_for(self._host) if self._host.size
+                            else self.runtime.cl.Buffer(self.runtime.context, self.runtime.cl.mem_flags.READ_WRITE, 1))
         return self._buffer
 
     def host_view(self) -> np.ndarray:
-        """The data on the host (read-only use): without a copy when host-backed, else copied from
-        the device once and kept (arrays are never written after they are produced)."""
+        """The data on the host (read-only use): the array's own memory when host-backed (after
+        waiting for kernels that may write it), else copied from the device once and kept
+        (arrays are never written after they are produced)."""
         if self._host is None:
             self._host = self.__array__()
+        elif self.runtime.unified:
+            self.runtime.finish()
         return self._host
 
     @property
@@ -225,7 +276,7 @@ class Array:
 
     def __array__(self, dtype=None, copy=None):
         if self._host is not None:
-            out = np.array(self._host, copy=True)
+            out = np.array(self.host_view(), copy=True)
         else:
             out = np.empty(self.shape, self.dtype)
             if out.size:
@@ -245,16 +296,17 @@ class Array:
         return np.asarray(self).item()
 
     def block_until_ready(self) -> "Array":
-        self.runtime.queue.finish()
+        self.runtime.finish()
         return self
 
     _recycle = None  # the executable's free list this buffer returns to
 
     def recycle(self) -> None:
-        """Give the buffer back to its pool now (the array must not be used afterwards)."""
-        if self._recycle is not None and self._buffer is not None:
-            self._recycle.append(self._buffer)
-        self._buffer = None
+        """Give the storage back to its pool now (the array must not be used afterwards): the
+        buffer, and on unified memory the host array it wraps (elsewhere ``_host`` is a copy)."""
+        if self._recycle is not None and (self._buffer is not None or self.runtime.unified):
+            self._recycle.append((self._buffer, self._host if self.runtime.unified else None))
+        self._buffer = self._host = None
         self._recycle = None
 
     def __del__(self):
