@@ -291,3 +291,35 @@ def test_small_programs_run_on_the_host_of_a_cpu_device():
     assert f.lower(big).compile().num_kernel_launches == 1
     np.testing.assert_allclose(np.asarray(f(big)), np.sin(big) * 2 + 1)
     np.testing.assert_allclose(np.asarray(f(out)), np.sin(np.sin(x) * 2 + 1) * 2 + 1)  # host-backed input
+
+
+def test_host_results_never_alias_recycled_device_buffers():
+    """On unified memory a pooled buffer is numpy memory that later kernels overwrite: results of
+    host programs and host steps that are numpy views of such a buffer must be copies."""
+    x = RNG.standard_normal((64, 8))
+    make = ft.jit(lambda x: x * 2.0 + 1.0, backend="opencl")  # kernels: a pooled output buffer
+    a = make(x)
+    ft.config.update("opencl_small_program_elements", 16384)
+    views = ft.jit(lambda a: (a.reshape(8, 64), a, a[:, 1:3]), backend="opencl")  # host program: numpy views
+    reshaped, same, sliced = views(a)
+    steps = ft.jit(lambda a: (fnp.cumsum(a.reshape(512), axis=0)[:5], a.T), backend="opencl")  # host steps
+    ft.config.update("opencl_small_program_elements", 0)
+    head, transposed = steps(a)
+    del a
+    for _ in range(3):
+        make(RNG.standard_normal((64, 8)))  # reuses (overwrites) the dropped buffer
+    want = x * 2.0 + 1.0
+    np.testing.assert_allclose(np.asarray(reshaped), want.reshape(8, 64))
+    np.testing.assert_allclose(np.asarray(same), want)
+    np.testing.assert_allclose(np.asarray(sliced), want[:, 1:3])
+    np.testing.assert_allclose(np.asarray(head), np.cumsum(want.reshape(512))[:5])
+    np.testing.assert_allclose(np.asarray(transposed), want.T)
+
+
+def test_inputs_dropped_right_after_the_call_stay_valid_until_kernels_ran():
+    f = ft.jit(lambda x: fnp.sin(x) * x, backend="opencl")
+    outs = [f(RNG.standard_normal(10000)) for _ in range(5)]  # each input dies at once
+    xs = RNG.standard_normal(10000)
+    out = f(xs.copy())
+    np.testing.assert_allclose(np.asarray(out), np.sin(xs) * xs)
+    assert all(np.all(np.isfinite(np.asarray(o))) for o in outs)
