@@ -7,7 +7,7 @@ Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a tr
 contender runs for a second before timing (the first ~20 OpenCL calls of a fresh process were
 measured 5x slower than steady state on PoCL).
 Run: ``python benchmarks/bench_elementwise.py`` (OMP_NUM_THREADS sets the budget, default 1;
-PoCL's threads are limited with POCL_MAX_PTHREAD_COUNT to the same number).
+PoCL gets the same budget: see _common.py).
 """
 import os
 import sys
@@ -16,7 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
-os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
 
 import numpy as np
 

@@ -13,7 +13,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import best_of, setup  # noqa: E402
 
 THREADS = setup()
-os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", THREADS)
 
 import numpy as np
 

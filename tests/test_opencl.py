@@ -323,3 +323,20 @@ def test_inputs_dropped_right_after_the_call_stay_valid_until_kernels_ran():
     out = f(xs.copy())
     np.testing.assert_allclose(np.asarray(out), np.sin(xs) * xs)
     assert all(np.all(np.isfinite(np.asarray(o))) for o in outs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 5), (127, 33), (1, 16), (4, 6, 9)])
+def test_transposes_slices_and_reversals_are_views_read_by_kernels(shape, dtype):
+    """No copies and no host steps: strided index arithmetic inside the fused kernels."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    y = RNG.standard_normal(shape[::-1]).astype(dtype)
+
+    def f(x, y):
+        t = fnp.swapaxes(x, 0, -1)
+        return (t * 2.0 + y, x[::2, 1:] - 1.0, fnp.flip(x, axis=0) * x, fnp.sum(fnp.flip(t, axis=-1) * y, axis=0),
+                fnp.max(x[1:, ::-3], axis=-1), fnp.exp(y[..., ::2]).T)
+    exe = ft.jit(f, backend="opencl").lower(x, y).compile()
+    assert exe.num_host_steps == 0
+    got, want = both(f, x, y)
+    assert_close(got, want, dtype)

@@ -15,8 +15,9 @@ import numpy as np
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze
-from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, Group, access_for, column_reduction_kernel,
-                     elementwise_kernel, fusable, leading_axes, reduction_kernel, _size)
+from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, VIEW_PRIMS, Group, View, access_for,
+                     column_reduction_kernel, elementwise_kernel, fusable, leading_axes, reduction_kernel,
+                     view_after, _size)
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
 
@@ -25,7 +26,6 @@ _load_builtin_lowerings()
 _LOCAL = None  # reductions: work-group size left to the driver
 WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (measured 1.6x faster on PoCL than
                  # letting the driver choose); the global size is rounded up and extra work-items do nothing
-_VIEW_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
 
 
 @dataclass
@@ -77,13 +77,13 @@ class LoweredStep:
 class Plan:
     steps: list = field(default_factory=list)
     sources: list = field(default_factory=list)
-    views: dict = field(default_factory=dict)  # var -> (base var, broadcast dims or None)
+    views: dict = field(default_factory=dict)  # var -> the View of another buffer it is
     view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
 
 
 def _is_view(eqn) -> bool:
     name = eqn.primitive.name
-    if name not in _VIEW_PRIMS or type(eqn.inputs[0]) is Literal:
+    if name not in VIEW_PRIMS or type(eqn.inputs[0]) is Literal:
         return False
     return eqn.out_vars[0].aval.dtype in CTYPE
 
@@ -107,13 +107,9 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
         if _is_view(eqn):
             plan.view_eqns[eqn.out_vars[0]] = eqn
             src = eqn.inputs[0]
-            base, dims = plan.views.get(src, (src, None))
-            if eqn.primitive.name == "broadcast_in_dim":
-                if dims is not None:  # a broadcast of a broadcast: materialize the inner one
-                    base, dims = src, None
-                plan.views[eqn.out_vars[0]] = (base, eqn.params["broadcast_dimensions"])
-            elif dims is None:  # reshapes keep the row-major layout of their base buffer
-                plan.views[eqn.out_vars[0]] = (base, None)
+            view = view_after(eqn, plan.views.get(src) or View.of(src))
+            if view is not None:
+                plan.views[eqn.out_vars[0]] = view
             else:
                 seal_inputs(eqn)
                 order.append(("eqn", eqn))
@@ -161,8 +157,8 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             for a in e.inputs:
                 if type(a) is not Literal:
                     consumers.setdefault(a, set()).add(id(item))
-    for v, (base, _) in plan.views.items():
-        consumers.setdefault(base, set()).add(("view", id(v)))
+    for v, view in plan.views.items():
+        consumers.setdefault(view.base, set()).add(("view", id(v)))
     program_outs = {a for a in jaxpr.outs if type(a) is not Literal}
     absorbed = set()
     for kind, item in order:
@@ -187,7 +183,7 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
     reads_after: list = [set() for _ in steps]  # values read by steps after index i
     later: set = set(program_outs)
     for i in range(len(steps) - 1, -1, -1):
-        reads_after[i] = later | {views[v][0] for v in later if v in views}
+        reads_after[i] = later | {views[v].base for v in later if v in views}
         s = steps[i]
         eqns = [s.eqn] if isinstance(s, (HostStep, LoweredStep)) else s.eqns
         later.update(a for e in eqns for a in e.inputs if type(a) is not Literal)
@@ -204,7 +200,7 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
             pending = [a for e in eqns for a in e.inputs if a in plan.view_eqns]
             while pending:
                 v = pending.pop()
-                if v not in made and views[v][0] in made:
+                if v not in made and views[v].base in made:
                     eqns.append(plan.view_eqns[v])
                     made.add(v)
                     pending.extend(a for a in plan.view_eqns[v].inputs if a in plan.view_eqns)
@@ -225,14 +221,9 @@ def _accesses(plan: Plan, inputs: list, kernel_shape: tuple) -> tuple[dict, list
     """Access patterns of kernel inputs (views read their base buffer); returns (accesses, buffers)."""
     accesses, buffers = {}, []
     for v in inputs:
-        base, dims = plan.views.get(v, (v, None))
-        if base is v:
-            accesses[v] = access_for(kernel_shape, v.aval.shape)
-        elif dims is None:  # reshape: same flat layout as the base
-            accesses[v] = access_for(kernel_shape, v.aval.shape)
-        else:
-            accesses[v] = access_for(kernel_shape, base.aval.shape, dims)
-        buffers.append(base)
+        view = plan.views.get(v)
+        accesses[v] = access_for(kernel_shape, v.aval.shape, view)
+        buffers.append(view.base if view is not None else v)
     return accesses, buffers
 
 
@@ -426,7 +417,7 @@ class OpenCLExecutable:
         """For each step, the values whose buffers are free after it (their last read)."""
         jaxpr = self.closed.jaxpr
         views = self.plan.views
-        base_of = lambda v: views[v][0] if v in views else v
+        base_of = lambda v: views[v].base if v in views else v
         last: dict = {}
         produced: set = set()
         for i, step in enumerate(self.plan.steps):
@@ -473,7 +464,6 @@ class OpenCLExecutable:
         return self.rt.to_device(np.asarray(x))
 
     def _materialize_view(self, env, v):
-        base, dims = self.plan.views[v]
         out = self._alloc(v.aval.shape, v.aval.dtype)
         self.rt.write(out, self._host_value(env, v))
         env[v] = out
@@ -483,14 +473,11 @@ class OpenCLExecutable:
         """``v`` as a numpy array on the host (views of a buffer stay numpy views)."""
         if v in env:
             return env[v].host_view().reshape(v.aval.shape)
-        base, dims = self.plan.views[v]
-        src = env[base].host_view().reshape(base.aval.shape)
-        if dims is None:
-            return src.reshape(v.aval.shape)
-        expanded = [1] * len(v.aval.shape)
-        for i, d in enumerate(dims):
-            expanded[d] = base.aval.shape[i]
-        return np.broadcast_to(src.reshape(expanded), v.aval.shape)
+        view = self.plan.views[v]
+        flat = env[view.base].host_view().reshape(-1)
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(flat[view.offset:], v.aval.shape,
+                                               [st * item for st in view.strides], writeable=False)
 
     # ------------------------------------------------------------------ running
 

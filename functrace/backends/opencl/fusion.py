@@ -107,6 +107,61 @@ def _contiguous_strides(shape) -> list:
     return strides[::-1]
 
 
+@dataclass(frozen=True)
+class View:
+    """A value that is another buffer read in place: element (i_0, ..., i_k) of the view is
+    ``base[offset + sum_d i_d * strides[d]]`` (strides in elements; 0 broadcasts, negative
+    reverses).  Broadcasts, reshapes of contiguous data, transposes, slices and reversals are
+    views: index arithmetic in the kernels that read them, never a copy."""
+
+    base: object
+    offset: int
+    strides: tuple
+
+    @staticmethod
+    def of(var) -> "View":
+        return View(var, 0, tuple(_contiguous_strides(var.aval.shape)))
+
+    def contiguous(self, shape) -> bool:
+        return all(s == c for s, c, n in zip(self.strides, _contiguous_strides(shape), shape) if n > 1)
+
+
+def view_after(eqn, src: View) -> View | None:
+    """The view ``eqn``'s output is of ``src``'s base, or None when it is not a strided view
+    (a reshape of non-contiguous data)."""
+    name, p = eqn.primitive.name, eqn.params
+    in_shape, out_shape = eqn.inputs[0].aval.shape, eqn.out_vars[0].aval.shape
+    st, off = list(src.strides), src.offset
+    if name == "broadcast_in_dim":
+        new = [0] * len(out_shape)
+        for i, d in enumerate(p["broadcast_dimensions"]):
+            new[d] = st[i] if in_shape[i] != 1 else 0
+        return View(src.base, off, tuple(new))
+    if name == "reshape":
+        if not src.contiguous(in_shape):
+            return None
+        return View(src.base, off, tuple(_contiguous_strides(out_shape)))
+    if name == "squeeze":
+        return View(src.base, off, tuple(x for i, x in enumerate(st) if i not in p["dimensions"]))
+    if name == "expand_dims":
+        it = iter(st)
+        return View(src.base, off, tuple(0 if d in p["dimensions"] else next(it) for d in range(len(out_shape))))
+    if name == "transpose":
+        return View(src.base, off, tuple(st[i] for i in p["permutation"]))
+    if name == "slice":
+        off += sum(a * x for a, x in zip(p["start_indices"], st))
+        return View(src.base, off, tuple(x * k for x, k in zip(st, p["strides"] or (1,) * len(st))))
+    if name == "rev":
+        for d in p["dimensions"]:
+            off += (in_shape[d] - 1) * st[d]
+            st[d] = -st[d]
+        return View(src.base, off, tuple(st))
+    return None
+
+
+VIEW_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "slice", "rev")
+
+
 @dataclass
 class Access:
     """How element ``e`` (flat, row-major over the kernel shape) of a kernel input is read."""
@@ -114,42 +169,42 @@ class Access:
     kind: str          # "full", "scalar", "general"
     coeffs: tuple = ()  # ((divisor, modulus, stride), ...) for "general"
     inner: int = 0      # length of the contiguous innermost run (general)
+    offset: int = 0
 
     def index(self, e: str) -> str:
         if self.kind == "full":
-            return e
-        if self.kind == "scalar":
-            return "0"
+            return e if not self.offset else f"{self.offset} + {e}"
         terms = [f"(({e} / {d}) % {m}) * {s}" if d != 1 else f"({e} % {m}) * {s}" for d, m, s in self.coeffs]
-        return " + ".join(terms) if terms else "0"
+        if self.offset or not terms:
+            terms.append(str(self.offset))
+        return " + ".join(terms)
 
 
-def access_for(kernel_shape: tuple, src_shape: tuple, dims: tuple | None = None) -> Access:
-    """Access of a source array broadcast to ``kernel_shape`` (numpy right-aligned rules, or the
-    explicit ``dims`` of a broadcast_in_dim)."""
-    if _size(src_shape) == 1:
-        return Access("scalar")
-    if tuple(src_shape) == tuple(kernel_shape):
-        return Access("full")
-    nd = len(kernel_shape)
-    if dims is None:
-        dims = tuple(range(nd - len(src_shape), nd))
-    src_strides = _contiguous_strides(src_shape)
+def access_for(kernel_shape: tuple, src_shape: tuple, view: View | None = None) -> Access:
+    """Access of a value of ``src_shape`` (a contiguous buffer, or a ``view`` of one) broadcast to
+    ``kernel_shape`` by numpy's right-aligned rules."""
+    nd, ns = len(kernel_shape), len(src_shape)
+    strides = view.strides if view is not None else tuple(_contiguous_strides(src_shape))
+    offset = view.offset if view is not None else 0
     stride_of = [0] * nd
-    for i, d in enumerate(dims):
+    for i in range(ns):
         if src_shape[i] != 1:
-            stride_of[d] = src_strides[i]
+            stride_of[nd - ns + i] = strides[i]
     kstrides = _contiguous_strides(kernel_shape)
+    if all(s == 0 for d, s in enumerate(stride_of) if kernel_shape[d] > 1):
+        return Access("scalar", offset=offset)
+    if all(s == k for s, k, n in zip(stride_of, kstrides, kernel_shape) if n > 1):
+        return Access("full", offset=offset)
     coeffs = tuple((kstrides[d], kernel_shape[d], stride_of[d]) for d in range(nd)
                    if stride_of[d] and kernel_shape[d] > 1)
     # contiguous innermost run: trailing kernel dims read with their natural strides
     inner = 1
     for d in range(nd - 1, -1, -1):
-        if stride_of[d] == kstrides[d] and (inner == kstrides[d]):
+        if kernel_shape[d] == 1 or (stride_of[d] == kstrides[d] and inner == kstrides[d]):
             inner *= kernel_shape[d]
         else:
             break
-    return Access("general", coeffs, inner)
+    return Access("general", coeffs, inner, offset)
 
 
 # --------------------------------------------------------------------------- code generation
@@ -201,7 +256,7 @@ class ExprWriter:
             raw = f"{p}[{acc.index(e)}]"
             return f"((int){raw})" if ct == "uchar" else raw
         if acc.kind == "scalar":
-            raw = f"(({ct}{self.vec})({p}[0]))"
+            raw = f"(({ct}{self.vec})({p}[{acc.index(e)}]))"
         elif acc.kind == "full" or (acc.kind == "general" and acc.inner % self.vec == 0):
             raw = f"vload{self.vec}(0, {p} + {acc.index(e)})"
         else:
