@@ -337,7 +337,7 @@ def _owned(results, inputs) -> list:
             for r in results]
 
 
-def _host_reason(eqn, rt) -> str:
+def _host_reason(eqn) -> str:
     if fusable(eqn) or eqn.primitive.name in REDUCTIONS:
         return f"fewer than {config.opencl_host_step_elements} elements: below a kernel launch's latency"
     return "no OpenCL lowering"
@@ -543,7 +543,7 @@ class OpenCLExecutable:
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         for step in self.plan.steps:
             if isinstance(step, HostSegment):
-                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {_host_reason(e, self.rt)})"
+                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {_host_reason(e)})"
                              for e in step.eqns)
             elif isinstance(step, LoweredStep):
                 lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
