@@ -400,6 +400,39 @@ __kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long
     return src, inputs
 
 
+def _reduce_init(kind: str, ct: str) -> str:
+    """The identity of a reduction in C (the accumulator's start value)."""
+    if ct in ("int", "long"):
+        return {"reduce_sum": "0", "reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
+                "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
+    return {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
+
+
+def _reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
+    """C statement folding ``v`` into ``acc`` (max/min propagate NaN, as numpy's do)."""
+    if kind == "reduce_sum":
+        return f"{acc} += {v};"
+    cmp = ">" if kind == "reduce_max" else "<"
+    if ct in ("int", "long"):
+        return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, {v});"
+    if vector:
+        return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"
+    return f"{acc} = (({v} {cmp} {acc}) || isnan({v})) ? {v} : {acc};"
+
+
+def _reduce_operand(x, group: Group | None, in_names: dict, accesses: dict, vec: int, vector: bool,
+                    e: str) -> tuple[list, str]:
+    """Lines computing a reduction's operand at element ``e`` (inline from an absorbed ``group``,
+    else one load) and the name of its value."""
+    w = ExprWriter(vector, in_names, accesses, vec)
+    w.count = 1000 if vector else 0
+    if group is None:
+        return [], w.load(x, e)
+    for eqn in group.eqns:
+        w.emit(eqn, e)
+    return w.lines, w.names[x]
+
+
 def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict, chunks: int,
                      vec: int = VEC) -> tuple[str, list]:
     """Source of a reduction kernel; with ``group`` the operand is computed inline.
@@ -426,34 +459,12 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     contiguous_tail = tuple(axes) == tuple(range(len(xshape) - len(axes), len(xshape)))
     inputs = group_inputs(group) if group is not None else [x]
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
-    init = {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
-    if ct in ("int", "long"):
-        init = {"reduce_sum": "0", "reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
-                "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
-
-    def combine(acc: str, v: str, vector: bool) -> str:
-        if kind == "reduce_sum":
-            return f"{acc} += {v};"
-        cmp = ">" if kind == "reduce_max" else "<"
-        if ct in ("int", "long"):
-            return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, {v});"
-        if vector:
-            return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"
-        return f"{acc} = (({v} {cmp} {acc}) || isnan({v})) ? {v} : {acc};"
-
-    def value_at(vector: bool, e: str) -> tuple[list, str]:
-        w = ExprWriter(vector, in_names, accesses, vec)
-        w.count = 1000 if vector else 0
-        if group is None:
-            return [], w.load(x, e)
-        for eqn in group.eqns:
-            w.emit(eqn, e)
-        return w.lines, w.names[x]
-
-    s_lines, s_val = value_at(False, "e")
+    init = _reduce_init(kind, ct)
+    combine = lambda acc, v, vector: _reduce_combine(kind, ct, acc, v, vector)
+    s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e")
     vec_loop = ""
     if contiguous_tail and R >= vec and ct in ("float", "double"):
-        v_lines, v_val = value_at(True, "e")
+        v_lines, v_val = _reduce_operand(x, group, in_names, accesses, vec, True, "e")
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
         hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec))}.get(kind)
         if hsum is None:
@@ -507,26 +518,11 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     R = _size(x.aval.shape) // C
     inputs = group_inputs(group) if group is not None else [x]
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
-    init = {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
-    cmp = ">" if kind == "reduce_max" else "<"
+    init = _reduce_init(kind, ct)
 
     def body(vector: bool) -> str:
-        w = ExprWriter(vector, in_names, accesses, vec)
-        w.count = 1000 if vector else 0
-        if group is None:
-            val = w.load(x, "e")
-        else:
-            for eqn in group.eqns:
-                w.emit(eqn, "e")
-            val = w.names[x]
-        acc = "vacc" if vector else "acc"
-        if kind == "reduce_sum":
-            step = f"{acc} += {val};"
-        elif vector:
-            step = f"{acc} = select({acc}, {val}, ({val} {cmp} {acc}) | isnan({val}));"
-        else:
-            step = f"{acc} = (({val} {cmp} {acc}) || isnan({val})) ? {val} : {acc};"
-        return "\n            ".join(w.lines + [step])
+        lines, val = _reduce_operand(x, group, in_names, accesses, vec, vector, "e")
+        return "\n            ".join(lines + [_reduce_combine(kind, ct, "vacc" if vector else "acc", val, vector)])
 
     src = f"""
 __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
