@@ -173,14 +173,18 @@ def _launch_ctx():
     return LaunchContext(rt, rt.queue, {}, alloc, release)
 
 
+@pytest.mark.parametrize("impl", ["opencl", "blas", "blas on mapped buffers"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_bias_activation_epilogue(dtype):
+def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
+    if impl == "blas on mapped buffers":  # a CPU device without unified memory: BLAS maps the buffers
+        monkeypatch.setattr(rt, "unified", False)
     variants = [(True, "relu"), (False, "tanh")]
     lowered = {}
     for m, k, n in [(7, 7, 7), (130, 300, 47), (1, 127, 33), (64, 33, 1)]:  # K = 300: two K chunks
         spec = mm.MatmulSpec(1, m, n, k, False, False, np.dtype(dtype))
         for bias, act in variants:
-            lowered[(m, k, n, bias, act)] = mm.lower_matmul(spec, rt, bias=bias, act=act)
+            with mm.forced_mode(impl.split()[0]):
+                lowered[(m, k, n, bias, act)] = mm.lower_matmul(spec, rt, bias=bias, act=act)
     ctx = _launch_ctx()  # the kernels come from the shared matmul programs
     act_fn = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "tanh": np.tanh}
     for (m, k, n, bias, act), low in lowered.items():
@@ -201,6 +205,7 @@ def test_blas_and_auto_modes(monkeypatch):
         check(f(x, w), x, w, np.float32, 100)
         assert "host BLAS" in labels(exe)[0] and exe.num_kernel_launches == 0
     monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)  # ignore choices earlier processes saved
     with mm.forced_mode("auto"):
         g = ft.jit(lambda x, w: x @ w, backend="opencl")
         exe = g.lower(x, w).compile()

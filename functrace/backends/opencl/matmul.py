@@ -10,7 +10,7 @@ and matrix-vector products.  Other layouts return ``None`` (the executable runs 
 Which implementation runs (``FUNCTRACE_MATMUL`` or :func:`set_mode`):
 
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
-* ``blas``: on CPU devices, the host BLAS (numpy) on zero-copy mappings of the device buffers;
+* ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
 * ``auto`` (default): on a CPU device, the first call of each shape times both on the real
   operands and keeps the faster (the decision is cached in memory per shape and dtype; the
   step's report label says which one runs); on other devices always OpenCL.
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runtime import Array
 from .lowerings import Lowered, kernel_source, register
 
 TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
@@ -247,12 +246,14 @@ class _Plan:
         self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act)]
         self.launches = 3
 
+    def epilogue(self) -> str:
+        return (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
+
     def describe(self) -> str:
         if self.kind != "gemm":
             return f"{self.kind} kernel"
         m, n, k = self.blocking
-        epi = (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
-        return f"packed 8x{2 * VW[self.spec.dtype]} micro-tiles, {m}x{n} blocks, kc {k}{epi}"
+        return f"packed 8x{2 * VW[self.spec.dtype]} micro-tiles, {m}x{n} blocks, kc {k}{self.epilogue()}"
 
     def run_opencl(self, ctx, a, b, out, bias=None) -> None:
         q = ctx.queue
@@ -274,64 +275,46 @@ class _Plan:
         ctx.release(ap)  # the in-order queue runs later users of these buffers after this launch
         ctx.release(bp)
 
-    def run_blas_host(self, ctx, a, b, bias, out):
-        """numpy's BLAS on the operands' host views.  On unified memory it writes ``out`` in
-        place; elsewhere it returns a host-backed array (a kernel that reads it later gets a
-        device buffer on demand) and ``out`` goes back to the pool."""
-        s = self.spec
-        A = a.host_view().reshape((s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
-        B = b.host_view().reshape((s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
-        A = A.transpose(0, 2, 1) if s.ta else A
-        B = B.transpose(0, 2, 1) if s.tb else B
-        if ctx.rt.unified:
-            C = out.host_view().reshape(s.batch, s.M, s.N)
-            if s.batch == 1:
-                np.dot(A[0], B[0], out=C[0])
-            else:
-                np.matmul(A, B, out=C)
-        else:
-            C = np.dot(A[0], B[0])[None] if s.batch == 1 else np.matmul(A, B)
-        if bias is not None:
-            C += bias.host_view()
-        if self.act == "relu":
-            np.maximum(C, 0, out=C)
-        elif self.act == "tanh":
-            np.tanh(C, out=C)
-        if ctx.rt.unified:
-            return out
-        ctx.release(out)
-        return Array.from_host(ctx.rt, C.reshape(out.shape))
-
     def run_blas(self, ctx, a, b, out, bias=None) -> None:
-        """numpy's BLAS on zero-copy host mappings of the buffers (CPU devices)."""
-        s = self.spec
+        """numpy's BLAS writing ``out`` (CPU devices): on unified memory in the arrays' own host
+        memory, elsewhere in zero-copy mappings of the buffers."""
+        if ctx.rt.unified:
+            self._blas(a.host_view(), b.host_view(), out.host_view(), None if bias is None else bias.host_view())
+            return
         cl, q = ctx.rt.cl, ctx.queue
         maps = []
 
-        def view(arr, flags, shape):
-            host, _ = cl.enqueue_map_buffer(q, arr.buffer, flags, 0, shape, s.dtype, is_blocking=True)
+        def view(arr, flags):
+            host, _ = cl.enqueue_map_buffer(q, arr.buffer, flags, 0, (arr.size,), self.spec.dtype, is_blocking=True)
             maps.append(host)
             return host
 
         try:
-            A = view(a, cl.map_flags.READ, (s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
-            B = view(b, cl.map_flags.READ, (s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
-            C = view(out, cl.map_flags.WRITE_INVALIDATE_REGION, (s.batch, s.M, s.N))
-            A = A.transpose(0, 2, 1) if s.ta else A
-            B = B.transpose(0, 2, 1) if s.tb else B
-            if s.batch == 1:
-                np.dot(A[0], B[0], out=C[0])
-            else:
-                np.matmul(A, B, out=C)
-            if bias is not None:
-                C += view(bias, cl.map_flags.READ, (s.N,))
-            if self.act == "relu":
-                np.maximum(C, 0, out=C)
-            elif self.act == "tanh":
-                np.tanh(C, out=C)
+            self._blas(view(a, cl.map_flags.READ), view(b, cl.map_flags.READ),
+                       view(out, cl.map_flags.WRITE_INVALIDATE_REGION),
+                       None if bias is None else view(bias, cl.map_flags.READ))
         finally:
             for host in reversed(maps):
                 host.base.release(q)
+
+    def _blas(self, A, B, C, bias) -> None:
+        """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data."""
+        s = self.spec
+        A = A.reshape((s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
+        B = B.reshape((s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
+        C = C.reshape(s.batch, s.M, s.N)
+        A = A.transpose(0, 2, 1) if s.ta else A
+        B = B.transpose(0, 2, 1) if s.tb else B
+        if s.batch == 1:
+            np.dot(A[0], B[0], out=C[0])
+        else:
+            np.matmul(A, B, out=C)
+        if bias is not None:
+            C += bias
+        if self.act == "relu":
+            np.maximum(C, 0, out=C)
+        elif self.act == "tanh":
+            np.tanh(C, out=C)
 
 
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
@@ -399,7 +382,7 @@ def _key(plan: _Plan):
 def _label(plan: _Plan, impl: str, how: str) -> str:
     s = plan.spec
     if impl == "blas":
-        return f"matmul (host BLAS{how}; {s.describe()})"
+        return f"matmul (host BLAS{plan.epilogue()}{how}; {s.describe()})"
     return f"matmul (OpenCL, {plan.describe()}{how}; {s.describe()})"
 
 
@@ -455,9 +438,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             lowered.label = _label(plan, impl, _measured(plan))
             if computed:
                 return [out]
-        if impl == "blas":
-            return [plan.run_blas_host(ctx, a, b, bias_arr, out)]
-        plan.run_opencl(ctx, a, b, out, bias_arr)
+        (plan.run_blas if impl == "blas" else plan.run_opencl)(ctx, a, b, out, bias_arr)
         return [out]
 
     lowered.run = run
