@@ -53,6 +53,10 @@ class ReduceStep:
 @dataclass
 class HostStep:
     eqn: object
+    reason: str  # why it runs on the host (for the report)
+
+
+_TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
 
 
 @dataclass
@@ -60,6 +64,7 @@ class HostSegment:
     """Consecutive host steps run as one generated numpy function (see ``numpy_backend``)."""
 
     eqns: list
+    reasons: list  # per equation, why it runs on the host
     inputs: list
     outputs: list
     run: object
@@ -194,7 +199,8 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
             run.append(i)
             continue
         if run:
-            eqns = [steps[j].eqn for j in run]
+            reason = {steps[j].eqn: steps[j].reason for j in run}
+            eqns = list(reason)
             made = {v for e in eqns for v in e.out_vars}
             # a view read here of a value made here: its (skipped) reshape/broadcast joins the segment
             pending = [a for e in eqns for a in e.inputs if a in plan.view_eqns]
@@ -202,6 +208,7 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
                 v = pending.pop()
                 if v not in made and views[v].base in made:
                     eqns.append(plan.view_eqns[v])
+                    reason[plan.view_eqns[v]] = "a view of a value computed on the host"
                     made.add(v)
                     pending.extend(a for a in plan.view_eqns[v].inputs if a in plan.view_eqns)
             eqns.sort(key=position.__getitem__)
@@ -210,7 +217,7 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
                                         if type(a) is not Literal and a not in made))
             outputs = [v for v in produced if v in reads_after[run[-1]]]
             sub = ClosedJaxpr(Jaxpr([], inputs, eqns, outputs), [])
-            out.append(HostSegment(eqns, inputs, outputs, NumpyExecutable(sub)))
+            out.append(HostSegment(eqns, [reason[e] for e in eqns], inputs, outputs, NumpyExecutable(sub)))
             run = []
         if s is not None:
             out.append(s)
@@ -235,7 +242,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 continue
             g = item
             if _host_is_cheaper(rt, _size(g.shape)):
-                plan.steps.extend(HostStep(e) for e in g.eqns)
+                plan.steps.extend(HostStep(e, _TOO_SMALL.format(config.opencl_host_step_elements)) for e in g.eqns)
                 continue
             outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
             outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
@@ -258,7 +265,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             x = item.inputs[0]
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
             if _host_is_cheaper(rt, _size(x.aval.shape)):
-                plan.steps.extend(HostStep(e) for e in (list(g.eqns) if g is not None else []) + [item])
+                plan.steps.extend(HostStep(e, _TOO_SMALL.format(config.opencl_host_step_elements))
+                                  for e in (list(g.eqns) if g is not None else []) + [item])
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
@@ -290,7 +298,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         else:
             lowered = lower(item, rt) if rt is not None else None
             if lowered is None:
-                plan.steps.append(HostStep(item))
+                plan.steps.append(HostStep(item, "no OpenCL lowering"))
             else:
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
@@ -335,12 +343,6 @@ def _owned(results, inputs) -> list:
     arrays = [x for x in inputs if isinstance(x, np.ndarray)]
     return [np.array(r) if isinstance(r, np.ndarray) and any(np.may_share_memory(r, x) for x in arrays) else r
             for r in results]
-
-
-def _host_reason(eqn) -> str:
-    if fusable(eqn) or eqn.primitive.name in REDUCTIONS:
-        return f"fewer than {config.opencl_host_step_elements} elements: below a kernel launch's latency"
-    return "no OpenCL lowering"
 
 
 def is_small(closed: ClosedJaxpr) -> bool:
@@ -543,8 +545,8 @@ class OpenCLExecutable:
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         for step in self.plan.steps:
             if isinstance(step, HostSegment):
-                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {_host_reason(e)})"
-                             for e in step.eqns)
+                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {why})"
+                             for e, why in zip(step.eqns, step.reasons))
             elif isinstance(step, LoweredStep):
                 lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
             else:

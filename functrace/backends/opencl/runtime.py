@@ -181,8 +181,11 @@ class Runtime:
 
     def buffer_for(self, host: np.ndarray):
         """A buffer holding ``host``'s data: its own memory on unified devices when the layout
-        allows (contiguous, writable, page-aligned), else a copy."""
+        allows (contiguous, writable, page-aligned), else a copy (OpenCL has no empty buffers:
+        an empty array gets one byte)."""
         mf = self.cl.mem_flags
+        if not host.size:
+            return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
         if self.unified and host.flags.c_contiguous and host.flags.writeable \
                 and host.ctypes.data % _HOST_ALIGN == 0:
             return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
@@ -252,8 +255,7 @@ class Array:
     @property
     def buffer(self):
         if self._buffer is None:
-            self._buffer = (self.runtime.buffer_for(self._host) if self._host.size
-                            else self.runtime.cl.Buffer(self.runtime.context, self.runtime.cl.mem_flags.READ_WRITE, 1))
+            self._buffer = self.runtime.buffer_for(self._host)
         return self._buffer
 
     def host_view(self) -> np.ndarray:
