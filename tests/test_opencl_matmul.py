@@ -205,24 +205,28 @@ def test_blas_and_auto_modes(monkeypatch):
         check(f(x, w), x, w, np.float32, 100)
         assert "host BLAS" in labels(exe)[0] and exe.num_kernel_launches == 0
     monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_RUNS", {})
     monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)  # ignore choices earlier processes saved
     with mm.forced_mode("auto"):
         g = ft.jit(lambda x, w: x @ w, backend="opencl")
         exe = g.lower(x, w).compile()
-        assert "unless BLAS measures faster" in labels(exe)[0]
-        check(g(x, w), x, w, np.float32, 100)   # first call: measures both, keeps the faster
-        check(g(x, w), x, w, np.float32, 100)
+        assert "until run 3" in labels(exe)[0] and exe.num_kernel_launches == 0
+        for run in range(1, mm.MEASURE_AT_RUN + 2):  # BLAS until the measuring run, then the faster
+            check(g(x, w), x, w, np.float32, 100)
+            assert bool(mm._DECISIONS) == (run >= mm.MEASURE_AT_RUN)
         line = labels(exe)[0]
         assert "measured" in line and ("host BLAS" in line or "OpenCL" in line)
-        assert mm._DECISIONS  # cached per shape: a new program of this shape is labelled at once
+        assert exe.num_kernel_launches == (0 if "host BLAS" in line else 3)
+        exe2 = ft.jit(lambda x, w: x @ w * 1.0, backend="opencl").lower(x, w).compile()
+        assert "measured" in labels(exe2)[0]  # cached per shape: a new program of this shape knows it
         monkeypatch.setattr(mm, "_DECISIONS", {})
+        monkeypatch.setattr(mm, "_RUNS", {})
         h = ft.jit(lambda x, w: (x @ w, (x * 2.0) @ w, x @ (w * 3.0)), backend="opencl")
-        for _ in range(2):  # the first call measures once and runs the decision for the other two
+        for _ in range(2):  # runs of one shape count together: the second call measures once
             outs = h(x, w)
             for out, scale in zip(outs, (1, 2, 3)):
                 check(out, x * scale, w, np.float32, 100)
-        exe2 = ft.jit(lambda x, w: x @ w * 1.0, backend="opencl").lower(x, w).compile()
-        assert "measured" in labels(exe2)[0]
+        assert len(mm._DECISIONS) == 1
     monkeypatch.setattr(mm, "_mode_override", None)
     monkeypatch.setenv("FUNCTRACE_MATMUL", "nonsense")
     with pytest.raises(ValueError, match="FUNCTRACE_MATMUL"):

@@ -11,9 +11,12 @@ Which implementation runs (``FUNCTRACE_MATMUL`` or :func:`set_mode`):
 
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
 * ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
-* ``auto`` (default): on a CPU device, the first call of each shape times both on the real
-  operands and keeps the faster (the decision is cached in memory per shape and dtype; the
-  step's report label says which one runs); on other devices always OpenCL.
+* ``auto`` (default): on a CPU device, a shape runs on the host BLAS until its
+  ``MEASURE_AT_RUN``-th run, which times both on the real operands and keeps the faster (the
+  decision is cached per shape and dtype in memory and on disk; the step's report label says
+  which one runs).  Deferring the measurement keeps it, and the build of the matmul kernels it
+  needs, out of the first call (about 0.8 s of a cold start) and away from shapes run only once
+  or twice.  On other devices always OpenCL.
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
@@ -47,10 +50,12 @@ PKW = 64                    # k rows per packing work-item (matmul.cl MM_PKW)
 # cache blocking of one work-item (see matmul.cl): rows, columns, and the K chunk per pass
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
 MODES = ("auto", "opencl", "blas")
+MEASURE_AT_RUN = 3          # auto mode: the run of an undecided shape that measures OpenCL vs BLAS
 
 _mode_override: str | None = None
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
+_RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
 
 
 def mode() -> str:
@@ -379,14 +384,19 @@ def _key(plan: _Plan):
     return (s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act)
 
 
-def _label(plan: _Plan, impl: str, how: str) -> str:
+def _label(plan: _Plan, impl: str | None, how: str) -> str:
     s = plan.spec
-    if impl == "blas":
+    if impl != "opencl":
         return f"matmul (host BLAS{plan.epilogue()}{how}; {s.describe()})"
     return f"matmul (OpenCL, {plan.describe()}{how}; {s.describe()})"
 
 
-def _measured(plan: _Plan) -> str:
+def _how(plan: _Plan, impl: str | None, auto_cpu: bool) -> str:
+    """Why this implementation runs, for the report label."""
+    if impl is None:
+        return f" until run {MEASURE_AT_RUN} of this shape measures it against the OpenCL kernels"
+    if not auto_cpu:
+        return ""
     t = _TIMINGS.get(_key(plan))
     if t is None:
         return ", measured faster"
@@ -408,18 +418,33 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         _load_decisions(rt)
         impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
     state = {"impl": impl}
-    if impl != "blas" and rt is not None:
+    if impl == "opencl" and rt is not None:
         shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
     stub = (f"/* dot_general -> {', '.join(plan.kernel_names)}: launched from the shared matmul program "
             f"(cl_kernels/matmul.cl, {spec.dtype.name}{', bias' if bias else ''}"
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
     lowered = Lowered(source=stub, kernel_names=[],
-                      run=None, launches=0 if impl == "blas" else plan.launches,
+                      run=None, launches=0 if impl != "opencl" else plan.launches,
                       label="", extra={"spec": spec, "plan": plan, "impl": impl})
-    how = {None: " unless BLAS measures faster at the first call", "opencl": "", "blas": ""}[impl]
-    if impl is not None and m == "auto" and is_cpu:
-        how = _measured(plan)
-    lowered.label = _label(plan, impl or "opencl", how)
+    lowered.label = _label(plan, impl, _how(plan, impl, m == "auto" and is_cpu))
+
+    def decide(ctx, a, b, out, bias_arr) -> bool:
+        """Auto mode, undecided shape: count the run; at ``MEASURE_AT_RUN`` measure (the
+        measurement writes ``out``: returns True).  The decision may come from another program."""
+        key = _key(plan)
+        impl = _DECISIONS.get(key)
+        measured = False
+        if impl is None:
+            _RUNS[key] = _RUNS.get(key, 0) + 1
+            if _RUNS[key] < MEASURE_AT_RUN:
+                return False
+            impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
+            _save_decisions(ctx.rt)
+            measured = True
+        state["impl"] = lowered.extra["impl"] = impl
+        lowered.launches = plan.launches if impl == "opencl" else 0
+        lowered.label = _label(plan, impl, _how(plan, impl, True))
+        return measured
 
     def run(ctx, inputs):
         a, b = inputs[0], inputs[1]
@@ -427,18 +452,9 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         out = ctx.alloc(lowered.extra.get("out_shape", plan.out_shape_flat), spec.dtype)
         if spec.batch * spec.M * spec.N == 0:
             return [out]
-        impl = state["impl"]
-        if impl is None:
-            impl = _DECISIONS.get(_key(plan))
-            computed = impl is None
-            if computed:  # _choose's runs write the result
-                impl = _DECISIONS[_key(plan)] = _choose(plan, ctx, a, b, out, bias_arr)
-                _save_decisions(ctx.rt)
-            state["impl"] = lowered.extra["impl"] = impl
-            lowered.label = _label(plan, impl, _measured(plan))
-            if computed:
-                return [out]
-        (plan.run_blas if impl == "blas" else plan.run_opencl)(ctx, a, b, out, bias_arr)
+        if state["impl"] is None and decide(ctx, a, b, out, bias_arr):
+            return [out]
+        (plan.run_opencl if state["impl"] == "opencl" else plan.run_blas)(ctx, a, b, out, bias_arr)
         return [out]
 
     lowered.run = run
