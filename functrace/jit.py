@@ -20,8 +20,17 @@ from .staging import trace_to_jaxpr
 from . import tree_util
 
 
+_ARRAY_TYPES = {np.ndarray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
+
+
+def register_array_type(cls: type) -> None:
+    """Let ``jit`` take the per-call fast path for arguments of ``cls`` (a device array class with
+    ``shape`` and ``dtype`` that is never a pytree node)."""
+    _ARRAY_TYPES.add(cls)
+
+
 def _leaf_signature(x) -> tuple:
-    if type(x) is np.ndarray:
+    if type(x) in _ARRAY_TYPES:
         return (x.shape, x.dtype, False)
     a = get_aval(x)
     return (a.shape, a.dtype, a.weak_type)
@@ -112,7 +121,7 @@ class Jitted:
             static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         else:  # the common call: positional, nothing static
             static_pos, statics, dyn_args, dyn_kwargs = (), (), args, {}
-        if not dyn_kwargs and all(type(a) is np.ndarray for a in dyn_args):
+        if not dyn_kwargs and all(type(a) in _ARRAY_TYPES for a in dyn_args):
             # arrays only: the tree is a flat tuple, keyed by its length (no pytree walk per call)
             leaves, in_tree = list(dyn_args), _flat_tree(len(dyn_args))
         else:

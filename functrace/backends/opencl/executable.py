@@ -339,9 +339,11 @@ PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + F32_HELPERS + "\n
 
 def _owned(results, inputs) -> list:
     """Host results, copied where they share memory with an input: inputs may be pooled buffers
-    that later kernels overwrite (numpy's reshape, slicing or identity return views)."""
+    that later kernels overwrite (numpy's reshape, slicing or identity return views).  A result
+    that owns its memory (no ``base``) and is not an input shares nothing: the common case, cheap."""
     arrays = [x for x in inputs if isinstance(x, np.ndarray)]
-    return [np.array(r) if isinstance(r, np.ndarray) and any(np.may_share_memory(r, x) for x in arrays) else r
+    return [np.array(r) if isinstance(r, np.ndarray) and (r.base is not None or any(r is x for x in arrays))
+            and any(np.may_share_memory(r, x) for x in arrays) else r
             for r in results]
 
 

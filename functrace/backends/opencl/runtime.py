@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from ...config import config
+from ...jit import register_array_type
 
 _state: dict = {}
 _lock = threading.Lock()
@@ -339,6 +340,7 @@ Array.__neg__ = lambda self: -np.asarray(self)
 Array.__abs__ = lambda self: abs(np.asarray(self))
 Array.__getitem__ = lambda self, idx: np.asarray(self)[idx]
 Array.__hash__ = None
+register_array_type(Array)
 
 
 def get_runtime() -> Runtime | None:
