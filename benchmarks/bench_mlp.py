@@ -50,7 +50,7 @@ def main():
     contenders = {}
 
     loss = make_loss(fnp)
-    step = ft.jit(ft.value_and_grad(loss))
+    step = ft.jit(ft.value_and_grad(loss), backend="numpy")
     contenders["functrace jit (numpy backend)"] = lambda: step(params, x, y)
     eager = ft.value_and_grad(loss)
     contenders["functrace eager"] = lambda: eager(params, x, y)

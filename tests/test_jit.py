@@ -6,6 +6,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends.opencl import get_runtime
 
 
 def test_traced_once_per_signature():
@@ -128,11 +129,14 @@ def test_value_dependent_control_flow_under_jit_names_function_and_line():
     assert re.search(r"test_jit\.py:\d+", msg)
 
 
-def test_outputs_are_numpy_and_pytrees():
-    out = ft.jit(lambda x: {"a": x * 2, "b": (x + 1, x.sum())})(np.arange(3.0))
-    assert isinstance(out["a"], np.ndarray)
+@pytest.mark.parametrize("backend", ["numpy", None])
+def test_outputs_are_arrays_and_pytrees(backend):
+    out = ft.jit(lambda x: {"a": x * 2, "b": (x + 1, x.sum())}, backend=backend)(np.arange(3.0))
+    # numpy backend: numpy arrays; default (OpenCL when a device exists): device arrays
+    assert isinstance(out["a"], np.ndarray if backend == "numpy" or get_runtime() is None else ft.Array)
     np.testing.assert_allclose(out["b"][0], [1, 2, 3])
-    assert float(out["b"][1]) == 3.0
+    assert float(out["b"][1]) == 3.0 and int(out["b"][1]) == 3 and bool(out["b"][1])
+    assert list(range(10))[ft.jit(lambda: np.int64(4) + 0, backend=backend)()] == 4
 
 
 def test_float32_stays_float32_under_jit_grad():

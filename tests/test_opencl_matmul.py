@@ -168,7 +168,10 @@ def test_unsupported_layouts_are_host_steps():
 
 def _launch_ctx():
     pool = {}
-    alloc = lambda shape, dtype: pool.pop((tuple(shape), np.dtype(dtype)), None) or rt.empty(shape, dtype)
+
+    def alloc(shape, dtype):
+        arr = pool.pop((tuple(shape), np.dtype(dtype)), None)
+        return rt.empty(shape, dtype) if arr is None else arr
     release = lambda arr: pool.__setitem__((arr.shape, arr.dtype), arr)
     return LaunchContext(rt, rt.queue, {}, alloc, release)
 

@@ -6,9 +6,10 @@ from .numpy_backend import NumpyExecutable
 
 
 def compile_for(name: str | None, closed):
-    """Compile ``closed`` for backend ``name`` (None: the configured default, else numpy)."""
+    """Compile ``closed`` for backend ``name`` (None: the configured default, else OpenCL, which
+    runs on numpy when no OpenCL device is usable)."""
     from ..config import config
-    name = name or config.default_backend or "numpy"
+    name = name or config.default_backend or "opencl"
     if name == "numpy":
         return NumpyExecutable(closed)
     if name == "opencl":

@@ -295,6 +295,18 @@ class Array:
     def __float__(self) -> float:
         return float(np.asarray(self))
 
+    def __int__(self) -> int:
+        return int(np.asarray(self))
+
+    def __index__(self) -> int:
+        return np.asarray(self).__index__()
+
+    def __bool__(self) -> bool:
+        return bool(np.asarray(self))
+
+    def __complex__(self) -> complex:
+        return complex(np.asarray(self))
+
     def item(self):
         return np.asarray(self).item()
 
