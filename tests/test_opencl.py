@@ -79,7 +79,7 @@ def test_reductions_any_axes(shape, dtype):
         outs = []
         for ax in axes:
             outs += [fnp.sum(x, axis=ax), fnp.max(x, axis=ax), fnp.min(x * 2.0, axis=ax),
-                     fnp.sum(fnp.exp(x) * x, axis=ax)]
+                     fnp.sum(fnp.exp(x) * x, axis=ax), fnp.prod(1.0 + 0.01 * x, axis=ax)]
         return tuple(outs)
     got, want = both(f, x)
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
@@ -90,7 +90,10 @@ def test_reductions_any_axes(shape, dtype):
 
 def test_large_reduction_two_pass():
     x = RNG.standard_normal(300_001)
-    got, want = both(lambda x: (fnp.sum(x * x), fnp.max(x), fnp.min(x)), x)
+    f = lambda x: (fnp.sum(x * x), fnp.max(x), fnp.min(x), fnp.prod(1.0 + 1e-3 * x), fnp.max((x * 100).astype(np.int32)))
+    exe = ft.jit(f, backend="opencl").lower(x).compile()
+    assert exe.num_host_steps == 0
+    got, want = both(f, x)
     assert_close(got, want, np.float64)
 
 
@@ -137,9 +140,10 @@ def test_leading_axis_reductions_absorb_producers(shape, dtype):
     b = RNG.standard_normal(shape[-1]).astype(dtype)
     x.flat[5] = np.nan
     lead = tuple(range(len(shape) - 1))
-    f = lambda x, b: (fnp.sum(x * b + 1.0, axis=lead), fnp.max(x - b, axis=lead), fnp.min(x * 2.0, axis=0))
+    f = lambda x, b: (fnp.sum(x * b + 1.0, axis=lead), fnp.max(x - b, axis=lead), fnp.min(x * 2.0, axis=0),
+                      fnp.prod(1.0 + 0.01 * x, axis=lead))
     exe = ft.jit(f, backend="opencl").lower(x, b).compile()
-    assert exe.num_kernel_launches == 3
+    assert exe.num_kernel_launches == 4
     got, want = both(f, x, b)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)

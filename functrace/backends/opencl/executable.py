@@ -17,6 +17,7 @@ from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze
 from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, VIEW_PRIMS, Group, View, access_for,
                      column_reduction_kernel, elementwise_kernel, fusable, leading_axes, reduction_kernel,
+                     _reduce_combine,
                      view_after, _size)
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
@@ -323,8 +324,7 @@ def _vector_width(rt, eqns) -> int:
 
 def _combine_source(name: str, eqn, chunks: int) -> str:
     ct = CTYPE[eqn.out_vars[0].aval.dtype]
-    op = {"reduce_sum": "acc += p[i];", "reduce_max": "acc = (p[i] > acc || isnan(p[i])) ? p[i] : acc;",
-          "reduce_min": "acc = (p[i] < acc || isnan(p[i])) ? p[i] : acc;"}[eqn.primitive.name]
+    op = _reduce_combine(eqn.primitive.name, ct, "acc", "p[i]", False)
     return f"""
 __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restrict out0) {{
     const long o = get_global_id(0);

@@ -44,7 +44,7 @@ _INT_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "n
             "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _BOOL_OPS = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
-REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min"}
+REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"}
 _NATIVE_F32 = {"sin", "cos"}
 
 # float32 tanh from native_exp (an odd polynomial near 0, where 1 - exp(-2|x|) cancels): measured
@@ -402,16 +402,20 @@ __kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long
 
 def _reduce_init(kind: str, ct: str) -> str:
     """The identity of a reduction in C (the accumulator's start value)."""
+    if kind in ("reduce_sum", "reduce_prod"):
+        return "0" if kind == "reduce_sum" else "1"
     if ct in ("int", "long"):
-        return {"reduce_sum": "0", "reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
+        return {"reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
                 "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
-    return {"reduce_sum": "0", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
+    return {"reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
 
 
 def _reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
     """C statement folding ``v`` into ``acc`` (max/min propagate NaN, as numpy's do)."""
     if kind == "reduce_sum":
         return f"{acc} += {v};"
+    if kind == "reduce_prod":
+        return f"{acc} *= {v};"
     cmp = ">" if kind == "reduce_max" else "<"
     if ct in ("int", "long"):
         return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, {v});"
@@ -466,7 +470,8 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     if contiguous_tail and R >= vec and ct in ("float", "double"):
         v_lines, v_val = _reduce_operand(x, group, in_names, accesses, vec, True, "e")
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
-        hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec))}.get(kind)
+        hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec)),
+                "reduce_prod": " * ".join(lane(k) for k in range(vec))}.get(kind)
         if hsum is None:
             fn = "fmax" if kind == "reduce_max" else "fmin"
             hsum = lane(0)
