@@ -2,7 +2,6 @@
 127, 1000; broadcasting; float32 and float64), fusion, whole programs, device arrays, cache.
 
 Many operations share one jitted function (one OpenCL program) to keep compile time small."""
-import os
 import re
 import warnings
 
@@ -95,6 +94,36 @@ def test_large_reduction_two_pass():
     assert exe.num_host_steps == 0
     got, want = both(f, x)
     assert_close(got, want, np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.int32])
+@pytest.mark.parametrize("shape", [(1,), (7, 1), (127, 9), (3, 1000), (5, 4, 3)])
+def test_cumsum_and_arg_reductions_are_kernels(shape, dtype):
+    """cumsum (both directions: its VJP runs in reverse) and argmax/argmin along every axis,
+    with ties and, for floats, NaNs (numpy: the first NaN's index)."""
+    from functrace.primitives import cumsum
+    x = RNG.integers(-3, 4, shape).astype(dtype) if dtype == np.int32 else RNG.standard_normal(shape).astype(dtype)
+    if dtype != np.int32 and x.size > 4:
+        x.flat[[0, 3, x.size - 2]] = np.nan  # a line starting with NaN, NaNs inside lines
+
+    def f(x):
+        return tuple(out for ax in range(x.ndim) for out in (
+            cumsum(x, ax), cumsum(x, ax, reverse=True), fnp.argmax(x, axis=ax), fnp.argmin(x, axis=ax)))
+    exe = ft.jit(f, backend="opencl").lower(x).compile()
+    assert exe.num_host_steps == 0 and exe.num_kernel_launches == 4 * x.ndim
+    assert "cumsum" in exe.as_text() and "argmax" in exe.as_text()
+    got, want = both(f, x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+def test_cumsum_gradient_on_opencl():
+    x, w = RNG.standard_normal((6, 9)), RNG.standard_normal((6, 9))
+    f = lambda x: fnp.sum(fnp.cumsum(x, axis=1) ** 2 * w)
+    g_cl, g_np = both(ft.grad(f), x)
+    assert_close(g_cl, g_np, np.float64)
+    assert ft.jit(ft.grad(f), backend="opencl").lower(x).compile().num_host_steps == 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
