@@ -375,7 +375,11 @@ def embedding(table, ids):
 
 
 def conv2d(x, w, stride=1, padding=0):
-    """2-D convolution (cross-correlation), NCHW input and OIHW weights, via im2col + one matmul."""
+    """2-D convolution (cross-correlation), NCHW input and OIHW weights, via im2col + one matmul.
+
+    The columns are laid out (C, KH*KW, N, OH, OW), i.e. a (K, M) matrix in memory order, so the
+    product with the (O, K) weights -- and both products of its gradient -- are plain
+    transposed matmuls (``A^T B^T``, ``A B``, ``A B``) that the OpenCL backend runs as such."""
     x = fnp._to_float(x)
     w = fnp.asarray(w, get_aval(x).dtype)
     xs, ws = shape_of(x), shape_of(w)
@@ -391,7 +395,9 @@ def conv2d(x, w, stride=1, padding=0):
     oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"conv2d: kernel {kh}x{kw} larger than padded input {h}x{wd} {user_frame_description()}")
-    patches = [P.slice_op(x, (0, 0, i, j), (n, c, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1), (1, 1, sh, sw))
+    xt = P.transpose(x, (1, 0, 2, 3))  # (C, N, H, W)
+    patches = [P.slice_op(xt, (0, 0, i, j), (c, n, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1), (1, 1, sh, sw))
                for i in range(kh) for j in range(kw)]
-    cols = fnp.stack(patches, axis=2)  # (N, C, KH*KW, OH, OW)
-    return fnp.einsum("nkpij,okp->noij", cols, fnp.reshape(w, (o, c, kh * kw)))
+    cols = fnp.stack(patches, axis=1)  # (C, KH*KW, N, OH, OW)
+    out = P.dot_general(cols, fnp.reshape(w, (o, c, kh * kw)), (((0, 1), (1, 2)), ((), ())))  # (N, OH, OW, O)
+    return P.transpose(out, (0, 3, 1, 2))

@@ -147,7 +147,7 @@ def test_grad_uses_transposed_variants(dtype):
     assert "A B^T" in text and "A^T B" in text and "host BLAS" not in text
 
 
-def test_unsupported_layouts_are_host_steps():
+def test_any_layout_runs_as_kernels():
     spec = mm.matmul_spec
     assert spec((4, 5), (5, 6), (((1,), (0,)), ((), ())), np.float32) == mm.MatmulSpec(1, 4, 6, 5, False, False,
                                                                                          np.dtype(np.float32))
@@ -157,13 +157,21 @@ def test_unsupported_layouts_are_host_steps():
     assert spec((3, 2, 4), (2, 4, 5), (((2,), (1,)), ((1,), (0,))), np.float32) is None    # batch dim not leading
     assert spec((3, 4, 5), (5, 6), (((2,), (0,)), ((), ())), np.int32) is None            # integers
     assert spec((4, 3, 5), (5, 6), (((2,), (0,)), ((), ())), np.float32).M == 12          # free dims grouped
-    # such a product still runs correctly (as a host step)
+    # other layouts: operands copied into matmul order by a permuting kernel, then the matmul
     from functrace.primitives import dot_general
-    x, y = rand((4, 3, 5), np.float32), rand((3, 5, 6), np.float32)
-    f = ft.jit(lambda x, y: dot_general(x, y, (((2,), (1,)), ((1,), (0,)))), backend="opencl")
-    exe = f.lower(x, y).compile()
-    assert exe.num_host_steps == 1
-    np.testing.assert_allclose(np.asarray(f(x, y)), np.einsum("ibk,bkn->bin", x, y), rtol=1e-5, atol=1e-5)
+    cases = [((4, 3, 5), (3, 5, 6), (((2,), (1,)), ((1,), (0,)))),      # batch dim not leading
+             ((3, 4, 5), (5, 4, 6), (((1, 2), (1, 0)), ((), ()))),      # K dims in other orders
+             ((2, 7, 3, 1), (3, 9, 2), (((2,), (0,)), ((0,), (2,)))),   # K between free dims, batch last
+             ((5, 1, 6), (6, 5), (((2, 0), (0, 1)), ((), ())))]         # K dims reversed, odd sizes
+    for dtype in DTYPES:
+        for xs, ys, dn in cases:
+            x, y = rand(xs, dtype), rand(ys, dtype)
+            f = ft.jit(lambda x, y: dot_general(x, y, dn), backend="opencl")
+            exe = f.lower(x, y).compile()
+            assert exe.num_host_steps == 0 and "permuted" in labels(exe)[0]
+            want = ft.jit(lambda x, y: dot_general(x, y, dn), backend="numpy")(x, y)
+            tol = 1e-4 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(np.asarray(f(x, y)), want, rtol=tol, atol=tol)
 
 
 def _launch_ctx():

@@ -19,6 +19,7 @@ from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, VIEW_PRIMS, Group, View, ac
                      column_reduction_kernel, elementwise_kernel, fusable, leading_axes, reduction_kernel,
                      _reduce_combine,
                      view_after, _size)
+from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
 
@@ -296,6 +297,22 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             eqns = (list(g.eqns) if g is not None else []) + [item]
             plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
             k += 1
+        elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
+            n = _size(item.out_vars[0].aval.shape)
+            if _host_is_cheaper(rt, n):
+                plan.steps.append(HostStep(item, _TOO_SMALL.format(config.opencl_host_step_elements)))
+                continue
+            accesses, buffers = {}, []
+            for v in layout_inputs(item):  # each read in its own contiguous index space
+                acc, buf = _accesses(plan, [v], v.aval.shape)
+                accesses.update(acc)
+                buffers += buf
+            name = f"{item.primitive.name}{k}"
+            run = run_length(item, accesses)
+            plan.sources.append(layout_kernel(name, item, accesses, run))
+            items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
+            plan.steps.append(KernelStep(name, buffers, list(item.out_vars), items, n // run, [item]))
+            k += 1
         else:
             lowered = lower(item, rt) if rt is not None else None
             if lowered is None:
@@ -304,6 +321,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
                 plan.steps.append(LoweredStep(item, lowered))
+
+
+def _kernel_dtype_ok(rt, dtype) -> bool:
+    """Can generated kernels on ``rt`` hold this dtype?  (doubles need cl_khr_fp64)"""
+    return rt is not None and dtype in CTYPE and (dtype != np.dtype(np.float64) or rt.supports_fp64)
 
 
 def _host_is_cheaper(rt, elements: int) -> bool:

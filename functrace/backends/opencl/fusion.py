@@ -71,6 +71,8 @@ def fusable(eqn) -> bool:
         return True
     if name in _COMPARE:
         return eqn.inputs[0].aval.dtype != np.dtype(bool)
+    if name == "is_finite":
+        return eqn.inputs[0].aval.dtype.kind == "f"
     if name == "not" or (name in _BOOL_OPS and out.dtype == np.dtype(bool)):
         return True
     if out.dtype.kind == "f":
@@ -300,6 +302,10 @@ class ExprWriter:
             expr = f"({args[0]} {_COMPARE[name]} {args[1]})"
             if self.vector and in_ct[0] in ("double", "long"):
                 expr = f"convert_int{self.vec}{expr}"
+        elif name == "is_finite":  # a mask, like a comparison
+            expr = f"isfinite({args[0]})"
+            if self.vector and in_ct[0] == "double":
+                expr = f"convert_int{self.vec}({expr})"
         elif name == "select":
             p, t, f = args
             expr = f"select({f}, {t}, {self.mask_cast(oct_)}({p}))" if self.vector else f"({p} ? {t} : {f})"

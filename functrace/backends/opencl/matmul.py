@@ -32,6 +32,7 @@ call of every new function that multiplies matrices.  The jitted program's sourc
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import threading
@@ -461,21 +462,96 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     return lowered
 
 
+def permute_source(name: str, ctype: str, shape: tuple, perm: tuple) -> str:
+    """A copy kernel ``dst = transpose(src, perm)`` for ``src`` of ``shape`` (contiguous); the
+    sizes are compile-time constants, so the index arithmetic compiles to multiplies."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    walk = "\n".join(f"    off += (r % {shape[d]}) * {strides[d]}; r /= {shape[d]};" for d in reversed(perm))
+    return f"""
+__kernel void {name}(__global const {ctype}* restrict src, __global {ctype}* restrict dst, const long n) {{
+    const long e = get_global_id(0);
+    if (e >= n) return;
+    long r = e, off = 0;
+{walk}
+    dst[e] = src[off];
+}}"""
+
+
+def _canonical(shape: tuple, dimension_numbers, lhs: bool) -> tuple:
+    """The permutation putting an operand in (batch, M, K) order (lhs) or (batch, K, N) (rhs)."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    contract, batch = (lc, lb) if lhs else (rc, rb)
+    free = tuple(d for d in range(len(shape)) if d not in contract and d not in batch)
+    return tuple(batch) + (free + tuple(contract) if lhs else tuple(contract) + free)
+
+
+def _matmul_layout(xs: tuple, ys: tuple, dn, dtype) -> tuple:
+    """(spec, (lhs permutation or None, rhs permutation or None)): the matmul that computes this
+    ``dot_general``, copying as few operands as possible into canonical order first."""
+    (lc, rc), (lb, rb) = dn
+    nb, nc = len(lb), len(lc)
+    px, py = _canonical(xs, dn, True), _canonical(ys, dn, False)
+    x_canon = (tuple(range(len(xs) - nc, len(xs))), tuple(range(nb)))  # (contracting, batch) after px
+    y_canon = (tuple(range(nb, nb + nc)), tuple(range(nb)))
+    for perm_x, perm_y in ((None, None), (None, py), (px, None), (px, py)):
+        (cx, bx) = x_canon if perm_x else (lc, lb)
+        (cy, by) = y_canon if perm_y else (rc, rb)
+        spec = matmul_spec(tuple(xs[d] for d in perm_x) if perm_x else xs,
+                           tuple(ys[d] for d in perm_y) if perm_y else ys, ((cx, cy), (bx, by)), dtype)
+        if spec is not None:
+            return spec, (perm_x, perm_y)
+    return None, (None, None)
+
+
 @register("dot_general")
 def lower(eqn, rt) -> Lowered | None:
+    """Any ``dot_general``: operands whose layout is not a (transposed) batched matmul are first
+    copied into canonical order by a permuting kernel (the output order is then already right)."""
     from ...core import Literal
     if any(type(a) is Literal for a in eqn.inputs):
         return None
     x, y = eqn.inputs
-    out = eqn.out_vars[0].aval
-    dtype = np.dtype(out.dtype)
+    out = eqn.out_vars[0]
+    dtype = np.dtype(out.aval.dtype)
     if x.aval.dtype != dtype or y.aval.dtype != dtype:
         return None
     if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
         return None
-    spec = matmul_spec(x.aval.shape, y.aval.shape, eqn.params["dimension_numbers"], dtype)
+    xs, ys, dn = x.aval.shape, y.aval.shape, eqn.params["dimension_numbers"]
+    spec, perms = _matmul_layout(xs, ys, dn, dtype)
     if spec is None or spec.K == 0:
         return None
     lowered = lower_matmul(spec, rt)
-    lowered.extra["out_shape"] = tuple(out.shape)
+    lowered.extra["out_shape"] = tuple(out.aval.shape)
+    if perms == (None, None):
+        return lowered
+    ctype = "float" if dtype == np.float32 else "double"
+    names = [None, None]
+    for i, (shape, perm, side) in enumerate(((xs, perms[0], "a"), (ys, perms[1], "b"))):
+        if perm is not None:
+            digest = hashlib.sha1(repr((shape, perm)).encode()).hexdigest()[:10]
+            names[i] = f"matmul_permute_{side}_{ctype}_{digest}"
+            lowered.source += permute_source(names[i], ctype, shape, perm)
+    lowered.kernel_names += [n for n in names if n]
+    lowered.launches += sum(1 for n in names if n)
+    lowered.label += f" (operand{'s' if all(names) else ''} permuted to matmul order by a copy kernel first)"
+    matmul_run = lowered.run
+
+    def run(ctx, inputs):
+        operands, copies = [], []
+        for arr, name in zip(inputs, names):
+            if name is None:
+                operands.append(arr)
+                continue
+            dst = ctx.alloc((arr.size,), dtype)
+            if dst.size:
+                ctx.kernels[name](ctx.queue, (dst.size,), None, arr.buffer, dst.buffer, np.int64(dst.size))
+            operands.append(dst)
+            copies.append(dst)
+        outs = matmul_run(ctx, operands)
+        for c in copies:  # the in-order queue runs later users of these buffers after the matmul
+            ctx.release(c)
+        return outs
+
+    lowered.run = run
     return lowered

@@ -1,0 +1,123 @@
+"""Generated kernels for the primitives that only move elements: ``pad``, ``concatenate``, and
+``reshape`` of a strided view (which no view can express: it is copied in row-major order).
+
+One work-item per output element computes, from its coordinates, which input element (if
+any) it copies.  Inputs are read through their ``Access`` (``fusion.access_for``), so a
+slice, transpose or broadcast feeding them is read in place: the im2col of ``nn.conv2d``
+(slices of a padded image, stacked) runs as one pad kernel and one concatenate kernel.
+Shapes are compile-time constants of the generated source, as in the fused kernels.
+"""
+from __future__ import annotations
+
+import math
+
+from ...core import Literal
+from .fusion import CTYPE, Access, _contiguous_strides, _literal, _size
+
+LAYOUT_PRIMS = ("pad", "concatenate", "reshape")
+
+
+def layout_inputs(eqn) -> list:
+    """The distinct array operands a layout kernel reads (a literal padding value is inlined)."""
+    return list(dict.fromkeys(v for v in eqn.inputs if type(v) is not Literal))
+
+
+def run_length(eqn, accesses: dict) -> int:
+    """Consecutive output elements one work-item copies (a power of two up to 64): a run maps to
+    consecutive elements of every input, so its index arithmetic is done once per run."""
+    if eqn.primitive.name == "pad":
+        return 1
+    shape = eqn.out_vars[0].aval.shape
+    run = _size(shape[eqn.params["dimension"] + 1:]) if eqn.primitive.name == "concatenate" else _size(shape)
+    for v in layout_inputs(eqn):
+        if accesses[v].kind == "general":
+            run = math.gcd(run, accesses[v].inner)
+    return math.gcd(run, 64) if run else 1
+
+
+def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
+    """OpenCL source of kernel ``name`` for a ``pad``, ``concatenate`` or ``reshape`` equation;
+    ``accesses`` maps each of ``layout_inputs(eqn)`` to how its contiguous flat index reaches its
+    buffer.  Parameters: the inputs' buffers, the output buffer, ``long n`` (work-items: output
+    size / ``run``)."""
+    ins = layout_inputs(eqn)
+    out = eqn.out_vars[0]
+    ct = CTYPE[out.aval.dtype]
+    # 32-bit index arithmetic where every index fits: divisions by constants compile to half
+    # the instructions (these kernels are bound by their index arithmetic, not by memory)
+    span = max([_size(out.aval.shape)] + [_buffer_span(accesses[v], v) for v in ins])
+    it = "uint" if span < 2 ** 31 else "ulong"
+    names = {v: f"in{i}" for i, v in enumerate(ins)}
+    params = [f"__global const {ct}* restrict {names[v]}" for v in ins] + [f"__global {ct}* restrict out0"]
+
+    def copy(v, index: str) -> str:
+        """Statement copying the run at output ``e`` from input ``v``'s flat element ``index``."""
+        src = f"{names[v]}[{accesses[v].index(f'({index})')}"
+        if run == 1:
+            return f"out0[e] = {src}];"
+        step = "" if accesses[v].kind == "scalar" else " + j"  # a broadcast scalar: one element
+        return f"for ({it} j = 0; j < {run}; j++) out0[e + j] = {src}{step}];"
+
+    body = {"pad": _pad_body, "concatenate": _concatenate_body,
+            "reshape": _reshape_body}[eqn.primitive.name](eqn, accesses, names, ct, copy)
+    return f"""
+__kernel void {name}({', '.join(params)}, const long n) {{
+    if (get_global_id(0) >= n) return;
+    const {it} e = ({it})get_global_id(0) * {run};
+{body.replace("long ", it + " ")}
+}}"""
+
+
+def _buffer_span(access: Access, v) -> int:
+    """An upper bound of the buffer indices ``access`` produces for ``v``."""
+    if access.kind == "general":
+        return access.offset + sum((m - 1) * abs(st) for _, m, st in access.coeffs) + 1
+    return access.offset + _size(v.aval.shape)
+
+
+def _reshape_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+    return "    " + copy(eqn.inputs[0], "e")
+
+
+def _pad_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+    x, value = eqn.inputs
+    oshape, ishape = eqn.out_vars[0].aval.shape, x.aval.shape
+    ostrides, istrides = _contiguous_strides(oshape), _contiguous_strides(ishape)
+    fill = _literal(value.val, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
+    lines, inside = ["    long src = 0;"], []
+    for d, ((lo, _, interior), size) in enumerate(zip(eqn.params["padding_config"], ishape)):
+        if oshape[d] == 1 and size == 1 and lo == 0:
+            continue  # coordinate 0 in both
+        step = interior + 1
+        # signed: coordinates left of the input are negative
+        lines.append(f"    const int t{d} = (int)((e / {ostrides[d]}) % {oshape[d]}) - {lo};")
+        cond = f"t{d} >= 0 && t{d} < {(size - 1) * step + 1 if size else 0}"
+        if step > 1:
+            cond += f" && t{d} % {step} == 0"
+        inside.append(f"({cond})")
+        lines.append(f"    src += (t{d} / {step}) * {istrides[d]};" if step > 1 else f"    src += t{d} * {istrides[d]};")
+    test = " && ".join(inside) or "1"
+    if _size(ishape) == 0:
+        test = "0"
+    lines.append(f"    if ({test}) {{ {copy(x, 'src')} }} else {{ out0[e] = {fill}; }}")
+    return "\n".join(lines)
+
+
+def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+    axis = eqn.params["dimension"]
+    shape = eqn.out_vars[0].aval.shape
+    inner = _size(shape[axis + 1:])
+    lines = [f"    const long inner = e % {inner}, c = (e / {inner}) % {shape[axis]}, outer = e / {inner * shape[axis]};"]
+    start, branches = 0, []
+    for v in eqn.inputs:
+        length = v.aval.shape[axis]
+        if length == 0:
+            continue
+        branches.append((start + length, copy(v, f"(outer * {length} + c - {start}) * {inner} + inner")))
+        start += length
+    for i, (end, stmt) in enumerate(branches):
+        if i == len(branches) - 1:
+            lines.append(f"    {'else ' if i else ''}{{ {stmt} }}")
+        else:
+            lines.append(f"    {'else ' if i else ''}if (c < {end}) {{ {stmt} }}")
+    return "\n".join(lines)
