@@ -314,6 +314,9 @@ class Primitive:
         self.jvp_rule: Callable | None = None
         self.vjp_rule: Callable | None = None
         self.elementwise = False  # numpy-broadcasting elementwise op (fusable, simplifiable)
+        # a call whose result is its body's (custom rules, checkpoint): the name of the param
+        # holding that ClosedJaxpr, so a backend may inline it (``optimize.inline_calls``)
+        self.inline_body: str | None = None
 
     def __repr__(self) -> str:
         return self.name

@@ -162,6 +162,7 @@ def _run_batched_rule(f: Callable, args: tuple, what: str, fname: str):
 custom_jvp_call_p = new_primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
 custom_jvp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_jvp_call_p.inline_body = "call"
 custom_jvp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
 
@@ -272,6 +273,7 @@ class custom_jvp:
 custom_vjp_call_p = new_primitive("custom_vjp_call")
 custom_vjp_call_p.multiple_results = True
 custom_vjp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_vjp_call_p.inline_body = "call"
 custom_vjp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
 
@@ -399,6 +401,7 @@ class checkpoint_policies:
 checkpoint_p = new_primitive("checkpoint")
 checkpoint_p.multiple_results = True
 checkpoint_p.impl = lambda *args, jaxpr, policy: _run(jaxpr, args)
+checkpoint_p.inline_body = "jaxpr"
 checkpoint_p.abstract_eval = lambda *avals, jaxpr, policy: jaxpr.out_avals
 
 

@@ -8,7 +8,10 @@ whose outputs are unused can go):
   (unless that would turn a small constant into a large one, e.g. a broadcast);
 * ``simplify``: the algebra differentiation leaves behind (``x*1``, ``x+0``, ``neg(neg x)``,
   chains of reshapes / transposes / broadcasts, identity conversions);
-* ``dce``: dead-code elimination.
+* ``dce``: dead-code elimination;
+* ``inline_calls`` (not in the pipeline: a backend's last step): custom-rule calls and
+  checkpoints replaced by their bodies.  The rules only matter to transformations, and the
+  optimized program is still transformed when a jitted function is differentiated.
 
 ``analyze`` gives each value's last use, the values the backward phase reads from the
 forward phase (saved residuals) and peak live bytes.  ``optimize`` runs the pipeline and
@@ -436,6 +439,37 @@ class Report:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Replace every call with an ``inline_body`` (at any depth) by the body's equations, on
+    fresh variables (one body may be called several times); the body's constants join the
+    program's."""
+    if not any(e.primitive.inline_body for e in closed.jaxpr.eqns):
+        return closed
+    const_vars, consts = list(closed.jaxpr.const_vars), list(closed.consts)
+    subst: dict = {}  # an inlined call's output var -> the atom its body computed
+    get = lambda a: subst.get(a, a) if type(a) is not Literal else a
+    eqns: list = []
+    for eqn in closed.jaxpr.eqns:
+        inputs = [get(a) for a in eqn.inputs]
+        if not eqn.primitive.inline_body:
+            eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase))
+            continue
+        body = inline_calls(eqn.params[eqn.primitive.inline_body])
+        env = dict(zip(body.jaxpr.in_vars, inputs))
+        for v, c in zip(body.jaxpr.const_vars, body.consts):
+            env[v] = Var(v.aval)
+            const_vars.append(env[v])
+            consts.append(c)
+        for e in body.jaxpr.eqns:
+            outs = [Var(v.aval) for v in e.out_vars]
+            env.update(zip(e.out_vars, outs))
+            eqns.append(JaxprEqn(e.primitive, [env.get(a, a) if type(a) is not Literal else a for a in e.inputs],
+                                 e.params, outs, eqn.phase))
+        for v, a in zip(eqn.out_vars, body.jaxpr.outs):
+            subst[v] = env.get(a, a) if type(a) is not Literal else a
+    return _rebuild(closed, const_vars, consts, eqns, [get(a) for a in closed.jaxpr.outs])
 
 
 def optimize(closed: ClosedJaxpr, passes=PIPELINE) -> tuple[ClosedJaxpr, Report]:

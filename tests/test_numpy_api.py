@@ -12,15 +12,12 @@ weak, numpy scalars are strong).
 """
 from __future__ import annotations
 
-import math
-import warnings
 
 import numpy as np
 import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace import tree_util
 from functrace.core import Tracer
 
 

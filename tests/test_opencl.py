@@ -187,6 +187,31 @@ def test_mixed_program_has_no_host_steps(dtype):
     assert_close(got, want, dtype)
 
 
+def test_custom_rules_and_checkpoints_are_inlined_into_kernels():
+    """Under jit the bodies of custom_jvp / custom_vjp functions and checkpoints are plain code
+    (one fused kernel here), while differentiating the jitted function still uses the rules."""
+    @ft.custom_jvp
+    def twice_sin(x):
+        return fnp.sin(x) * 2.0
+    twice_sin.defjvp(lambda p, t: (twice_sin(p[0]), t[0] * 3.0))  # deliberately not the derivative
+
+    @ft.custom_vjp
+    def cube(x):
+        return x * x * x
+    cube.defvjp(lambda x: (cube(x), x), lambda x, g: (g * 5.0,))  # likewise
+
+    f = lambda x: fnp.sum(ft.checkpoint(lambda y: fnp.tanh(y) * y)(twice_sin(x)) + cube(x))
+    x = RNG.standard_normal(300)
+    exe = ft.jit(f, backend="opencl").lower(x).compile()
+    assert exe.num_host_steps == 0 and exe.num_kernel_launches == 1
+    got, want = both(f, x)
+    assert_close(got, want, np.float64)
+    y = twice_sin(x)
+    rule_grad = (1 / np.cosh(y) ** 2 * y + np.tanh(y)) * 3.0 + 5.0
+    for grad_f in (ft.grad(ft.jit(f, backend="opencl")), ft.jit(ft.grad(f), backend="opencl")):
+        np.testing.assert_allclose(np.asarray(grad_f(x)), rule_grad, rtol=1e-12)
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)

@@ -4,7 +4,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.optimize import analyze, cse, dce, fold_constants, optimize, partial_eval, simplify
+from functrace.optimize import cse, dce, fold_constants, optimize, partial_eval, simplify
 
 RNG = np.random.default_rng(0)
 
@@ -29,7 +29,6 @@ def test_cse_merges_duplicates_including_literals():
     def f(x):
         a = fnp.exp(x) * 2.0
         return a + fnp.exp(x) * 2.0
-    from functrace.core import ClosedJaxpr, Jaxpr, JaxprEqn
     closed = trace_raw(f, np.ones(2))  # trace-time CSE merges exp; the literal multiplies differ
     assert names(closed).count("mul") == 2
     out = cse(closed)

@@ -13,10 +13,14 @@ def compile_for(name: str | None, closed):
     if name == "numpy":
         return NumpyExecutable(closed)
     if name == "opencl":
+        from ..optimize import inline_calls, optimize
         from .opencl import OpenCLExecutable, HostExecutable, get_runtime, is_small
         rt = get_runtime()
         if rt is None:
             return NumpyExecutable(closed)
+        inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
+        if inlined is not closed:
+            closed = optimize(inlined)[0]
         if rt.is_cpu and is_small(closed):
             return HostExecutable(closed, rt)
         return OpenCLExecutable(closed, rt)
