@@ -67,6 +67,20 @@ def test_binary_broadcasting(shapes, dtype):
     assert_close(got, want, dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("n", [7, 1000])
+def test_integer_division_rounds_down_and_survives_zero(n, dtype):
+    """numpy's integer % and //: toward -inf, and 0 (not a trap) for a zero divisor."""
+    x = RNG.integers(-50, 50, n).astype(dtype)
+    y = RNG.integers(-4, 5, n).astype(dtype)
+    f = lambda x, y: (x % y, x // y, x % 4, x // -3, (x * 7) % (y + 10))
+    assert ft.jit(f, backend="opencl").lower(x, y).compile().num_host_steps == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got, want = both(f, x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1,), (7, 1), (127, 9), (3, 1000), (5, 4, 3)])
 def test_reductions_any_axes(shape, dtype):
@@ -210,6 +224,38 @@ def test_custom_rules_and_checkpoints_are_inlined_into_kernels():
     rule_grad = (1 / np.cosh(y) ** 2 * y + np.tanh(y)) * 3.0 + 5.0
     for grad_f in (ft.grad(ft.jit(f, backend="opencl")), ft.jit(ft.grad(f), backend="opencl")):
         np.testing.assert_allclose(np.asarray(grad_f(x)), rule_grad, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_control_flow_runs_its_bodies_as_kernels(dtype):
+    """scan (both directions, consts, xs, ys, a literal init), while_loop, fori_loop and
+    switch/cond: each body compiled once, the carry kept in device arrays, no host steps."""
+    lax = ft.lax
+    w = RNG.standard_normal((6, 6)).astype(dtype) * 0.3
+    xs = RNG.standard_normal((9, 6)).astype(dtype)
+
+    def f(w, xs):
+        def step(h, x):
+            h = fnp.tanh(h @ w + x)
+            return h, fnp.sum(h * h)
+        h, ys = lax.scan(step, fnp.zeros(6, dtype), xs)
+        hr, ysr = lax.scan(step, h, xs, reverse=True)
+        n, acc = lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 0.5 + fnp.sin(c[1])), (0, h))
+        total = lax.fori_loop(0, 4, lambda i, a: a + i * fnp.exp(-a), hr)
+        picked = lax.switch(n % 3, [lambda v: v * 2.0, lambda v: v - 1.0, lambda v: fnp.cos(v)], total)
+        passthrough = lax.cond(n > 100, lambda v: v * 3.0, lambda v: v, acc)
+        return ys, ysr, acc, total, picked, passthrough
+    exe = ft.jit(f, backend="opencl").lower(w, xs).compile()
+    assert exe.num_host_steps == 0
+    assert any(line.strip().startswith("kernel  scan") for line in exe.report().splitlines())
+    got, want = both(f, w, xs)
+    assert_close(got, want, dtype)
+
+    def loss(w, xs):  # reverse mode through scan and fori_loop (not while_loop: as in JAX)
+        h, ys = lax.scan(lambda h, x: (fnp.tanh(h @ w + x), fnp.sum(h * x)), fnp.zeros(6, dtype), xs)
+        return fnp.sum(ys) + fnp.sum(lax.fori_loop(0, 3, lambda i, a: fnp.sin(a) * w[0], h))
+    got, want = both(ft.grad(loss), w, xs)
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-11, atol=1e-5)
 
 
 def test_ten_op_chain_is_one_launch():

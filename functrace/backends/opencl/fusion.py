@@ -78,7 +78,7 @@ def fusable(eqn) -> bool:
     if out.dtype.kind == "f":
         return name in _FLOAT_OPS
     if out.dtype.kind == "i":
-        return name in _INT_OPS
+        return name in _INT_OPS or name in ("rem", "floor_div")
     return False
 
 
@@ -336,9 +336,28 @@ class ExprWriter:
             if name in ("max", "min", "rem", "floor_div"):
                 args = [self.fresh(oct_, a) for a in args]
             expr = tmpl.format(*args, one=one, mask=mask)
+        elif name in ("rem", "floor_div"):
+            expr = self.int_division(name, oct_, *args)
         else:
             expr = _INT_OPS[name].format(*args)
         self.names[out] = self.fresh(oct_, expr)
+
+    def int_division(self, name: str, ct: str, x: str, y: str) -> str:
+        """numpy's integer ``%`` / ``//``: rounded toward -inf (C truncates toward 0), and 0 for a
+        zero divisor (where C's division would trap)."""
+        x, y = self.fresh(ct, x), self.fresh(ct, y)
+        one = self.atom(Literal(np.ones((), np.int64)), ct, "")
+        pick = ((lambda a, b, c: f"select({a}, {b}, {c})") if self.vector
+                else (lambda a, b, c: f"(({c}) ? {b} : {a})"))
+        d = self.fresh(ct, pick(y, one, f"{y} == 0"))
+        signs_differ = f"(({x} < 0) != ({d} < 0))"
+        if name == "rem":
+            r = self.fresh(ct, f"{x} % {d}")
+            r = self.fresh(ct, pick(r, f"{r} + {d}", f"({r} != 0) & (({r} < 0) != ({d} < 0))"))
+        else:
+            r = self.fresh(ct, f"{x} / {d}")
+            r = self.fresh(ct, pick(r, f"{r} - {one}", f"(({x} % {d}) != 0) & {signs_differ}"))
+        return pick(r, f"({r} - {r})", f"{y} == 0")
 
     def fresh(self, ctype: str, expr: str) -> str:
         name = f"t{self.count}"

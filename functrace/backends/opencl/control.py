@@ -1,0 +1,119 @@
+"""OpenCL lowerings of structured control flow: ``cond``, ``while`` and ``scan``.
+
+Every sub-program (a branch, a loop's condition or body) is compiled once as its own
+executable -- OpenCL kernels, or on a CPU device the host when it is small -- and the host
+drives it: the carry stays in device arrays from one iteration to the next, a scan's
+per-step slices of ``xs`` and rows of ``ys`` are device-to-device copies, and only a while
+loop's predicate and a cond's branch index are read back (one scalar per iteration / call).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...core import Literal
+from .lowerings import Lowered, register
+
+
+def _compile(closed):
+    from .. import compile_for
+    return compile_for("opencl", closed)
+
+
+def _device_inputs(eqn):
+    """``run``'s inputs with the equation's literals (None there) as device arrays, made once."""
+    literals: dict = {}
+
+    def fill(ctx, inputs):
+        out = list(inputs)
+        for i, a in enumerate(eqn.inputs):
+            if type(a) is Literal:
+                if i not in literals:
+                    literals[i] = ctx.rt.to_device(np.asarray(a.val, a.aval.dtype))
+                out[i] = literals[i]
+        return out
+    return fill
+
+
+def _own(ctx, outs, inputs) -> list:
+    """Outputs that are one of the step's inputs (a branch or body passing a value through) are
+    copied: the executable recycles each value's buffer after its own last use."""
+    return [_copy(ctx, o) if any(o is x for x in inputs) else o for o in outs]
+
+
+def _copy(ctx, arr):
+    out = ctx.alloc(arr.shape, arr.dtype)
+    nbytes = arr.size * arr.dtype.itemsize
+    if nbytes:
+        ctx.rt.cl.enqueue_copy(ctx.queue, out.buffer, arr.buffer, byte_count=nbytes)
+    return out
+
+
+@register("cond")
+def lower_cond(eqn, rt) -> Lowered:
+    branches = [_compile(b) for b in eqn.params["branches"]]
+    fill = _device_inputs(eqn)
+
+    def run(ctx, inputs):
+        index, *ops = fill(ctx, inputs)
+        i = min(max(int(np.asarray(index)), 0), len(branches) - 1)
+        return _own(ctx, branches[i](*ops), ops)
+
+    launches = max(b.num_kernel_launches for b in branches)
+    return Lowered("", [], run, launches, f"cond: {len(branches)} branches compiled separately "
+                                           f"(up to {launches} launches; the index is read on the host)")
+
+
+@register("while")
+def lower_while(eqn, rt) -> Lowered:
+    p = eqn.params
+    cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    fill = _device_inputs(eqn)
+
+    def run(ctx, inputs):
+        inputs = fill(ctx, inputs)
+        cc, bc, carry = inputs[:nc], inputs[nc:nc + nb], inputs[nc + nb:]
+        while bool(np.asarray(cond(*cc, *carry)[0])):
+            carry = body(*bc, *carry)
+        return _own(ctx, carry, inputs)
+
+    per_iteration = cond.num_kernel_launches + body.num_kernel_launches
+    return Lowered("", [], run, 0, f"while: condition and body compiled separately ({per_iteration} launches "
+                                   f"per iteration; the predicate is read on the host)")
+
+
+@register("scan")
+def lower_scan(eqn, rt) -> Lowered:
+    p = eqn.params
+    body = _compile(p["jaxpr"])
+    n_consts, n_carry, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
+    y_avals = p["jaxpr"].out_avals[n_carry:]
+    fill = _device_inputs(eqn)
+
+    def run(ctx, inputs):
+        inputs = fill(ctx, inputs)
+        consts, carry = inputs[:n_consts], inputs[n_consts:n_consts + n_carry]
+        xs = inputs[n_consts + n_carry:]
+        ys = [ctx.alloc((length,) + tuple(a.shape), a.dtype) for a in y_avals]
+        copy = ctx.rt.cl.enqueue_copy
+        for i in (range(length - 1, -1, -1) if reverse else range(length)):
+            rows = []
+            for x in xs:  # x[i] into a scratch buffer
+                row = ctx.alloc(x.shape[1:], x.dtype)
+                if row.size:
+                    nbytes = row.size * x.dtype.itemsize
+                    copy(ctx.queue, row.buffer, x.buffer, byte_count=nbytes, src_offset=i * nbytes)
+                rows.append(row)
+            outs = body(*consts, *carry, *rows)
+            carry = outs[:n_carry]
+            for y, dst in zip(outs[n_carry:], ys):  # y into ys[i]
+                nbytes = y.size * y.dtype.itemsize
+                if nbytes:
+                    copy(ctx.queue, dst.buffer, y.buffer, byte_count=nbytes, dst_offset=i * nbytes)
+            for row in rows:  # the in-order queue runs later users of these buffers after this step
+                ctx.release(row)
+        return _own(ctx, carry, inputs) + ys
+
+    per_step = body.num_kernel_launches + len(y_avals) + sum(1 for a in p["jaxpr"].in_avals[n_consts + n_carry:])
+    return Lowered("", [], run, length * per_step,
+                   f"scan: body compiled separately, {length} steps of {per_step} launches (copies included)")
