@@ -1,7 +1,8 @@
 """Jitted training step of a 784-512-512-10 tanh MLP (batch 128, softmax cross-entropy, float32).
 
 Contenders, timed interleaved in the same run: functrace ``jit(value_and_grad)`` on the numpy
-backend, functrace eager ``value_and_grad``, and when installed JAX ``jit(value_and_grad)``,
+backend and on OpenCL (parameters and data on the device via ``ft.device_put``, as JAX's are),
+functrace eager ``value_and_grad``, and when installed JAX ``jit(value_and_grad)``,
 HIPS autograd and PyTorch eager.  Threads: BLAS/XLA/torch limited to OMP_NUM_THREADS
 (default 1; set it before running to compare at another count).
 Run: ``python benchmarks/bench_mlp.py``.
@@ -57,10 +58,11 @@ def main():
     from functrace.backends.opencl import get_runtime
     if get_runtime() is not None:
         step_cl = ft.jit(ft.value_and_grad(loss), backend="opencl")
-        v_cl, _ = step_cl(params, x, y)
+        dparams, dx, dy = ft.device_put((params, x, y))  # resident on the device, as JAX's arrays are
+        v_cl, _ = step_cl(dparams, dx, dy)
         assert np.allclose(np.asarray(v_cl), step(params, x, y)[0], rtol=1e-4)
         contenders["functrace jit (opencl)"] = lambda: ft.tree_util.tree_map(
-            lambda a: a.block_until_ready(), step_cl(params, x, y))
+            lambda a: a.block_until_ready(), step_cl(dparams, dx, dy))
     ref_val, ref_grads = step(params, x, y)
 
     try:

@@ -258,6 +258,22 @@ def test_control_flow_runs_its_bodies_as_kernels(dtype):
     np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-11, atol=1e-5)
 
 
+def test_device_put_keeps_a_training_loop_on_the_device():
+    params = {"w": RNG.standard_normal((5, 3)), "b": np.zeros(3)}
+    x = RNG.standard_normal((8, 5))
+    dparams, dx = ft.device_put((params, x))
+    assert all(isinstance(v, ft.Array) for v in ft.tree_util.tree_leaves((dparams, dx)))
+    loss = lambda p, x: fnp.sum(fnp.tanh(x @ p["w"] + p["b"]) ** 2)
+    step = ft.jit(ft.value_and_grad(loss), backend="opencl")
+    want = ft.jit(ft.value_and_grad(loss), backend="numpy")(params, x)
+    for _ in range(2):  # gradients come back as device arrays and feed the next call
+        got = step(dparams, dx)
+        assert isinstance(got[1]["w"], ft.Array)
+        dparams = step(dparams, dx)[1]
+    got = step(ft.device_put(params), dx)
+    assert_close(ft.tree_util.tree_map(np.asarray, got), want, np.float64)
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)

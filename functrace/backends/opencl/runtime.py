@@ -355,6 +355,15 @@ Array.__hash__ = None
 register_array_type(Array)
 
 
+def device_put(tree):
+    """The arrays of a pytree copied to the OpenCL device as ``ft.Array`` leaves (like
+    ``jax.device_put``): jitted functions then read them in place, so a training loop keeps its
+    parameters there.  With no usable device, numpy arrays."""
+    from ...tree_util import tree_map
+    rt = get_runtime()
+    return tree_map(np.asarray if rt is None else rt.to_device, tree)
+
+
 def get_runtime() -> Runtime | None:
     """The process-wide runtime for the configured device; None (with one warning) when no
     OpenCL platform or device is available."""
