@@ -86,6 +86,16 @@ class Plan:
     sources: list = field(default_factory=list)
     views: dict = field(default_factory=dict)  # var -> the View of another buffer it is
     view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
+    kernel_of_source: dict = field(default_factory=dict)  # source with its name blanked -> name
+
+    def add_kernel(self, name: str, source: str) -> str:
+        """Add a generated kernel, or return the name of an identical one added before (PoCL
+        compiles each distinct kernel at its first launch: repeated layers share one)."""
+        key = source.replace(name, "@")
+        if key not in self.kernel_of_source:
+            self.kernel_of_source[key] = name
+            self.sources.append(source)
+        return self.kernel_of_source[key]
 
 
 def _is_view(eqn) -> bool:
@@ -257,7 +267,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             name = f"fused{k}_{ops}"
             vec = _vector_width(rt, g.eqns)
             src, inputs = elementwise_kernel(name, g, outputs, accesses, vec)
-            plan.sources.append(src)
+            name = plan.add_kernel(name, src)
             n = _size(g.shape)
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
             plan.steps.append(KernelStep(name, buffers, outputs, items, n, list(g.eqns)))
@@ -289,11 +299,10 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 src, _ = column_reduction_kernel(name, item, g, accesses, vec)
             else:
                 src, _ = reduction_kernel(name, item, g, accesses, chunks, vec)
-            plan.sources.append(src)
+            name = plan.add_kernel(name, src)
             finish = None
             if chunks > 1:
-                finish = f"{name}_combine"
-                plan.sources.append(_combine_source(finish, item, chunks))
+                finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
             eqns = (list(g.eqns) if g is not None else []) + [item]
             plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
             k += 1
@@ -309,7 +318,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 buffers += buf
             name = f"{item.primitive.name}{k}"
             run = run_length(item, accesses)
-            plan.sources.append(layout_kernel(name, item, accesses, run))
+            name = plan.add_kernel(name, layout_kernel(name, item, accesses, run))
             items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
             plan.steps.append(KernelStep(name, buffers, list(item.out_vars), items, n // run, [item]))
             k += 1
