@@ -400,6 +400,33 @@ def test_no_platform_falls_back_to_numpy_with_one_warning(monkeypatch):
     assert sum("no usable OpenCL device" in str(w.message) for w in caught) == 1
 
 
+def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
+    """No probe build at start-up: a driver whose compiler fails on everything (e.g. a PoCL whose
+    LLVM does not know the CPU) shows at its first build, is confirmed by the probe, and jit
+    moves on to the next device (here none: numpy), warning; a build error on a device that
+    works is raised as it is."""
+    with pytest.raises(Exception, match="(?i)build") as e:
+        rt._build(rt.cl.Program(rt.context, "__kernel void broken( {"), "")
+    assert not isinstance(e.value, cl_runtime.DeviceUnusable)
+
+    broken = cl_runtime.Runtime(rt.device)
+
+    def failing_build(self, *args, **kwargs):
+        raise RuntimeError("clBuildProgram failed: unknown target CPU 'generic'")
+    monkeypatch.setattr(rt.cl.Program, "build", failing_build)
+    monkeypatch.setattr(cl_runtime, "_marker", lambda device: str(tmp_path / "no-marker"))
+    monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])
+    monkeypatch.setattr(cl_runtime, "_state", {"want": ft.config.device, "runtime": broken})
+    x = RNG.standard_normal(50)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ft.jit(lambda x: fnp.sin(x) * 2.0, backend="opencl")(x)
+    messages = [str(w.message) for w in caught]
+    assert any("cannot build programs" in m and "next OpenCL device" in m for m in messages), messages
+    assert any("no usable OpenCL device" in m for m in messages), messages
+    np.testing.assert_allclose(out, np.sin(x) * 2.0)
+
+
 def test_bad_device_choice(monkeypatch):
     monkeypatch.setattr(cl_runtime, "_state", {})
     ft.config.update("device", "no-such-device")

@@ -2,6 +2,8 @@
 with ``as_text()``; OpenCL falls back to numpy (one warning) when no device exists."""
 from __future__ import annotations
 
+import warnings
+
 from .numpy_backend import NumpyExecutable
 
 
@@ -15,13 +17,21 @@ def compile_for(name: str | None, closed):
     if name == "opencl":
         from ..optimize import inline_calls, optimize
         from .opencl import OpenCLExecutable, HostExecutable, get_runtime, is_small
-        rt = get_runtime()
-        if rt is None:
-            return NumpyExecutable(closed)
+        from .opencl.runtime import DeviceUnusable, forget_runtime
         inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
         if inlined is not closed:
             closed = optimize(inlined)[0]
-        if rt.is_cpu and is_small(closed):
-            return HostExecutable(closed, rt)
-        return OpenCLExecutable(closed, rt)
+        while True:
+            rt = get_runtime()
+            if rt is None:
+                return NumpyExecutable(closed)
+            if rt.is_cpu and is_small(closed):
+                return HostExecutable(closed, rt)
+            try:
+                return OpenCLExecutable(closed, rt)
+            except DeviceUnusable as e:
+                if config.device not in (None, ""):
+                    raise  # the device the user chose: say so rather than run elsewhere
+                warnings.warn(f"functrace: {e}; trying the next OpenCL device", RuntimeWarning, stacklevel=3)
+                forget_runtime()
     raise ValueError(f"unknown backend {name!r}; available: ['numpy', 'opencl']")

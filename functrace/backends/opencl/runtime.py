@@ -48,24 +48,39 @@ def devices() -> list:
 _PROBE = "__kernel void probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
 
 
+class DeviceUnusable(RuntimeError):
+    """The device's compiler fails on every program (a one-line probe kernel included)."""
+
+
+def _marker(device) -> str:
+    return os.path.join(cache_dir(), "usable-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
+
+
+def _mark_usable(device) -> None:
+    _state[("usable", device.int_ptr)] = True
+    try:
+        _atomic_write(_marker(device), b"ok")
+    except OSError:
+        pass  # only a later process's failure diagnosis costs a probe
+
+
 def usable(device) -> bool:
     """Can this device compile a kernel?  (Some installed drivers cannot: e.g. a PoCL built with
-    an LLVM that does not know the host CPU fails every build with "unknown target CPU".)"""
+    an LLVM that does not know the host CPU fails every build with "unknown target CPU".)  Known
+    once any build succeeded (in this process or, by a marker file, an earlier one); else a
+    probe build answers."""
     key = ("usable", device.int_ptr)
     if key not in _state:
-        marker = os.path.join(cache_dir(), "usable-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
-        if os.path.exists(marker):  # proven by an earlier process: skip the probe build
+        if os.path.exists(_marker(device)):
             _state[key] = True
             return True
         try:
             cl = _cl()
             cl.Program(cl.Context([device]), _PROBE).build()
-            _state[key] = True
-            _atomic_write(marker, b"ok")
-        except OSError:
-            _state[key] = True  # the probe worked; only the marker could not be written
         except Exception:
             _state[key] = False
+            return False
+        _mark_usable(device)
     return _state[key]
 
 
@@ -76,10 +91,12 @@ def _fingerprint(device) -> str:
 def _choose(devs: list):
     want = config.device  # ft.config.update("device", ...) or FUNCTRACE_DEVICE
     if want is None or want == "":
-        # GPUs first, then the listed order; probe only until one works (a probe build costs
-        # ~0.5 s on a cold PoCL cache)
+        # GPUs first, then the listed order, without a probe build (~0.5 s on a cold PoCL
+        # cache): a device whose first program fails to build is probed then, and if the probe
+        # fails too it is dropped (DeviceUnusable; compile_for moves on to the next device)
         gpu = _cl().device_type.GPU
-        return next((d for d in sorted(devs, key=lambda d: not d.type & gpu) if usable(d)), None)
+        return next((d for d in sorted(devs, key=lambda d: not d.type & gpu)
+                     if _state.get(("usable", d.int_ptr)) is not False), None)
     if isinstance(want, int) or str(want).isdigit():
         i = int(want)
         if not 0 <= i < len(devs):
@@ -125,7 +142,7 @@ class Runtime:
     def _load_or_build(self, key: str, source: str, options: str):
         cl = self.cl
         if self.driver_caches_programs:
-            return cl.Program(self.context, source).build(options=options)
+            return self._build(cl.Program(self.context, source), options)
         path = os.path.join(cache_dir(), key + ".bin")
         if os.path.exists(path):
             try:
@@ -138,13 +155,27 @@ class Runtime:
                 return prog
             except Exception:
                 pass  # corrupt, foreign or stale: rebuild below
-        prog = cl.Program(self.context, source).build(options=options)
+        prog = self._build(cl.Program(self.context, source), options)
         try:
             binary = prog.get_info(cl.program_info.BINARIES)[0]
             _atomic_write(path, key.encode() + binary)
         except Exception:
             pass  # a cache we cannot write only costs compile time
         return prog
+
+    def _build(self, program, options: str):
+        """Build ``program``; a failure on a device that cannot even build the probe kernel is
+        ``DeviceUnusable`` (the device is dropped), any other failure is re-raised."""
+        try:
+            program.build(options=options)
+        except Exception:
+            if not usable(self.device):
+                raise DeviceUnusable(f"OpenCL device {self.name!r} cannot build programs (its compiler "
+                                     f"fails even on a one-line probe kernel)") from None
+            raise
+        if _state.get(("usable", self.device.int_ptr)) is not True:
+            _mark_usable(self.device)
+        return program
 
     # ------------------------------------------------------------------ synchronization
 
@@ -363,6 +394,12 @@ def device_put(tree):
     from ...tree_util import tree_map
     rt = get_runtime()
     return tree_map(np.asarray if rt is None else rt.to_device, tree)
+
+
+def forget_runtime() -> None:
+    """Choose the device again at the next ``get_runtime`` (after one proved unusable)."""
+    with _lock:
+        _state.pop("runtime", None)
 
 
 def get_runtime() -> Runtime | None:
