@@ -64,34 +64,37 @@ def _node_handlers(x):
 
 def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, PyTreeDef]:
     leaves: list = []
-
-    def rec(x) -> PyTreeDef:
-        h = None if (is_leaf is not None and is_leaf(x)) else _node_handlers(x)
-        if h is None:
-            leaves.append(x)
-            return _LEAF
-        children, aux = h[0](x)
-        node_type = type(x)
-        if node_type not in _registry:  # namedtuple: remember the handlers with the type
-            aux = (node_type, aux)
-        return PyTreeDef(node_type, aux, tuple(rec(c) for c in children))
-
-    treedef = rec(tree)
+    treedef = _flatten_into(tree, is_leaf, leaves)
     return leaves, treedef
 
 
+# The recursions are module-level functions, not closures: a closure that calls itself is a
+# reference cycle, which would keep the leaves (e.g. a jitted function's output buffers, which
+# go back to their pool when released) alive until Python's cycle collector runs.
+
+def _flatten_into(x, is_leaf: Callable | None, leaves: list) -> PyTreeDef:
+    h = None if (is_leaf is not None and is_leaf(x)) else _node_handlers(x)
+    if h is None:
+        leaves.append(x)
+        return _LEAF
+    children, aux = h[0](x)
+    node_type = type(x)
+    if node_type not in _registry:  # namedtuple: remember the handlers with the type
+        aux = (node_type, aux)
+    return PyTreeDef(node_type, aux, tuple(_flatten_into(c, is_leaf, leaves) for c in children))
+
+
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable) -> Any:
-    it = iter(leaves)
+    return _unflatten_from(treedef, iter(leaves))
 
-    def rec(td: PyTreeDef):
-        if td.node_type is None:
-            return next(it)
-        children = [rec(c) for c in td.children]
-        if td.node_type in _registry:
-            return _registry[td.node_type][1](td.aux, children)
-        return td.aux[0](*children)  # namedtuple
 
-    return rec(treedef)
+def _unflatten_from(td: PyTreeDef, it) -> Any:
+    if td.node_type is None:
+        return next(it)
+    children = [_unflatten_from(c, it) for c in td.children]
+    if td.node_type in _registry:
+        return _registry[td.node_type][1](td.aux, children)
+    return td.aux[0](*children)  # namedtuple
 
 
 def tree_leaves(tree: Any) -> list:
