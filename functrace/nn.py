@@ -84,16 +84,23 @@ def logsumexp(x, axis=None, keepdims: bool = False):
     return out if keepdims else fnp.squeeze(out, axis=axis) if axis is not None else fnp.reshape(out, ())
 
 
-def log_softmax(x, axis: int = -1):
+def _over_axis(prim, reference, x, axis: int):
+    """``prim`` on the last axis; another axis runs the reference decomposition there."""
     x = fnp._to_float(x)
-    shifted = x - _stable_max(x, axis)
-    return shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=axis, keepdims=True))
+    nd = len(shape_of(x))
+    if nd == 0:
+        raise ShapeError(f"{prim.name}: needs an array with at least one axis {user_frame_description()}")
+    if axis % nd != nd - 1:
+        return fnp.moveaxis(reference(fnp.moveaxis(x, axis, -1)), -1, axis)
+    return prim.bind(x)
+
+
+def log_softmax(x, axis: int = -1):
+    return _over_axis(log_softmax_p, _log_softmax_reference, x, axis)
 
 
 def softmax(x, axis: int = -1):
-    x = fnp._to_float(x)
-    e = fnp.exp(x - _stable_max(x, axis))
-    return e / fnp.sum(e, axis=axis, keepdims=True)
+    return _over_axis(softmax_p, _softmax_reference, x, axis)
 
 
 def cross_entropy(logits, labels, reduction: str = "mean"):
@@ -244,6 +251,69 @@ rms_norm_p.vjp_rule = _rms_norm_vjp
 rms_norm_p.batch = _batch_or_reference(rms_norm_p, (0,), lambda x, w, *, eps: [_rms_norm_reference(x, w, eps=eps)])
 # dw sums over x's leading axes, so a vmapped axis cannot simply become one more of them
 rms_norm_bwd_p.batch = _batch_or_reference(rms_norm_bwd_p, None, _rms_norm_bwd_reference)
+
+
+# --------------------------------------------------------------------------- softmax primitives
+
+
+def _log_softmax_reference(x):
+    shifted = x - _stable_max(x, -1)
+    return shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=-1, keepdims=True))
+
+
+def _softmax_reference(x):
+    e = fnp.exp(x - _stable_max(x, -1))
+    return e / fnp.sum(e, axis=-1, keepdims=True)
+
+
+def _shift_np(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    return np.where(np.isfinite(m), m, np.zeros_like(m))
+
+
+def _softmax_impl(x):
+    x = np.asarray(x)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - _shift_np(x))
+        return (e / np.sum(e, axis=-1, keepdims=True, dtype=x.dtype)).astype(x.dtype)
+
+
+def _log_softmax_impl(x):
+    x = np.asarray(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = x - _shift_np(x)
+        return (shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True, dtype=x.dtype))).astype(x.dtype)
+
+
+# softmax / log_softmax over the last axis are primitives (one kernel per row on OpenCL).  Forward
+# mode differentiates the reference decomposition; reverse mode uses the output:
+#   softmax:     dx = y * (g - sum(g * y))          log_softmax: dx = g - exp(y) * sum(g)
+# written with functrace.numpy, so it nests (Hessians).
+softmax_p = new_primitive("softmax")
+softmax_p.impl = _softmax_impl
+softmax_p.abstract_eval = lambda x: x
+_with_reference_rules(softmax_p, lambda x: [_softmax_reference(x)])
+softmax_p.batch = _batch_or_reference(softmax_p, (0,), lambda x: [_softmax_reference(x)])
+
+log_softmax_p = new_primitive("log_softmax")
+log_softmax_p.impl = _log_softmax_impl
+log_softmax_p.abstract_eval = lambda x: x
+_with_reference_rules(log_softmax_p, lambda x: [_log_softmax_reference(x)])
+log_softmax_p.batch = _batch_or_reference(log_softmax_p, (0,), lambda x: [_log_softmax_reference(x)])
+
+
+def _softmax_vjp(primals, needs):
+    y = softmax_p.bind(primals[0])
+    return y, lambda cts: [y * (cts[0] - fnp.sum(cts[0] * y, axis=-1, keepdims=True))]
+
+
+def _log_softmax_vjp(primals, needs):
+    y = log_softmax_p.bind(primals[0])
+    return y, lambda cts: [cts[0] - fnp.exp(y) * fnp.sum(cts[0], axis=-1, keepdims=True)]
+
+
+softmax_p.vjp_rule = _softmax_vjp
+log_softmax_p.vjp_rule = _log_softmax_vjp
 
 
 def rms_norm(x, weight, eps: float = 1e-6):

@@ -623,6 +623,8 @@ case("nn-rms_norm-(2,3,5)", ft.nn.rms_norm, normal(2, 3, 5), normal(5))
 case("nn-attention-causal-(2,3,2,2)", lambda q, k, v: ft.nn.attention(q, k, v, causal=True),
      normal(2, 3, 2, 2), normal(2, 3, 2, 2), normal(2, 3, 2, 2))
 case("nn-gelu-exact-(4,)", lambda x: ft.nn.gelu(x, approximate=False), normal(4))
+case("nn-softmax-(2,3,4)", lambda x: ft.nn.softmax(x) * x, normal(2, 3, 4))
+case("nn-log_softmax-(3,5)", ft.nn.log_softmax, normal(3, 5))
 
 case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rms_norm(x, w) ** 2), (0, 1))(x, w),
      normal(3, 4), normal(4))

@@ -138,6 +138,8 @@ GRAD_CASES = [
     ("gelu-erf", lambda x: ft.nn.gelu(x, approximate=False), (normal(4),)),
     ("softmax", lambda x: ft.nn.softmax(x, axis=0), (normal(3, 2),)),
     ("log_softmax", ft.nn.log_softmax, (normal(2, 5),)),
+    ("softmax-last-axis", lambda x: ft.nn.softmax(x) * x, (normal(2, 3, 4),)),
+    ("log_softmax-axis0", lambda x: ft.nn.log_softmax(x, axis=0), (normal(3, 2),)),
     ("logsumexp", lambda x: ft.nn.logsumexp(x, axis=-1), (normal(3, 4),)),
     ("cross_entropy-int", lambda x: ft.nn.cross_entropy(x, np.array([2, 0, 1])), (normal(3, 4),)),
     ("cross_entropy-prob", lambda x, p: ft.nn.cross_entropy(x, ft.nn.softmax(p)), (normal(3, 4), normal(3, 4))),

@@ -65,6 +65,33 @@ def assert_kernels(report: str, prims: list):
         assert not any(ln.startswith(f"  host    {p} ") for ln in lines), f"{p} ran as a host step:\n{report}"
 
 
+# --------------------------------------------------------------------------- softmax
+
+SOFTMAX_SHAPES = [(1,), (7,), (127,), (1000,), (3, 1000), (1000, 7), (2, 3, 127), (5, 16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_and_log_softmax_kernels(dtype):
+    """Forward kernels and gradients (with cross-entropy) against numpy, rows of -inf, +inf and
+    NaN included (NaN rows, as the reference decomposition gives)."""
+    rng = np.random.default_rng(2)
+    xs = [(rng.standard_normal(s) * 4).astype(dtype) for s in SOFTMAX_SHAPES]
+    xs[-1][0] = -np.inf
+    xs[-1][1, 3] = np.inf
+    xs[-1][2, 5] = np.nan
+    labels = rng.integers(0, 7, 1000)
+
+    def f(xs):
+        outs = [nn.softmax(x) for x in xs] + [nn.log_softmax(x) for x in xs]
+        loss = lambda xs: sum(fnp.sum(nn.softmax(x) * x) for x in xs[:-1]) + nn.cross_entropy(xs[5], labels)
+        return outs, ft.grad(loss)(xs)
+
+    with np.errstate(invalid="ignore"):
+        got, want, report = run_both(f, xs)
+    assert_close(got, want, dtype)
+    assert_kernels(report, ["softmax", "log_softmax"])
+
+
 # --------------------------------------------------------------------------- RMSNorm
 
 RMS_SHAPES = [(1,), (7,), (127,), (1, 1), (3, 1000), (1000, 7), (2, 3, 4, 127), (127, 127), (2, 1, 7, 16)]

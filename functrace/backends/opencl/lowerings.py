@@ -66,7 +66,7 @@ def lower(eqn, rt) -> Lowered | None:
 def _load_builtin_lowerings() -> None:
     """Import the modules that register lowerings (each optional: a missing one means host steps)."""
     import importlib
-    for mod in ("matmul", "norms", "attention", "gather", "scans", "control"):
+    for mod in ("matmul", "norms", "attention", "gather", "scans", "control", "softmax"):
         try:
             importlib.import_module(f"{__package__}.{mod}")
         except ModuleNotFoundError as e:

@@ -1,0 +1,41 @@
+"""OpenCL lowerings of ``softmax`` and ``log_softmax`` over the last axis (``cl_kernels/softmax.cl``):
+one work-item per row, three passes over the row (max, sum of exponentials, output): 1 launch
+where the decomposition takes a max reduction, a sum reduction and an elementwise kernel.
+Their gradients are decompositions (``ft.nn``), which fuse into one row reduction and one
+elementwise kernel."""
+from __future__ import annotations
+
+import numpy as np
+
+from .lowerings import Lowered, register
+from .norms import device_inputs, real_type, specialize
+
+
+def _lower(eqn, rt, kind: str) -> Lowered | None:
+    aval = eqn.inputs[0].aval
+    spec = real_type(aval.dtype, rt)
+    if spec is None or len(aval.shape) < 1 or 0 in aval.shape:
+        return None
+    ctype, suf = spec
+    D = aval.shape[-1]
+    R = int(np.prod(aval.shape, dtype=np.int64)) // D
+    name = f"{kind}_fwd_{suf}"
+
+    def run(ctx, inputs):
+        (x,) = device_inputs(eqn, ctx, inputs)
+        y = ctx.alloc(aval.shape, aval.dtype)
+        ctx.kernels[name](ctx.queue, (R,), None, x.buffer, y.buffer, np.int64(D))
+        return [y]
+
+    return Lowered(specialize("softmax.cl", {"SM_REAL": ctype, "SM_SUF": suf}), [name], run, 1,
+                   f"{kind} (OpenCL softmax.cl: {name}, one work-item per row of {D})")
+
+
+@register("softmax")
+def lower_softmax(eqn, rt) -> Lowered | None:
+    return _lower(eqn, rt, "softmax")
+
+
+@register("log_softmax")
+def lower_log_softmax(eqn, rt) -> Lowered | None:
+    return _lower(eqn, rt, "log_softmax")
