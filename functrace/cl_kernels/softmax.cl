@@ -70,6 +70,17 @@ __kernel void SM_KN(softmax_fwd)(__global const SM_REAL* restrict x, __global SM
     for (; d < D; d++) yr[d] = yr[d] / s;
 }
 
+/* sum(exp(x - m)) over a row */
+inline SM_REAL SM_KN(sm_sum_exp)(__global const SM_REAL* xr, const long D, const SM_REAL m)
+{
+    SM_REALV acc = (SM_REALV)(0);
+    long d = 0;
+    for (; d + SM_VW <= D; d += SM_VW) acc += exp(SM_VLOAD(0, xr + d) - m);
+    SM_REAL s = SM_HSUM8(acc);
+    for (; d < D; d++) s += exp(xr[d] - m);
+    return s;
+}
+
 /* y[r, :] = (x - shift) - log(sum(exp(x - shift))) */
 __kernel void SM_KN(log_softmax_fwd)(__global const SM_REAL* restrict x, __global SM_REAL* restrict y, const long D)
 {
@@ -77,13 +88,8 @@ __kernel void SM_KN(log_softmax_fwd)(__global const SM_REAL* restrict x, __globa
     __global const SM_REAL* xr = x + r * D;
     __global SM_REAL* yr = y + r * D;
     const SM_REAL m = SM_KN(sm_shift)(xr, D);
-    SM_REALV acc = (SM_REALV)(0);
+    const SM_REAL ls = log(SM_KN(sm_sum_exp)(xr, D, m));
     long d = 0;
-    for (; d + SM_VW <= D; d += SM_VW) acc += exp(SM_VLOAD(0, xr + d) - m);
-    SM_REAL s = SM_HSUM8(acc);
-    for (; d < D; d++) s += exp(xr[d] - m);
-    const SM_REAL ls = log(s);
-    d = 0;
     for (; d + SM_VW <= D; d += SM_VW) SM_VSTORE((SM_VLOAD(0, xr + d) - m) - ls, 0, yr + d);
     for (; d < D; d++) yr[d] = (xr[d] - m) - ls;
 }
