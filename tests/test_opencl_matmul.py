@@ -147,7 +147,7 @@ def test_grad_uses_transposed_variants(dtype):
     assert "A B^T" in text and "A^T B" in text and "host BLAS" not in text
 
 
-def test_any_layout_runs_as_kernels():
+def test_any_layout_runs_as_kernels(monkeypatch):
     spec = mm.matmul_spec
     assert spec((4, 5), (5, 6), (((1,), (0,)), ((), ())), np.float32) == mm.MatmulSpec(1, 4, 6, 5, False, False,
                                                                                          np.dtype(np.float32))
@@ -163,15 +163,24 @@ def test_any_layout_runs_as_kernels():
              ((3, 4, 5), (5, 4, 6), (((1, 2), (1, 0)), ((), ()))),      # K dims in other orders
              ((2, 7, 3, 1), (3, 9, 2), (((2,), (0,)), ((0,), (2,)))),   # K between free dims, batch last
              ((5, 1, 6), (6, 5), (((2, 0), (0, 1)), ((), ())))]         # K dims reversed, odd sizes
-    for dtype in DTYPES:
+    monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_RUNS", {})
+    monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
+    for dtype, mode in zip(DTYPES, ("opencl", "auto")):  # auto: the launch count follows the decision
         for xs, ys, dn in cases:
             x, y = rand(xs, dtype), rand(ys, dtype)
             f = ft.jit(lambda x, y: dot_general(x, y, dn), backend="opencl")
-            exe = f.lower(x, y).compile()
+            with mm.forced_mode(mode):
+                exe = f.lower(x, y).compile()
             assert exe.num_host_steps == 0 and "permuted" in labels(exe)[0]
+            copies = labels(exe)[0].count("operands permuted") + 1
             want = ft.jit(lambda x, y: dot_general(x, y, dn), backend="numpy")(x, y)
             tol = 1e-4 if dtype == np.float32 else 1e-12
-            np.testing.assert_allclose(np.asarray(f(x, y)), want, rtol=tol, atol=tol)
+            for _ in range(mm.MEASURE_AT_RUN + 1):  # through auto mode's decision
+                np.testing.assert_allclose(np.asarray(f(x, y)), want, rtol=tol, atol=tol)
+            line = labels(exe)[0]
+            matmul = next(s.lowered.extra["plan"] for s in exe.plan.steps if hasattr(s, "lowered"))
+            assert exe.num_kernel_launches == (0 if "host BLAS" in line else matmul.launches) + copies, line
 
 
 def _launch_ctx():

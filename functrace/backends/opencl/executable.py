@@ -299,10 +299,10 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 src, _ = column_reduction_kernel(name, item, g, accesses, vec)
             else:
                 src, _ = reduction_kernel(name, item, g, accesses, chunks, vec)
-            name = plan.add_kernel(name, src)
             finish = None
-            if chunks > 1:
+            if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
                 finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
+            name = plan.add_kernel(name, src)
             eqns = (list(g.eqns) if g is not None else []) + [item]
             plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
             k += 1

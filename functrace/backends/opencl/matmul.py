@@ -443,7 +443,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             _save_decisions(ctx.rt)
             measured = True
         state["impl"] = lowered.extra["impl"] = impl
-        lowered.launches = plan.launches if impl == "opencl" else 0
+        lowered.launches = (plan.launches if impl == "opencl" else 0) + lowered.extra.get("copy_launches", 0)
         lowered.label = _label(plan, impl, _how(plan, impl, True))
         return measured
 
@@ -533,7 +533,8 @@ def lower(eqn, rt) -> Lowered | None:
             names[i] = f"matmul_permute_{side}_{ctype}_{digest}"
             lowered.source += permute_source(names[i], ctype, shape, perm)
     lowered.kernel_names += [n for n in names if n]
-    lowered.launches += sum(1 for n in names if n)
+    lowered.extra["copy_launches"] = sum(1 for n in names if n)
+    lowered.launches += lowered.extra["copy_launches"]
     lowered.label += f" (operand{'s' if all(names) else ''} permuted to matmul order by a copy kernel first)"
     matmul_run = lowered.run
 
