@@ -311,6 +311,25 @@ def test_float32_log_and_log1p_are_accurate_everywhere():
         assert np.all(np.abs(g[ok] - w[ok]) <= 3 * ulp), np.max(np.abs(g[ok] - w[ok]) / ulp)
 
 
+def test_programs_on_a_device_without_unified_memory(monkeypatch):
+    """What a discrete GPU does: buffers are device memory, host steps and results go through
+    copies.  Whole programs (views, layout kernels, permuted matmuls, control flow, softmax,
+    gather) against numpy with the CPU device told it has no unified memory."""
+    monkeypatch.setattr(rt, "unified", False)
+    x, w = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    xs, idx = RNG.standard_normal((7, 5)), np.array([4, 0, 4, 6])
+
+    def f(x, w, xs):
+        conv = ft.nn.conv2d(x, w, stride=1, padding=1)
+        h, ys = ft.lax.scan(lambda h, r: (fnp.tanh(h * 0.5 + r), fnp.sum(h)), fnp.zeros(5), xs)
+        mixed = (fnp.concatenate([xs[idx], xs[::-2][:4]], axis=1), fnp.cumsum(xs.T, axis=1), ft.nn.log_softmax(xs))
+        return fnp.sum(conv ** 2) + fnp.sum(h) + fnp.sum(ys), mixed
+
+    loss = lambda x, w, xs: f(x, w, xs)[0]
+    got, want = both(lambda x, w, xs: (f(x, w, xs), ft.grad(loss, argnums=(0, 1, 2))(x, w, xs)), x, w, xs)
+    assert_close(got, want, np.float64)
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)
