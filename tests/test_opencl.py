@@ -433,8 +433,8 @@ def test_program_cache_on_disk_survives_and_rebuilds_corrupt_entries(tmp_path, m
     src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
     rt._programs.clear()
     rt.program(src)
-    entries = list((tmp_path / "opencl").iterdir())
-    assert len(entries) == 1 and entries[0].suffix == ".bin"
+    entries = list((tmp_path / "opencl").glob("*.bin"))
+    assert len(entries) == 1
     rt._programs.clear()
     assert rt.program(src) is not None  # loaded from the binary
     entries[0].write_bytes(b"garbage")
@@ -443,6 +443,28 @@ def test_program_cache_on_disk_survives_and_rebuilds_corrupt_entries(tmp_path, m
     buf = rt.to_device(np.ones(4, np.float32))
     prog.twice(rt.queue, (4,), None, buf.buffer)
     np.testing.assert_allclose(np.asarray(buf), 2.0)
+
+
+def test_a_program_that_runs_twice_keeps_its_binary(tmp_path, monkeypatch):
+    """On a driver with its own source cache (PoCL) the binary is written at an executable's
+    second call, and a later process (here: an emptied in-memory cache) loads it."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(rt, "driver_caches_programs", True)
+    monkeypatch.setattr(rt, "_programs", {})
+    monkeypatch.setattr(rt, "_binary_saved", set())
+    x = RNG.standard_normal(5000)
+    f = ft.jit(lambda x: fnp.exp(x) * 3.0 - 1.0, backend="opencl")
+    f(x)
+    assert not list(tmp_path.glob("opencl/*.bin"))
+    f(x)
+    (entry,) = (tmp_path / "opencl").glob("*.bin")
+    monkeypatch.setattr(rt, "_programs", {})
+    monkeypatch.setattr(rt, "_binary_saved", set())
+    g = ft.jit(lambda x: fnp.exp(x) * 3.0 - 1.0, backend="opencl")
+    np.testing.assert_allclose(np.asarray(g(x)), np.exp(x) * 3.0 - 1.0, rtol=1e-12)
+    assert rt._binary_saved  # loaded from the file, so not written again
+    g(x)
+    assert list((tmp_path / "opencl").glob("*.bin")) == [entry]
 
 
 def test_no_platform_falls_back_to_numpy_with_one_warning(monkeypatch):

@@ -440,6 +440,7 @@ class OpenCLExecutable:
                         self.kernels[name] = rt.cl.Kernel(self.program, name)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
+        self._calls = 0
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
         self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
@@ -520,6 +521,9 @@ class OpenCLExecutable:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *args):
+        self._calls += 1
+        if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
+            self.rt.keep_binary(self.program)
         jaxpr = self.closed.jaxpr
         env: dict = {}
         if self._device_consts is None:
