@@ -49,3 +49,13 @@ def best_of(fn, repeat: int = 7, warmup: int = 1, warmup_seconds: float = 0.0) -
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def torch_or_none(threads: str):
+    """PyTorch limited to ``threads`` intra-op threads, or None when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(int(threads))
+    return torch

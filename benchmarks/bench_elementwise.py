@@ -3,7 +3,10 @@
 * transcendental chain ``tanh(x)*x + exp(-x*x) + sin(x)*0.5 - log1p(x*x)`` on 4M float32;
 * arithmetic chain ``((x*1.5 + y)*0.5 - x*y)*2 + 1`` on 4M float32, against the device's
   measured copy bandwidth (an OpenCL buffer copy of the same bytes).
-Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a training loop; each
+Contenders: functrace OpenCL, numpy, and when installed JAX jit and PyTorch eager (torch's
+threads set to the same budget).  PyTorch runs after the others' interleaved rounds: once its
+ops have run, numpy's 16 MB temporaries stop page-faulting in this process (measured: 3000 minor
+faults per numpy chain before, 0 after; the chain 27 -> 17 ms), which would flatter numpy.  Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a training loop; each
 contender runs for a second before timing (the first ~20 OpenCL calls of a fresh process were
 measured 5x slower than steady state on PoCL).
 Run: ``python benchmarks/bench_elementwise.py`` (OMP_NUM_THREADS sets the budget, default 1;
@@ -13,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_of, setup  # noqa: E402
+from _common import best_of, setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -46,7 +49,11 @@ def main():
         jx, jy = jnp.asarray(x), jnp.asarray(y)
     except ImportError:
         jax = None
+    torch = torch_or_none(THREADS)
+    if torch is not None:
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     print(f"{N} float32 elements, device {rt.name}, {THREADS} thread(s)")
+    measured = {}
     for name, make in chains.items():
         f_cl = ft.jit(make(fnp), backend="opencl")
         out = f_cl(xd, yd)
@@ -61,6 +68,12 @@ def main():
         for _ in range(3):  # interleaved rounds; the spread shows how noisy the machine is
             for k, fn in contenders.items():
                 rounds[k].append(best_of(fn, warmup_seconds=1.0))
+        measured[name] = (launches, rounds)
+    if torch is not None:  # after all the others: see the module docstring
+        for name, make in chains.items():
+            tf = make(torch)
+            measured[name][1]["PyTorch eager"] = [best_of(lambda: tf(tx, ty), warmup_seconds=1.0) for _ in range(3)]
+    for name, (launches, rounds) in measured.items():
         times = {k: min(v) for k, v in rounds.items()}
         base = times["functrace opencl"]
         print(f"  {name} chain ({launches} kernel launch{'es' if launches > 1 else ''}):")

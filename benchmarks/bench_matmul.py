@@ -8,7 +8,8 @@ runs each, more for small sizes: about ``--seconds`` of timing per contender and
   hold the operands: no host transfers, no Python tracing, the host-BLAS alternative disabled.
 * **numpy**: ``np.matmul(a, b, out=c)`` (OpenBLAS as numpy ships it; ``_common.setup()``
   drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow it down).
-* for information, **jit end to end**: ``ft.jit(lambda a, b: a @ b, backend="opencl")`` on
+* for information, when installed, **PyTorch** ``torch.matmul(a, b, out=c)`` (its threads set to
+  the same budget), and **jit end to end**: ``ft.jit(lambda a, b: a @ b, backend="opencl")`` on
   ``ft.Array`` operands, the OpenCL kernels forced (``matmul.set_mode("opencl")``, as
   ``FUNCTRACE_MATMUL=opencl``); adds the output allocation and the per-call overhead.
 
@@ -24,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -93,6 +94,7 @@ def main():
     print(f"blocking: {mm.BLOCK_M}x{mm.BLOCK_N} per work-item, kc {mm.BLOCK_K}")
     rng = np.random.default_rng(0)
     rows = []
+    torch = torch_or_none(THREADS)
     mm.set_mode("opencl")
     dtype = np.dtype(args.dtype)
     for variant, n in [(v, int(s)) for v in args.variants.split(",") for s in args.sizes.split(",")]:
@@ -104,6 +106,9 @@ def main():
         run_cl, out, plan = kernel_runner(rt, a_dev, b_dev, n, dtype, ta, tb)
         a_op, b_op = (a.T if ta else a), (b.T if tb else b)
         run_np = lambda: np.matmul(a_op, b_op, out=c)
+        if torch is not None:
+            ta_, tb_, tc_ = torch.from_numpy(a_op), torch.from_numpy(b_op), torch.from_numpy(np.empty_like(c))
+            run_torch = lambda: torch.matmul(ta_, tb_, out=tc_)
         spec = {"AB": "ik,kj->ij", "AtB": "ki,kj->ij", "ABt": "ik,jk->ij", "AtBt": "ki,jk->ij"}[variant]
         jitted = ft.jit(lambda x, y: ft.numpy.einsum(spec, x, y), backend="opencl")
         run_jit = lambda: jitted(a_dev, b_dev).block_until_ready()
@@ -112,23 +117,26 @@ def main():
             run_jit()
         err = np.abs(np.asarray(out) - c).max() / np.abs(c).max()
         assert err < (1e-5 if dtype == np.float32 else 1e-12), f"OpenCL result differs from numpy: relative error {err}"
-        t_cl, t_np, t_jit = [], [], []
+        t_cl, t_np, t_jit, t_torch = [], [], [], []
         reps = max(args.repeat, int(args.seconds / max(best(run_np, 1), best(run_cl, 1))))
         for _ in range(reps):  # interleaved: both see the same machine load
             t_cl.append(best(run_cl, 1))
             t_np.append(best(run_np, 1))
             if not args.no_jit:
                 t_jit.append(best(run_jit, 1))
-        gf = lambda ts: 2 * n ** 3 / min(ts) / 1e9
-        rows.append((variant, n, gf(t_cl), gf(t_np), gf(t_jit) if t_jit else float("nan")))
+            if torch is not None:
+                t_torch.append(best(run_torch, 1))
+        gf = lambda ts: 2 * n ** 3 / min(ts) / 1e9 if ts else float("nan")
+        rows.append((variant, n, gf(t_cl), gf(t_np), gf(t_jit), gf(t_torch)))
         print(f"  {variant} {n}: {plan.describe()}; max relative error vs numpy {err:.1e}", flush=True)
     print()
     print(f"{dtype.name} matmul, {THREADS} thread(s)")
     print(f"{'variant':>7} | {'size':>7} | {'OpenCL kernel':>14} | {'numpy BLAS':>11} | {'ratio':>6} | "
-          f"{'jit end-to-end':>14}")
-    print(f"{'':>7} | {'':>7} | {'GFLOP/s':>14} | {'GFLOP/s':>11} | {'CL/np':>6} | {'GFLOP/s':>14}")
-    for variant, n, g_cl, g_np, g_jit in rows:
-        print(f"{variant:>7} | {f'{n}^3':>7} | {g_cl:14.1f} | {g_np:11.1f} | {g_cl / g_np:6.2f} | {g_jit:14.1f}")
+          f"{'jit end-to-end':>14} | {'PyTorch':>8}")
+    print(f"{'':>7} | {'':>7} | {'GFLOP/s':>14} | {'GFLOP/s':>11} | {'CL/np':>6} | {'GFLOP/s':>14} | {'GFLOP/s':>8}")
+    for variant, n, g_cl, g_np, g_jit, g_torch in rows:
+        print(f"{variant:>7} | {f'{n}^3':>7} | {g_cl:14.1f} | {g_np:11.1f} | {g_cl / g_np:6.2f} | {g_jit:14.1f} | "
+              f"{g_torch:8.1f}")
     if dtype == np.float32:
         print("\ntarget: OpenCL kernel >= 0.50x numpy BLAS GFLOP/s (float32 1024^3 and 2048^3)")
 

@@ -1,7 +1,7 @@
 """Per-call overhead and first-call (compile) cost of OpenCL-jitted functions.
 
 * per-call: a jitted 20-equation elementwise function on a small vector (device-resident input),
-  functrace OpenCL vs functrace numpy backend vs JAX jit, same run;
+  functrace OpenCL vs functrace numpy backend vs JAX jit (and PyTorch eager, for scale), same run;
 * first call of the MLP training step (784-512-512-10, batch 128, jit(value_and_grad)) in a
   fresh process: cold (empty functrace and PoCL caches) and warm (caches filled by earlier
   processes: after one call, PoCL's source cache; after a run of several steps, also the
@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup  # noqa: E402
+from _common import setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -46,10 +46,14 @@ print(f"{{t2 - t1:.4f}} {{t1 - t0:.4f}}")
 """
 
 
-def chain20(x):
+def chain20_with(m, x):
     for _ in range(5):
-        x = fnp.sin(x) * 0.5 + x * x - 0.25
+        x = m.sin(x) * 0.5 + x * x - 0.25
     return x
+
+
+def chain20(x):
+    return chain20_with(fnp, x)
 
 
 def bench(fn, repeat=200):
@@ -88,11 +92,15 @@ def main():
     try:
         import jax
         import jax.numpy as jnp
-        jf = jax.jit(lambda x: [x := jnp.sin(x) * 0.5 + x * x - 0.25 for _ in range(5)][-1])
+        jf = jax.jit(lambda x: chain20_with(jnp, x))
         jx = jnp.asarray(x)
         results["JAX jit"] = bench(lambda: jf(jx).block_until_ready())
     except ImportError:
         pass
+    torch = torch_or_none(THREADS)
+    if torch is not None:  # eager: one dispatch per operation, for scale
+        tx = torch.from_numpy(x)
+        results["PyTorch eager"] = bench(lambda: chain20_with(torch, tx))
     print(f"per-call overhead, jitted {n_eqns}-equation function on 256 float32 ({THREADS} thread(s)):")
     base = results.get("functrace opencl", results["functrace numpy"])
     for k, t in results.items():

@@ -1,12 +1,14 @@
 """Transformer block forward + backward (batch 4, seq 256, d_model 256, 4 heads, SwiGLU hidden 683,
-RMSNorm, causal attention), float32: functrace OpenCL and numpy backends vs JAX jit, same run.
+RMSNorm, causal attention), float32: functrace OpenCL (parameters on the device, as JAX's are)
+and numpy backends vs JAX jit and PyTorch eager (``scaled_dot_product_attention``), same run,
+every library held to the same thread budget.
 Run: ``python benchmarks/bench_transformer.py`` (thread budget: OMP_NUM_THREADS, default 1)."""
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_of, setup  # noqa: E402
+from _common import best_of, setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -49,6 +51,19 @@ def block_jax(p, x):
     return jnp.mean(x * x)
 
 
+def block_torch(torch, p, x):
+    import torch.nn.functional as F_
+
+    def rms(x, g):
+        return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6) * g
+    h = rms(x, p["g1"])
+    split = lambda a: a.reshape(B, T, H, D // H).transpose(1, 2)  # (B, heads, T, head_dim)
+    att = F_.scaled_dot_product_attention(split(h @ p["wq"]), split(h @ p["wk"]), split(h @ p["wv"]), is_causal=True)
+    x = x + att.transpose(1, 2).reshape(B, T, D) @ p["wo"]
+    h = rms(x, p["g2"])
+    x = x + (F_.silu(h @ p["w1"]) * (h @ p["w3"])) @ p["w2"]
+    return torch.mean(x * x)
+
 
 def main():
     rng = np.random.default_rng(0)
@@ -56,8 +71,9 @@ def main():
     contenders = {}
     step_cl = ft.jit(ft.value_and_grad(block_ft), backend="opencl")
     step_np = ft.jit(ft.value_and_grad(block_ft), backend="numpy")
+    dp, dx = ft.device_put((p, x))
     contenders["functrace opencl"] = lambda: ft.tree_util.tree_map(
-        lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, step_cl(p, x))
+        lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, step_cl(dp, dx))
     contenders["functrace numpy"] = lambda: step_np(p, x)
     ref = step_np(p, x)
     got = step_cl(p, x)
@@ -73,6 +89,19 @@ def main():
         contenders["JAX jit"] = lambda: jax.block_until_ready(jstep(jp, jx))
     except ImportError:
         pass
+    torch = torch_or_none(THREADS)
+    if torch is not None:
+        tp = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
+        tx = torch.from_numpy(x)
+
+        def torch_step():
+            for v in tp.values():
+                v.grad = None
+            loss = block_torch(torch, tp, tx)
+            loss.backward()
+            return loss
+        np.testing.assert_allclose(float(torch_step().detach()), float(ref[0]), rtol=1e-3)
+        contenders["PyTorch eager"] = torch_step
     results = {k: [] for k in contenders}
     for _ in range(3):
         for k, fn in contenders.items():
@@ -82,7 +111,7 @@ def main():
     for k, ts in results.items():
         t = min(ts)
         print(f"  {k:<18} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace opencl")
-    exe = step_cl.lower(p, x).compile()
+    exe = step_cl.lower(dp, dx).compile()
     print(f"  opencl: {exe.num_kernel_launches} kernel launches per step")
 
 
