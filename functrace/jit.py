@@ -127,7 +127,11 @@ class Jitted:
         else:
             leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         try:
-            key = (in_tree, tuple(_leaf_signature(x) for x in leaves), statics)
+            signature = tuple(_leaf_signature(x) for x in leaves)
+        except TypeError as e:
+            raise TypeError(f"jit of `{self.__name__}`: {e}") from None
+        try:
+            key = (in_tree, signature, statics)
             hash(key)
         except TypeError:
             raise TypeError(f"jit of `{self.__name__}`: static arguments must be hashable, got "

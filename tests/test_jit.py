@@ -148,3 +148,8 @@ def test_float32_stays_float32_under_jit_grad():
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown backend"):
         ft.jit(lambda x: x, backend="tpu")(1.0)
+
+
+def test_a_leaf_that_is_not_an_array_is_named():
+    with pytest.raises(TypeError, match=r"jit of `<lambda>`: str is not a valid array type"):
+        ft.jit(lambda d: d["a"] * 2)({"a": "hello"})

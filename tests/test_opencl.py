@@ -272,6 +272,10 @@ def test_device_put_keeps_a_training_loop_on_the_device():
         dparams = step(dparams, dx)[1]
     got = step(ft.device_put(params), dx)
     assert_close(ft.tree_util.tree_map(np.asarray, got), want, np.float64)
+    with pytest.raises(TypeError, match="str is not a valid array type"):
+        ft.device_put({"name": "w"})
+    with pytest.raises(TypeError, match="complex128 cannot go to an OpenCL device"):
+        ft.device_put(np.ones(2, complex))
 
 
 def test_dropped_outputs_return_to_the_pool_at_once(monkeypatch):

@@ -409,9 +409,17 @@ def device_put(tree):
     """The arrays of a pytree copied to the OpenCL device as ``ft.Array`` leaves (like
     ``jax.device_put``): jitted functions then read them in place, so a training loop keeps its
     parameters there.  With no usable device, numpy arrays."""
+    from ...core import get_aval
     from ...tree_util import tree_map
+
+    def put(x):
+        aval = get_aval(x)  # a clear TypeError for what is not an array or a scalar
+        if aval.dtype.kind not in "biuf":
+            raise TypeError(f"device_put: arrays of {aval.dtype} cannot go to an OpenCL device "
+                            f"(booleans, integers and floats can)")
+        return np.asarray(x) if rt is None else rt.to_device(x)
     rt = get_runtime()
-    return tree_map(np.asarray if rt is None else rt.to_device, tree)
+    return tree_map(put, tree)
 
 
 def forget_runtime() -> None:
