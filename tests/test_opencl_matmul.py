@@ -98,6 +98,16 @@ def test_matmul_operator_and_numpy_transposes(dtype):
     check(outs[5], w, x[0], dtype, 33)
 
 
+def test_b_is_packed_only_where_that_pays():
+    plan = lambda m, n, k, tb=False, dt=np.float32: mm._Plan(mm.MatmulSpec(1, m, n, k, False, tb, np.dtype(dt)),
+                                                             rt, False, "none")
+    assert not plan(128, 512, 784).pack_b and plan(128, 512, 784).launches == 2   # narrow B: in place
+    assert plan(128, 1024, 784).pack_b and plan(128, 1024, 784).launches == 3     # wide rows: packed
+    assert plan(128, 500, 784).pack_b                                              # partial panel
+    assert plan(128, 512, 784, tb=True).pack_b                                     # B^T: transposed by packing
+    assert not plan(64, 256, 99, dt=np.float64).pack_b and plan(64, 512, 99, dt=np.float64).pack_b
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_square(dtype):
     a, b = rand((1000, 1000), dtype), rand((1000, 1000), dtype)
@@ -107,7 +117,9 @@ def test_large_square(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_batched(dtype):
     f = ft.jit(lambda x, y: fnp.einsum("bij,bjk->bik", x, y), backend="opencl")
-    for bsz, m, k, n in [(3, 127, 65, 33), (1, 7, 7, 7), (5, 1, 7, 127), (4, 9, 1, 1), (2, 200, 300, 40)]:
+    for bsz, m, k, n in [(3, 127, 65, 33), (1, 7, 7, 7), (5, 1, 7, 127), (4, 9, 1, 1),
+                         (3, 33, 70, 64),  # B read in place (narrow, whole panels), batched
+                         (2, 200, 300, 40)]:
         x, y = rand((bsz, m, k), dtype), rand((bsz, k, n), dtype)
         check(f(x, y), x, y, dtype, k)
     exe = f.lower(x, y).compile()

@@ -261,7 +261,7 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
         c1[i] = av * b1 + c1[i];                                                               \
     }
 #define MM_KSTEP(off) {                                                                        \
-        const MM_VEC b0 = MM_VLOAD(0, bp + (off) * MM_TN), b1 = MM_VLOAD(1, bp + (off) * MM_TN); \
+        const MM_VEC b0 = MM_VLOAD(0, bp + (off) * ldb), b1 = MM_VLOAD(1, bp + (off) * ldb);   \
         MM_FMA_ROW(0, off) MM_FMA_ROW(1, off) MM_FMA_ROW(2, off) MM_FMA_ROW(3, off)            \
         MM_FMA_ROW(4, off) MM_FMA_ROW(5, off) MM_FMA_ROW(6, off) MM_FMA_ROW(7, off)            \
     }
@@ -273,7 +273,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restrict Bp,
              __global MM_REAL* restrict C, __global const MM_REAL* restrict bias,
              const int M, const int N, const int K, const int mcb, const int ncb, const int kc,
-             const long sAp, const long sBp, const long sC)
+             const long sAp, const long sBp, const long sC, const int ldb, const long panel_stride)
 {
     const long b = get_global_id(2);
     Ap += b * sAp;
@@ -288,7 +288,7 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
         const bool first = pc == 0, last = pc + kn >= K;
         for (int nb = nb_begin; nb < nb_end; nb++) {
             const int n0 = nb * MM_TN;
-            const __global MM_REAL* bpanel = Bp + ((long)nb * K + pc) * MM_TN;
+            const __global MM_REAL* bpanel = Bp + (long)nb * panel_stride + (long)pc * ldb;
             for (int mb = mb_begin; mb < mb_end; mb++) {
                 const int m0 = mb * MM_TM;
                 const bool full = m0 + MM_TM <= M && n0 + MM_TN <= N;
@@ -318,12 +318,12 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
                 for (; k + 4 <= kn; k += 4) {   /* unrolled by hand: PoCL ignores unroll pragmas here */
                     MM_KSTEP(0) MM_KSTEP(1) MM_KSTEP(2) MM_KSTEP(3)
                     a += 4 * MM_TM;
-                    bp += 4 * MM_TN;
+                    bp += 4 * ldb;
                 }
                 for (; k < kn; k++) {
                     MM_KSTEP(0)
                     a += MM_TM;
-                    bp += MM_TN;
+                    bp += ldb;
                 }
                 if (full) {
                     #pragma unroll
