@@ -10,6 +10,8 @@
  *      matmul_pack_b_*: op(B) -> Bp[batch][N/TN][K][TN]   (TN = 2 vectors: 32 floats / 16 doubles)
  *      The transposes, the edge padding and every irregular stride are handled here, once,
  *      at memory speed; the compute kernel sees only contiguous, aligned, padded panels.
+ *      A narrow row-major B whose width is whole panels is not packed: the compute kernel reads
+ *      its panels in place (panel rows ldb = N apart instead of TN; matmul.py decides).
  *   2. matmul_*: one work-item (work-group size 1: PoCL runs work-groups on its threads, and a
  *      single work-item with explicit vector types compiles to straight AVX/AVX-512 code)
  *      computes a block of C of mcb x ncb micro-tiles.  Its loops are
