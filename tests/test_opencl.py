@@ -274,6 +274,12 @@ def test_device_put_keeps_a_training_loop_on_the_device():
     assert_close(ft.tree_util.tree_map(np.asarray, got), want, np.float64)
     with pytest.raises(TypeError, match="str is not a valid array type"):
         ft.device_put({"name": "w"})
+    w = got[1]["w"]  # numpy's methods work on device arrays (on a host copy)
+    np.testing.assert_allclose(w.sum(), np.asarray(w).sum())
+    assert w.T.shape == (3, 5) and w.reshape(-1).shape == (15,) and w.astype(np.float32).dtype == np.float32
+    assert w.tolist() == np.asarray(w).tolist() and w.ndim == 2
+    with pytest.raises(AttributeError, match="no attribute 'frobnicate'"):
+        w.frobnicate()
     with pytest.raises(TypeError, match="complex128 cannot go to an OpenCL device"):
         ft.device_put(np.ones(2, complex))
 

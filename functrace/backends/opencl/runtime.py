@@ -360,6 +360,13 @@ class Array:
     def item(self):
         return np.asarray(self).item()
 
+    def __getattr__(self, name: str):
+        """numpy's array methods and attributes (``.sum()``, ``.T``, ``.reshape``, ``.astype``,
+        ``.tolist()``, ...) on a host copy, as outside jit a JAX array offers them."""
+        if name.startswith("_") or not hasattr(np.ndarray, name):
+            raise AttributeError(f"'ft.Array' object has no attribute {name!r}")
+        return getattr(np.asarray(self), name)
+
     def block_until_ready(self) -> "Array":
         self.runtime.finish()
         return self
