@@ -340,6 +340,23 @@ def test_programs_on_a_device_without_unified_memory(monkeypatch):
     assert_close(got, want, np.float64)
 
 
+def test_float64_on_a_device_without_fp64(monkeypatch):
+    """Many GPUs lack cl_khr_fp64: float64 work then runs on the host (said in the report),
+    float32 work of the same program still in kernels, and every result is right."""
+    monkeypatch.setattr(rt, "supports_fp64", False)
+    x64, x32 = RNG.standard_normal((9, 300)), RNG.standard_normal((9, 300)).astype(np.float32)
+
+    def f(a, b):
+        return (fnp.sum(fnp.exp(a) * a, axis=1), fnp.tanh(b) * 2.0, ft.nn.softmax(a), fnp.cumsum(a, axis=0),
+                fnp.concatenate([a, a * 2.0]), a @ a.T, fnp.argmax(b, axis=1))
+    exe = ft.jit(f, backend="opencl").lower(x64, x32).compile()
+    assert "double" not in exe.as_text().replace("cl_khr_fp64", "")
+    assert "without cl_khr_fp64" in exe.report() and exe.num_kernel_launches >= 2
+    got, want = both(f, x64, x32)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)

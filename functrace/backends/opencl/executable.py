@@ -59,6 +59,7 @@ class HostStep:
 
 
 _TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
+_NO_FP64 = "float64 on a device without cl_khr_fp64"
 
 
 @dataclass
@@ -256,6 +257,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if _host_is_cheaper(rt, _size(g.shape)):
                 plan.steps.extend(HostStep(e, _TOO_SMALL.format(config.opencl_host_step_elements)) for e in g.eqns)
                 continue
+            if not _dtypes_ok(rt, g.eqns):
+                plan.steps.extend(HostStep(e, _NO_FP64) for e in g.eqns)
+                continue
             outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
             outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
             if not outputs:
@@ -276,9 +280,10 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 and item.inputs[0].aval.dtype in CTYPE:
             x = item.inputs[0]
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
-            if _host_is_cheaper(rt, _size(x.aval.shape)):
-                plan.steps.extend(HostStep(e, _TOO_SMALL.format(config.opencl_host_step_elements))
-                                  for e in (list(g.eqns) if g is not None else []) + [item])
+            eqns = (list(g.eqns) if g is not None else []) + [item]
+            if _host_is_cheaper(rt, _size(x.aval.shape)) or not _dtypes_ok(rt, eqns):
+                reason = _NO_FP64 if not _dtypes_ok(rt, eqns) else _TOO_SMALL.format(config.opencl_host_step_elements)
+                plan.steps.extend(HostStep(e, reason) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
@@ -325,11 +330,17 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         else:
             lowered = lower(item, rt) if rt is not None else None
             if lowered is None:
-                plan.steps.append(HostStep(item, "no OpenCL lowering"))
+                plan.steps.append(HostStep(item, "no OpenCL lowering" if _dtypes_ok(rt, [item]) else _NO_FP64))
             else:
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
                 plan.steps.append(LoweredStep(item, lowered))
+
+
+def _dtypes_ok(rt, eqns) -> bool:
+    """Can generated kernels on ``rt`` hold every value these equations read and write?"""
+    return rt is None or all(_kernel_dtype_ok(rt, v.aval.dtype) for e in eqns
+                             for v in list(e.inputs) + e.out_vars if type(v) is not Literal)
 
 
 def _kernel_dtype_ok(rt, dtype) -> bool:
