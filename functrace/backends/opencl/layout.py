@@ -1,9 +1,10 @@
 """Generated kernels for the primitives that only move elements: ``pad``, ``concatenate``, and
 ``reshape`` of a strided view (which no view can express: it is copied in row-major order).
 
-One work-item per output element computes, from its coordinates, which input element (if
-any) it copies.  Inputs are read through their ``Access`` (``fusion.access_for``), so a
-slice, transpose or broadcast feeding them is read in place: the im2col of ``nn.conv2d``
+A work-item computes, from an output element's coordinates, which input element (if any) it
+copies, and copies a run of up to 64 consecutive elements where they stay consecutive in the
+input (``run_length``).  Inputs are read through their ``Access`` (``fusion.access_for``), so
+a slice, transpose or broadcast feeding them is read in place: the im2col of ``nn.conv2d``
 (slices of a padded image, stacked) runs as one pad kernel and one concatenate kernel.
 Shapes are compile-time constants of the generated source, as in the fused kernels.
 """
@@ -59,12 +60,12 @@ def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
         return f"for ({it} j = 0; j < {run}; j++) out0[e + j] = {src}{step}];"
 
     body = {"pad": _pad_body, "concatenate": _concatenate_body,
-            "reshape": _reshape_body}[eqn.primitive.name](eqn, accesses, names, ct, copy)
+            "reshape": _reshape_body}[eqn.primitive.name](eqn, accesses, names, ct, it, copy)
     return f"""
 __kernel void {name}({', '.join(params)}, const long n) {{
     if (get_global_id(0) >= n) return;
     const {it} e = ({it})get_global_id(0) * {run};
-{body.replace("long ", it + " ")}
+{body}
 }}"""
 
 
@@ -75,16 +76,18 @@ def _buffer_span(access: Access, v) -> int:
     return access.offset + _size(v.aval.shape)
 
 
-def _reshape_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+# body writers: (eqn, accesses, input names, element C type, index C type, copy) -> C statements
+
+def _reshape_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     return "    " + copy(eqn.inputs[0], "e")
 
 
-def _pad_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     x, value = eqn.inputs
     oshape, ishape = eqn.out_vars[0].aval.shape, x.aval.shape
     ostrides, istrides = _contiguous_strides(oshape), _contiguous_strides(ishape)
     fill = _literal(value.val, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
-    lines, inside = ["    long src = 0;"], []
+    lines, inside = [f"    {it} src = 0;"], []
     for d, ((lo, _, interior), size) in enumerate(zip(eqn.params["padding_config"], ishape)):
         if oshape[d] == 1 and size == 1 and lo == 0:
             continue  # coordinate 0 in both
@@ -103,11 +106,11 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
     return "\n".join(lines)
 
 
-def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, copy) -> str:
+def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     axis = eqn.params["dimension"]
     shape = eqn.out_vars[0].aval.shape
     inner = _size(shape[axis + 1:])
-    lines = [f"    const long inner = e % {inner}, c = (e / {inner}) % {shape[axis]}, outer = e / {inner * shape[axis]};"]
+    lines = [f"    const {it} inner = e % {inner}, c = (e / {inner}) % {shape[axis]}, outer = e / {inner * shape[axis]};"]
     start, branches = 0, []
     for v in eqn.inputs:
         length = v.aval.shape[axis]
