@@ -10,28 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core import Literal
 from .lowerings import Lowered, register
+from .norms import device_inputs
 
 
 def _compile(closed):
     from .. import compile_for
     return compile_for("opencl", closed)
-
-
-def _device_inputs(eqn):
-    """``run``'s inputs with the equation's literals (None there) as device arrays, made once."""
-    literals: dict = {}
-
-    def fill(ctx, inputs):
-        out = list(inputs)
-        for i, a in enumerate(eqn.inputs):
-            if type(a) is Literal:
-                if i not in literals:
-                    literals[i] = ctx.rt.to_device(np.asarray(a.val, a.aval.dtype))
-                out[i] = literals[i]
-        return out
-    return fill
 
 
 def _own(ctx, outs, inputs) -> list:
@@ -51,10 +36,9 @@ def _copy(ctx, arr):
 @register("cond")
 def lower_cond(eqn, rt) -> Lowered:
     branches = [_compile(b) for b in eqn.params["branches"]]
-    fill = _device_inputs(eqn)
 
     def run(ctx, inputs):
-        index, *ops = fill(ctx, inputs)
+        index, *ops = device_inputs(eqn, ctx, inputs)
         i = min(max(int(np.asarray(index)), 0), len(branches) - 1)
         return _own(ctx, branches[i](*ops), ops)
 
@@ -68,10 +52,9 @@ def lower_while(eqn, rt) -> Lowered:
     p = eqn.params
     cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
-    fill = _device_inputs(eqn)
 
     def run(ctx, inputs):
-        inputs = fill(ctx, inputs)
+        inputs = device_inputs(eqn, ctx, inputs)
         cc, bc, carry = inputs[:nc], inputs[nc:nc + nb], inputs[nc + nb:]
         while bool(np.asarray(cond(*cc, *carry)[0])):
             carry = body(*bc, *carry)
@@ -88,10 +71,9 @@ def lower_scan(eqn, rt) -> Lowered:
     body = _compile(p["jaxpr"])
     n_consts, n_carry, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
     y_avals = p["jaxpr"].out_avals[n_carry:]
-    fill = _device_inputs(eqn)
 
     def run(ctx, inputs):
-        inputs = fill(ctx, inputs)
+        inputs = device_inputs(eqn, ctx, inputs)
         consts, carry = inputs[:n_consts], inputs[n_consts:n_consts + n_carry]
         xs = inputs[n_consts + n_carry:]
         ys = [ctx.alloc((length,) + tuple(a.shape), a.dtype) for a in y_avals]

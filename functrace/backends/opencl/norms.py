@@ -45,7 +45,8 @@ def device_inputs(eqn, ctx, inputs: list) -> list:
     out = []
     for a, x in zip(eqn.inputs, inputs):
         if x is None and type(a) is Literal:
-            x = ctx.rt.to_device(np.ascontiguousarray(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape)))
+            # .copy(): contiguous, and a 0-d literal stays 0-d (np.ascontiguousarray makes it 1-d)
+            x = ctx.rt.to_device(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape).copy())
             ctx.rt.hold(x)  # a temporary that the kernel reads after this returns
         out.append(x)
     return out
