@@ -11,15 +11,16 @@ class Config:
     _DEFAULTS = {"debug_nans": False, "device": None, "default_backend": None,
                  # on CPU devices, programs with less work than this (elements) run on the host
                  "opencl_small_program_elements": 16384,
-                 # ... and, inside larger programs, kernels over fewer elements than this
-                 "opencl_host_step_elements": 4096}
+                 # ... and, inside larger programs, kernels over fewer elements than this (None: by
+                 # the device's launch latency, see backends/opencl/executable.host_step_elements)
+                 "opencl_host_step_elements": None}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():
             env = os.environ.get("FUNCTRACE_" + name.upper())
             if env is not None and isinstance(default, bool):
                 env = env.lower() in ("1", "true", "yes", "on")
-            elif env is not None and isinstance(default, int):
+            elif env is not None and (isinstance(default, int) or env.isdigit()):
                 env = int(env)
             setattr(self, name, default if env is None else env)
 

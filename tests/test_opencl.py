@@ -357,6 +357,17 @@ def test_float64_on_a_device_without_fp64(monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_host_step_threshold_follows_the_launch_latency(monkeypatch):
+    from types import SimpleNamespace
+    from functrace.backends.opencl.executable import host_step_elements
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
+    in_thread = SimpleNamespace(device=SimpleNamespace(max_compute_units=1))
+    worker_threads = SimpleNamespace(device=SimpleNamespace(max_compute_units=8))
+    assert host_step_elements(in_thread) == 4096 and host_step_elements(worker_threads) == 65536
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 100)
+    assert host_step_elements(worker_threads) == 100
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)

@@ -255,7 +255,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 continue
             g = item
             if _host_is_cheaper(rt, _size(g.shape)):
-                plan.steps.extend(HostStep(e, _TOO_SMALL.format(config.opencl_host_step_elements)) for e in g.eqns)
+                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in g.eqns)
                 continue
             if not _dtypes_ok(rt, g.eqns):
                 plan.steps.extend(HostStep(e, _NO_FP64) for e in g.eqns)
@@ -282,7 +282,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
             eqns = (list(g.eqns) if g is not None else []) + [item]
             if _host_is_cheaper(rt, _size(x.aval.shape)) or not _dtypes_ok(rt, eqns):
-                reason = _NO_FP64 if not _dtypes_ok(rt, eqns) else _TOO_SMALL.format(config.opencl_host_step_elements)
+                reason = _NO_FP64 if not _dtypes_ok(rt, eqns) else _TOO_SMALL.format(host_step_elements(rt))
                 plan.steps.extend(HostStep(e, reason) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
@@ -314,7 +314,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             n = _size(item.out_vars[0].aval.shape)
             if _host_is_cheaper(rt, n):
-                plan.steps.append(HostStep(item, _TOO_SMALL.format(config.opencl_host_step_elements)))
+                plan.steps.append(HostStep(item, _TOO_SMALL.format(host_step_elements(rt))))
                 continue
             accesses, buffers = {}, []
             for v in layout_inputs(item):  # each read in its own contiguous index space
@@ -348,9 +348,20 @@ def _kernel_dtype_ok(rt, dtype) -> bool:
     return rt is not None and dtype in CTYPE and (dtype != np.dtype(np.float64) or rt.supports_fp64)
 
 
+def host_step_elements(rt) -> int:
+    """Below this many elements a kernel on a CPU device costs more in launch latency than numpy
+    takes on the host: ``config.opencl_host_step_elements``, else by the device.  A driver that
+    runs kernels in the calling thread (one compute unit, e.g. PoCL's ``basic``) launches in
+    2-8 us; one that hands them to worker threads (PoCL's ``pthread``) takes 20-50 us per
+    launch + wait, so more work stays on the host (measured: MLP step at 2 threads 2.46 -> 2.30 ms)."""
+    if config.opencl_host_step_elements is not None:
+        return int(config.opencl_host_step_elements)
+    return 4096 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else 65536
+
+
 def _host_is_cheaper(rt, elements: int) -> bool:
     """On a CPU device, a tiny kernel costs more in launch latency than numpy takes on the host."""
-    return rt is not None and rt.is_cpu and elements < config.opencl_host_step_elements
+    return rt is not None and rt.is_cpu and elements < host_step_elements(rt)
 
 
 def _vector_width(rt, eqns) -> int:
