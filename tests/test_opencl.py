@@ -363,7 +363,7 @@ def test_host_step_threshold_follows_the_launch_latency(monkeypatch):
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
     in_thread = SimpleNamespace(device=SimpleNamespace(max_compute_units=1))
     worker_threads = SimpleNamespace(device=SimpleNamespace(max_compute_units=8))
-    assert host_step_elements(in_thread) == 4096 and host_step_elements(worker_threads) == 65536
+    assert host_step_elements(in_thread) == 4096 and host_step_elements(worker_threads) == 131072
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 100)
     assert host_step_elements(worker_threads) == 100
 
