@@ -30,9 +30,13 @@ def run_length(eqn, accesses: dict) -> int:
         return 1
     shape = eqn.out_vars[0].aval.shape
     run = _size(shape[eqn.params["dimension"] + 1:]) if eqn.primitive.name == "concatenate" else _size(shape)
-    for v in layout_inputs(eqn):
-        if accesses[v].kind == "general":
-            run = math.gcd(run, accesses[v].inner)
+    return _run_for(run, [accesses[v] for v in layout_inputs(eqn)])
+
+
+def _run_for(run: int, accesses: list) -> int:
+    for a in accesses:
+        if a.kind == "general":
+            run = math.gcd(run, a.inner)
     return math.gcd(run, 64) if run else 1
 
 
@@ -42,44 +46,59 @@ def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
     buffer.  Parameters: the inputs' buffers, the output buffer, ``long n`` (work-items: output
     size / ``run``)."""
     ins = layout_inputs(eqn)
-    out = eqn.out_vars[0]
-    ct = CTYPE[out.aval.dtype]
+    names = {v: f"in{i}" for i, v in enumerate(ins)}
+    reads = [(names[v], accesses[v], _size(v.aval.shape)) for v in ins]
+    write = {"pad": _pad_body, "concatenate": _concatenate_body, "reshape": _reshape_body}[eqn.primitive.name]
+    out = eqn.out_vars[0].aval
+    return _kernel(name, CTYPE[out.dtype], reads, _size(out.shape), run,
+                   lambda it, copy: write(eqn, accesses, names, CTYPE[out.dtype], it, copy))
+
+
+def copy_kernel(name: str, ctype: str, shape: tuple, access: Access) -> tuple[str, int]:
+    """(source, run) of kernel ``name(src, dst, long n)`` writing, contiguously, the ``shape``
+    elements that ``access`` reads from ``src`` (a transpose or any strided view made dense);
+    it runs ``size / run`` work-items."""
+    n = _size(shape)
+    run = _run_for(n, [access])
+    return _kernel(name, ctype, [("in0", access, n)], n, run, lambda it, copy: "    " + copy("in0", "e")), run
+
+
+def _kernel(name: str, ct: str, reads: list, n_out: int, run: int, body) -> str:
+    """A layout kernel: ``reads`` are (parameter name, Access, elements) of its inputs; ``body(it,
+    copy)`` writes its statements, ``copy(param, index)`` copying the run at output ``e``."""
     # 32-bit index arithmetic where every index fits: divisions by constants compile to half
     # the instructions (these kernels are bound by their index arithmetic, not by memory)
-    span = max([_size(out.aval.shape)] + [_buffer_span(accesses[v], v) for v in ins])
+    span = max([n_out] + [_buffer_span(a, size) for _, a, size in reads])
     it = "uint" if span < 2 ** 31 else "ulong"
-    names = {v: f"in{i}" for i, v in enumerate(ins)}
-    params = [f"__global const {ct}* restrict {names[v]}" for v in ins] + [f"__global {ct}* restrict out0"]
+    access_of = {param: a for param, a, _ in reads}
+    params = [f"__global const {ct}* restrict {param}" for param, _, _ in reads] + [f"__global {ct}* restrict out0"]
 
-    def copy(v, index: str) -> str:
-        """Statement copying the run at output ``e`` from input ``v``'s flat element ``index``."""
-        src = f"{names[v]}[{accesses[v].index(f'({index})')}"
+    def copy(param: str, index: str) -> str:
+        src = f"{param}[{access_of[param].index(f'({index})')}"
         if run == 1:
             return f"out0[e] = {src}];"
-        step = "" if accesses[v].kind == "scalar" else " + j"  # a broadcast scalar: one element
+        step = "" if access_of[param].kind == "scalar" else " + j"  # a broadcast scalar: one element
         return f"for ({it} j = 0; j < {run}; j++) out0[e + j] = {src}{step}];"
 
-    body = {"pad": _pad_body, "concatenate": _concatenate_body,
-            "reshape": _reshape_body}[eqn.primitive.name](eqn, accesses, names, ct, it, copy)
     return f"""
 __kernel void {name}({', '.join(params)}, const long n) {{
     if (get_global_id(0) >= n) return;
     const {it} e = ({it})get_global_id(0) * {run};
-{body}
+{body(it, copy)}
 }}"""
 
 
-def _buffer_span(access: Access, v) -> int:
-    """An upper bound of the buffer indices ``access`` produces for ``v``."""
+def _buffer_span(access: Access, size: int) -> int:
+    """An upper bound of the buffer indices ``access`` produces for a value of ``size`` elements."""
     if access.kind == "general":
         return access.offset + sum((m - 1) * abs(st) for _, m, st in access.coeffs) + 1
-    return access.offset + _size(v.aval.shape)
+    return access.offset + size
 
 
 # body writers: (eqn, accesses, input names, element C type, index C type, copy) -> C statements
 
 def _reshape_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
-    return "    " + copy(eqn.inputs[0], "e")
+    return "    " + copy(names[eqn.inputs[0]], "e")
 
 
 def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
@@ -102,7 +121,7 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     test = " && ".join(inside) or "1"
     if _size(ishape) == 0:
         test = "0"
-    lines.append(f"    if ({test}) {{ {copy(x, 'src')} }} else {{ out0[e] = {fill}; }}")
+    lines.append(f"    if ({test}) {{ {copy(names[x], 'src')} }} else {{ out0[e] = {fill}; }}")
     return "\n".join(lines)
 
 
@@ -116,7 +135,7 @@ def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) 
         length = v.aval.shape[axis]
         if length == 0:
             continue
-        branches.append((start + length, copy(v, f"(outer * {length} + c - {start}) * {inner} + inner")))
+        branches.append((start + length, copy(names[v], f"(outer * {length} + c - {start}) * {inner} + inner")))
         start += length
     for i, (end, stmt) in enumerate(branches):
         if i == len(branches) - 1:

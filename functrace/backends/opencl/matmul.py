@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fusion import View, _contiguous_strides, access_for
+from .layout import copy_kernel
 from .lowerings import Lowered, kernel_source, register
 
 TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
@@ -469,21 +471,6 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     return lowered
 
 
-def permute_source(name: str, ctype: str, shape: tuple, perm: tuple) -> str:
-    """A copy kernel ``dst = transpose(src, perm)`` for ``src`` of ``shape`` (contiguous); the
-    sizes are compile-time constants, so the index arithmetic compiles to multiplies."""
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    walk = "\n".join(f"    off += (r % {shape[d]}) * {strides[d]}; r /= {shape[d]};" for d in reversed(perm))
-    return f"""
-__kernel void {name}(__global const {ctype}* restrict src, __global {ctype}* restrict dst, const long n) {{
-    const long e = get_global_id(0);
-    if (e >= n) return;
-    long r = e, off = 0;
-{walk}
-    dst[e] = src[off];
-}}"""
-
-
 def _canonical(shape: tuple, dimension_numbers, lhs: bool) -> tuple:
     """The permutation putting an operand in (batch, M, K) order (lhs) or (batch, K, N) (rhs)."""
     (lc, rc), (lb, rb) = dimension_numbers
@@ -533,12 +520,16 @@ def lower(eqn, rt) -> Lowered | None:
     if perms == (None, None):
         return lowered
     ctype = "float" if dtype == np.float32 else "double"
-    names = [None, None]
+    names, runs = [None, None], [1, 1]
     for i, (shape, perm, side) in enumerate(((xs, perms[0], "a"), (ys, perms[1], "b"))):
-        if perm is not None:
+        if perm is not None:  # a dense copy of the transposed view
             digest = hashlib.sha1(repr((shape, perm)).encode()).hexdigest()[:10]
             names[i] = f"matmul_permute_{side}_{ctype}_{digest}"
-            lowered.source += permute_source(names[i], ctype, shape, perm)
+            strides = _contiguous_strides(shape)
+            view_shape = tuple(shape[d] for d in perm)
+            access = access_for(view_shape, view_shape, View(None, 0, tuple(strides[d] for d in perm)))
+            src, runs[i] = copy_kernel(names[i], ctype, view_shape, access)
+            lowered.source += src
     lowered.kernel_names += [n for n in names if n]
     lowered.extra["copy_launches"] = sum(1 for n in names if n)
     lowered.launches += lowered.extra["copy_launches"]
@@ -547,13 +538,14 @@ def lower(eqn, rt) -> Lowered | None:
 
     def run(ctx, inputs):
         operands, copies = [], []
-        for arr, name in zip(inputs, names):
+        for arr, name, run_ in zip(inputs, names, runs):
             if name is None:
                 operands.append(arr)
                 continue
             dst = ctx.alloc((arr.size,), dtype)
             if dst.size:
-                ctx.kernels[name](ctx.queue, (dst.size,), None, arr.buffer, dst.buffer, np.int64(dst.size))
+                items = dst.size // run_
+                ctx.kernels[name](ctx.queue, (items,), None, arr.buffer, dst.buffer, np.int64(items))
             operands.append(dst)
             copies.append(dst)
         outs = matmul_run(ctx, operands)
