@@ -289,17 +289,20 @@ def _log_softmax_impl(x):
 # mode differentiates the reference decomposition; reverse mode uses the output:
 #   softmax:     dx = y * (g - sum(g * y))          log_softmax: dx = g - exp(y) * sum(g)
 # written with functrace.numpy, so it nests (Hessians).
-softmax_p = new_primitive("softmax")
-softmax_p.impl = _softmax_impl
-softmax_p.abstract_eval = lambda x: x
-_with_reference_rules(softmax_p, lambda x: [_softmax_reference(x)])
-softmax_p.batch = _batch_or_reference(softmax_p, (0,), lambda x: [_softmax_reference(x)])
+def _last_axis_primitive(name: str, impl: Callable, reference: Callable):
+    """A primitive mapping x to an array of x's aval, with forward rules and batching (leading
+    axes) from its reference decomposition."""
+    prim = new_primitive(name)
+    prim.impl = impl
+    prim.abstract_eval = lambda x: x
+    outputs = lambda x: [reference(x)]
+    _with_reference_rules(prim, outputs)
+    prim.batch = _batch_or_reference(prim, (0,), outputs)
+    return prim
 
-log_softmax_p = new_primitive("log_softmax")
-log_softmax_p.impl = _log_softmax_impl
-log_softmax_p.abstract_eval = lambda x: x
-_with_reference_rules(log_softmax_p, lambda x: [_log_softmax_reference(x)])
-log_softmax_p.batch = _batch_or_reference(log_softmax_p, (0,), lambda x: [_log_softmax_reference(x)])
+
+softmax_p = _last_axis_primitive("softmax", _softmax_impl, _softmax_reference)
+log_softmax_p = _last_axis_primitive("log_softmax", _log_softmax_impl, _log_softmax_reference)
 
 
 def _softmax_vjp(primals, needs):

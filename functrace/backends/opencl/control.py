@@ -96,6 +96,6 @@ def lower_scan(eqn, rt) -> Lowered:
                 ctx.release(row)
         return _own(ctx, carry, inputs) + ys
 
-    per_step = body.num_kernel_launches + len(y_avals) + sum(1 for a in p["jaxpr"].in_avals[n_consts + n_carry:])
+    per_step = body.num_kernel_launches + len(y_avals) + len(p["jaxpr"].in_avals) - n_consts - n_carry
     return Lowered("", [], run, length * per_step,
                    f"scan: body compiled separately, {length} steps of {per_step} launches (copies included)")

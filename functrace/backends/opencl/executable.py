@@ -281,9 +281,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             x = item.inputs[0]
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
             eqns = (list(g.eqns) if g is not None else []) + [item]
-            if _host_is_cheaper(rt, _size(x.aval.shape)) or not _dtypes_ok(rt, eqns):
-                reason = _NO_FP64 if not _dtypes_ok(rt, eqns) else _TOO_SMALL.format(host_step_elements(rt))
-                plan.steps.extend(HostStep(e, reason) for e in eqns)
+            if not _dtypes_ok(rt, eqns):
+                plan.steps.extend(HostStep(e, _NO_FP64) for e in eqns)
+                continue
+            if _host_is_cheaper(rt, _size(x.aval.shape)):
+                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
@@ -308,7 +310,6 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
                 finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
             name = plan.add_kernel(name, src)
-            eqns = (list(g.eqns) if g is not None else []) + [item]
             plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
             k += 1
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
