@@ -376,6 +376,39 @@ def test_host_step_threshold_follows_the_launch_latency(monkeypatch):
     assert host_step_elements(worker_threads) == 100
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_steps_run_as_one_batched_launch(monkeypatch, dtype):
+    """On a device that runs kernels in the calling thread, consecutive steps too small for a
+    launch of their own (a loss tail) run in one launch: elementwise groups with broadcasting and
+    a masked partial vector, reductions along either axis, layout copies, integer division, bool
+    outputs, all against the numpy backend."""
+    from functrace.backends.opencl import executable
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**6)
+    monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+
+    def tail(x, y, i):
+        a = fnp.exp(x - fnp.max(x, axis=1, keepdims=True))
+        b = a / fnp.sum(a, axis=1, keepdims=True)
+        c = fnp.where(x > y, b, -b)
+        d = fnp.sum(c, axis=0) + fnp.mean(x)
+        e = fnp.pad(fnp.concatenate([x, x * 2.0], axis=0), ((1, 0), (0, 2)))
+        k = fnp.floor_divide(i, 4) + fnp.remainder(i, 3) * 2
+        return c, d, e, k, x > 0.5
+
+    x = RNG.standard_normal((7, 5)).astype(dtype)
+    y = RNG.standard_normal(5).astype(dtype)
+    i = RNG.integers(-20, 20, (7, 5)).astype(np.int32)
+    exe = ft.jit(tail, backend="opencl").lower(x, y, i).compile()
+    assert exe.num_kernel_launches == 1 and exe.num_host_steps == 0, exe.report()
+    assert "small steps in one launch" in exe.report()
+    got, want = both(tail, x, y, i)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 10**9)  # too little work: the host
+    exe = ft.jit(tail, backend="opencl").lower(x, y, i).compile()
+    assert exe.num_kernel_launches == 0 and exe.num_host_steps > 0
+
+
 def test_ten_op_chain_is_one_launch():
     f = lambda x: fnp.tanh(x) * x + fnp.exp(-x * x) + fnp.sin(x) * 0.5 - fnp.log1p(x * x)
     x = RNG.standard_normal(1000).astype(np.float32)
@@ -385,6 +418,16 @@ def test_ten_op_chain_is_one_launch():
     assert re.search(r"float(8|16) ", src) and re.search(r"vload(8|16)\(", src) and "fma(" not in src
     got, want = both(f, x)
     assert_close(got, want, np.float32)
+
+
+def test_a_reduced_value_that_is_also_an_output_is_kept():
+    """A reduction absorbs its elementwise producer only when nothing else needs that value: here
+    the program returns it too (this crashed with a KeyError once)."""
+    f = lambda x: (fnp.sin(x) * 2.0, fnp.sum(fnp.sin(x) * 2.0, axis=0))
+    x = RNG.standard_normal((37, 129)).astype(np.float32)
+    got, want = both(f, x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_sum_of_product_is_one_launch():
@@ -420,7 +463,24 @@ def test_report_names_kernels_and_host_steps():
     assert "kernel" in report and "host" in report and "dot_general" in report and "peak" in report
 
 
-def test_mlp_grad_with_cross_entropy():
+@pytest.fixture(params=["kernels", "batched"])
+def small_steps(request, monkeypatch):
+    """Whole programs run once with every step a kernel of its own and once with the batching of
+    small steps into one launch (what a CPU device running kernels in the calling thread does)
+    forced on: every step here is small."""
+    if request.param == "batched":
+        from functrace.backends.opencl import executable
+        monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**6)
+        monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+    return request.param
+
+
+def _assert_batched(small_steps, f, *args):
+    report = ft.jit(f, backend="opencl").lower(*args).compile().report()
+    assert ("small steps in one launch" in report) == (small_steps == "batched"), report
+
+
+def test_mlp_grad_with_cross_entropy(small_steps):
     params = [{"w": RNG.standard_normal((20, 16)) * 0.3, "b": np.zeros(16)},
               {"w": RNG.standard_normal((16, 5)) * 0.3, "b": np.zeros(5)}]
     x, labels = RNG.standard_normal((9, 20)), RNG.integers(0, 5, 9)
@@ -428,11 +488,12 @@ def test_mlp_grad_with_cross_entropy():
     def loss(p, x, labels):
         h = fnp.tanh(x @ p[0]["w"] + p[0]["b"])
         return ft.nn.cross_entropy(h @ p[1]["w"] + p[1]["b"], labels)
+    _assert_batched(small_steps, ft.value_and_grad(loss), params, x, labels)
     got, want = both(ft.value_and_grad(loss), params, x, labels)
     assert_close(got, want, np.float64)
 
 
-def test_transformer_block_grad():
+def test_transformer_block_grad(small_steps):
     B, T, D, H = 2, 5, 8, 2
     p = {"wq": RNG.standard_normal((D, D)) * 0.3, "wk": RNG.standard_normal((D, D)) * 0.3,
          "wv": RNG.standard_normal((D, D)) * 0.3, "wo": RNG.standard_normal((D, D)) * 0.3,
@@ -449,6 +510,7 @@ def test_transformer_block_grad():
         h = ft.nn.rms_norm(x, p["g2"])
         x = x + ft.nn.swiglu(h @ p["w1"], h @ p["w3"]) @ p["w2"]
         return fnp.mean(x ** 2)
+    _assert_batched(small_steps, ft.value_and_grad(block), p, x)
     got, want = both(ft.value_and_grad(block), p, x)
     for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)

@@ -38,6 +38,7 @@ class KernelStep:
     global_size: int
     n: int
     eqns: list
+    source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
 
 
 @dataclass
@@ -50,6 +51,27 @@ class ReduceStep:
     items: int  # global size of the (first) kernel
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
+    source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
+
+    @property
+    def outputs(self) -> list:
+        return [self.output]
+
+
+@dataclass
+class BatchStep:
+    """Consecutive small steps run by one launch of a kernel that does their work-items one after
+    another in a single work-item: on a CPU device each of them alone costs less than a launch."""
+
+    name: str
+    steps: list    # the KernelSteps / ReduceSteps it runs, in order
+    inputs: list   # buffers it reads that none of its steps writes
+    outputs: list  # every value its steps write
+    args: list     # the kernel's buffer arguments, in order
+
+    @property
+    def eqns(self) -> list:
+        return [e for s in self.steps for e in s.eqns]
 
 
 @dataclass
@@ -186,9 +208,10 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             if g is None or id(g) in absorbed or x in plan.views:
                 continue
             needed = {v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs}
-            if needed == {x} and consumers.get(x) == {id(item)}:
+            if needed == {x} and consumers.get(x) == {id(item)} and x not in program_outs:
                 absorbed.add(id(g))
     _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
+    _batch_small_steps(plan, rt)
     plan.steps = _host_segments(plan.steps, program_outs, plan, {e: i for i, e in enumerate(jaxpr.eqns)})
     return plan
 
@@ -254,9 +277,6 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if id(item) in absorbed:
                 continue
             g = item
-            if _host_is_cheaper(rt, _size(g.shape)):
-                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in g.eqns)
-                continue
             if not _dtypes_ok(rt, g.eqns):
                 plan.steps.extend(HostStep(e, _NO_FP64) for e in g.eqns)
                 continue
@@ -271,10 +291,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             name = f"fused{k}_{ops}"
             vec = _vector_width(rt, g.eqns)
             src, inputs = elementwise_kernel(name, g, outputs, accesses, vec)
-            name = plan.add_kernel(name, src)
             n = _size(g.shape)
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
-            plan.steps.append(KernelStep(name, buffers, outputs, items, n, list(g.eqns)))
+            plan.steps.append(_kernel_step(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), src, n))
             k += 1
         elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
@@ -283,9 +302,6 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             eqns = (list(g.eqns) if g is not None else []) + [item]
             if not _dtypes_ok(rt, eqns):
                 plan.steps.extend(HostStep(e, _NO_FP64) for e in eqns)
-                continue
-            if _host_is_cheaper(rt, _size(x.aval.shape)):
-                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
@@ -306,17 +322,17 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 src, _ = column_reduction_kernel(name, item, g, accesses, vec)
             else:
                 src, _ = reduction_kernel(name, item, g, accesses, chunks, vec)
+            if chunks > 1 and _host_is_cheaper(rt, _size(x.aval.shape)):  # two launches: not batched
+                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
+                continue
             finish = None
             if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
                 finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
-            name = plan.add_kernel(name, src)
-            plan.steps.append(ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish))
+            step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
+            plan.steps.append(_kernel_step(plan, rt, step, src, _size(x.aval.shape)))
             k += 1
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             n = _size(item.out_vars[0].aval.shape)
-            if _host_is_cheaper(rt, n):
-                plan.steps.append(HostStep(item, _TOO_SMALL.format(host_step_elements(rt))))
-                continue
             accesses, buffers = {}, []
             for v in layout_inputs(item):  # each read in its own contiguous index space
                 acc, buf = _accesses(plan, [v], v.aval.shape)
@@ -324,9 +340,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 buffers += buf
             name = f"{item.primitive.name}{k}"
             run = run_length(item, accesses)
-            name = plan.add_kernel(name, layout_kernel(name, item, accesses, run))
             items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
-            plan.steps.append(KernelStep(name, buffers, list(item.out_vars), items, n // run, [item]))
+            step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
+            plan.steps.append(_kernel_step(plan, rt, step, layout_kernel(name, item, accesses, run), n))
             k += 1
         else:
             lowered = lower(item, rt) if rt is not None else None
@@ -336,6 +352,76 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
                 plan.steps.append(LoweredStep(item, lowered))
+
+
+def _kernel_step(plan: Plan, rt, step, source: str, elements: int):
+    """``step`` running the kernel ``source``: in the program, or, for a step too small to be
+    worth a launch of its own on a CPU device, held back for ``_batch_small_steps``."""
+    if _host_is_cheaper(rt, elements):
+        step.source = source
+    else:
+        step.name = plan.add_kernel(step.name, source)
+    return step
+
+
+def _batch_min_eqns(rt) -> float:
+    """Equations a run of small steps needs to be batched into one launch rather than run on the
+    host.  numpy takes ~3 us per small equation; a driver that runs kernels in the calling thread
+    launches in 2-8 us, so two equations pay (measured: the MLP step's 31-equation loss tail 137 ->
+    48 us).  A driver that hands kernels to worker threads takes 20-50 us per launch and wait,
+    and there batching measured no faster even for that tail (2 threads: 2.96 vs 2.93 ms a step)."""
+    return 2 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else float("inf")
+
+
+def _batch_small_steps(plan: Plan, rt) -> None:
+    """Each run of consecutive small steps becomes one ``BatchStep`` (a single launch); a run with
+    too little work for even one launch runs on the host instead."""
+    out, run = [], []
+
+    def flush():
+        if sum(len(s.eqns) for s in run) >= _batch_min_eqns(rt):
+            out.append(_batch(plan, list(run), len(out)))
+        else:
+            reason = _TOO_SMALL.format(host_step_elements(rt))
+            out.extend(HostStep(e, reason) for s in run for e in s.eqns)
+        run.clear()
+
+    for step in plan.steps:
+        if getattr(step, "source", None) is not None:
+            run.append(step)
+            continue
+        if run:
+            flush()
+        out.append(step)
+    if run:
+        flush()
+    plan.steps = out
+
+
+def _batch(plan: Plan, steps: list, index: int) -> BatchStep:
+    """One kernel calling each step's kernel body, as a function of its work-item id, over the
+    step's whole range: the steps' kernels with ``__kernel`` and ``get_global_id(0)`` rewritten."""
+    args, params, made, reads = {}, [], set(), []
+    for s in steps:
+        for v in list(s.inputs) + s.outputs:
+            if v not in args:
+                args[v] = f"b{len(args)}"
+                params.append(f"__global {CTYPE[v.aval.dtype]}* {args[v]}")
+        reads += [v for v in s.inputs if v not in made]
+        made.update(s.outputs)
+    name = f"batch{index}"
+    funcs, calls = [], []
+    for s in steps:
+        funcs.append(s.source.replace(f"__kernel void {s.name}(", f"inline void {s.name}_at(const long gid_, ")
+                     .replace("get_global_id(0)", "gid_"))
+        call_args = [args[v] for v in list(s.inputs) + s.outputs]
+        if isinstance(s, KernelStep):
+            call_args.append(f"{s.n}L")
+        items = s.global_size if isinstance(s, KernelStep) else s.items
+        calls.append(f"    for (long g = 0; g < {items}; g++) {s.name}_at(g, {', '.join(call_args)});")
+    source = "\n".join(funcs) + f"\n__kernel void {name}({', '.join(params)}) {{\n" + "\n".join(calls) + "\n}"
+    name = plan.add_kernel(name, source)
+    return BatchStep(name, steps, list(dict.fromkeys(reads)), [v for s in steps for v in s.outputs], list(args))
 
 
 def _dtypes_ok(rt, eqns) -> bool:
@@ -454,7 +540,7 @@ class OpenCLExecutable:
         self.program = rt.program(self.source) if self.plan.sources else None
         self.kernels = {}
         for step in self.plan.steps:
-            if isinstance(step, (KernelStep, ReduceStep)):
+            if isinstance(step, (KernelStep, ReduceStep, BatchStep)):
                 self.kernels[step.name] = rt.cl.Kernel(self.program, step.name)
                 if getattr(step, "finish", None):
                     self.kernels[step.finish] = rt.cl.Kernel(self.program, step.finish)
@@ -487,7 +573,7 @@ class OpenCLExecutable:
             if isinstance(step, LoweredStep):
                 reads = [base_of(a) for a in step.eqn.inputs if type(a) is not Literal]
                 produced.update(step.eqn.out_vars)
-            elif isinstance(step, HostSegment):
+            elif isinstance(step, (HostSegment, BatchStep)):
                 reads = [base_of(a) for a in step.inputs]
                 produced.update(step.outputs)
             else:
@@ -584,6 +670,10 @@ class OpenCLExecutable:
                     kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
                     self._release(partial)
                 env[step.output] = out
+            elif isinstance(step, BatchStep):
+                for v in step.outputs:
+                    env[v] = self._alloc(v.aval.shape, v.aval.dtype)
+                kernels[step.name](queue, (1,), (1,), *[get(v).buffer for v in step.args])
             elif isinstance(step, LoweredStep):
                 outs = step.lowered.run(self._launch_ctx, [None if type(a) is Literal else get(a)
                                                            for a in step.eqn.inputs])
@@ -613,6 +703,9 @@ class OpenCLExecutable:
                              for e, why in zip(step.eqns, step.reasons))
             elif isinstance(step, LoweredStep):
                 lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
+            elif isinstance(step, BatchStep):
+                lines.append(f"  kernel  {step.name}: {len(step.steps)} small steps in one launch (one work-item)")
+                lines.extend(f"    {s.name}: {', '.join(e.primitive.name for e in s.eqns)}" for s in step.steps)
             else:
                 names = ", ".join(e.primitive.name for e in step.eqns)
                 lines.append(f"  kernel  {step.name}: {names}")
