@@ -98,14 +98,16 @@ def test_matmul_operator_and_numpy_transposes(dtype):
     check(outs[5], w, x[0], dtype, 33)
 
 
-def test_b_is_packed_only_where_that_pays():
-    plan = lambda m, n, k, tb=False, dt=np.float32: mm._Plan(mm.MatmulSpec(1, m, n, k, False, tb, np.dtype(dt)),
-                                                             rt, False, "none")
-    assert not plan(128, 512, 784).pack_b and plan(128, 512, 784).launches == 2   # narrow B: in place
-    assert plan(128, 1024, 784).pack_b and plan(128, 1024, 784).launches == 3     # wide rows: packed
+def test_operands_are_packed_only_where_that_pays():
+    plan = lambda m, n, k, ta=False, tb=False, dt=np.float32: mm._Plan(
+        mm.MatmulSpec(1, m, n, k, ta, tb, np.dtype(dt)), rt, False, "none")
+    assert not plan(128, 512, 784).pack_b and plan(128, 512, 784).launches == 1   # narrow B, A: in place
+    assert plan(128, 1024, 784).pack_b and plan(128, 1024, 784).launches == 2     # wide rows: packed
     assert plan(128, 500, 784).pack_b                                              # partial panel
     assert plan(128, 512, 784, tb=True).pack_b                                     # B^T: transposed by packing
     assert not plan(64, 256, 99, dt=np.float64).pack_b and plan(64, 512, 99, dt=np.float64).pack_b
+    assert not plan(512, 512, 128, ta=True).pack_a                                 # A^T: its columns in place
+    assert plan(130, 512, 784).pack_a and plan(130, 512, 784).launches == 2       # partial micro-tile rows
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,6 +121,7 @@ def test_batched(dtype):
     f = ft.jit(lambda x, y: fnp.einsum("bij,bjk->bik", x, y), backend="opencl")
     for bsz, m, k, n in [(3, 127, 65, 33), (1, 7, 7, 7), (5, 1, 7, 127), (4, 9, 1, 1),
                          (3, 33, 70, 64),  # B read in place (narrow, whole panels), batched
+                         (4, 24, 50, 64),  # A read in place, batched
                          (2, 200, 300, 40)]:
         x, y = rand((bsz, m, k), dtype), rand((bsz, k, n), dtype)
         check(f(x, y), x, y, dtype, k)
@@ -134,6 +137,10 @@ def test_batched(dtype):
     check(outs[2], y, w, dtype, 9)
     text = " ".join(labels(g.lower(x, y, u, z, w).compile()))
     assert "A^T B, 3 x 17x40" in text and "A B^T, 3 x 17x40" in text and "A B, 120x9" in text
+    x, y, u, z = (rand(s, dtype) for s in [(3, 40, 16), (3, 40, 9), (3, 16, 40), (3, 5, 40)])  # A in place
+    outs = g(x, y, u, z, w)
+    check(outs[0], x.transpose(0, 2, 1), y, dtype, 40)
+    check(outs[1], u, z.transpose(0, 2, 1), dtype, 40)
 
 
 def test_vmap_of_matvec_is_batched():

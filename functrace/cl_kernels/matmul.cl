@@ -11,7 +11,9 @@
  *      The transposes, the edge padding and every irregular stride are handled here, once,
  *      at memory speed; the compute kernel sees only contiguous, aligned, padded panels.
  *      A narrow row-major B whose width is whole panels is not packed: the compute kernel reads
- *      its panels in place (panel rows ldb = N apart instead of TN; matmul.py decides).
+ *      its panels in place (panel rows ldb = N apart instead of TN; matmul.py decides).  Nor is
+ *      an A whose rows are whole micro-tiles: the kernel's scalar reads of A cost the same from
+ *      A itself (element (i, k) of a tile at ai * i + ak * k, panels a_panel apart).
  *   2. matmul_*: one work-item (work-group size 1: PoCL runs work-groups on its threads, and a
  *      single work-item with explicit vector types compiles to straight AVX/AVX-512 code)
  *      computes a block of C of mcb x ncb micro-tiles.  Its loops are
@@ -258,7 +260,7 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 
 /* one k step of the micro-kernel: 2 vector loads of Bp, 8 broadcasts of Ap, 16 multiply-adds */
 #define MM_FMA_ROW(i, off) {                                                                   \
-        const MM_REAL av = a[(off) * MM_TM + (i)];                                             \
+        const MM_REAL av = a[(off) * ak + (i) * ai];                                           \
         c0[i] = av * b0 + c0[i];                                                               \
         c1[i] = av * b1 + c1[i];                                                               \
     }
@@ -275,7 +277,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restrict Bp,
              __global MM_REAL* restrict C, __global const MM_REAL* restrict bias,
              const int M, const int N, const int K, const int mcb, const int ncb, const int kc,
-             const long sAp, const long sBp, const long sC, const int ldb, const long panel_stride)
+             const long sAp, const long sBp, const long sC, const int ldb, const long panel_stride,
+             const int ai, const int ak, const long a_panel)
 {
     const long b = get_global_id(2);
     Ap += b * sAp;
@@ -314,17 +317,17 @@ void MM_NAME(__global const MM_REAL* restrict Ap, __global const MM_REAL* restri
                         c1[i] = MM_VLOAD(1, t);
                     }
                 }
-                const __global MM_REAL* a = Ap + ((long)mb * K + pc) * MM_TM;
+                const __global MM_REAL* a = Ap + (long)mb * a_panel + (long)pc * ak;
                 const __global MM_REAL* bp = bpanel;
                 int k = 0;
                 for (; k + 4 <= kn; k += 4) {   /* unrolled by hand: PoCL ignores unroll pragmas here */
                     MM_KSTEP(0) MM_KSTEP(1) MM_KSTEP(2) MM_KSTEP(3)
-                    a += 4 * MM_TM;
+                    a += 4 * ak;
                     bp += 4 * ldb;
                 }
                 for (; k < kn; k++) {
                     MM_KSTEP(0)
-                    a += MM_TM;
+                    a += ak;
                     bp += ldb;
                 }
                 if (full) {

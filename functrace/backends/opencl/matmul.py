@@ -253,11 +253,20 @@ class _Plan:
         # wider rows are slower in place than the packing costs: 1.2-1.3x at N = 1024, 2048)
         self.pack_b = s.tb or s.N % tn != 0 or s.N * s.dtype.itemsize > 2048
         ldb, panel_stride, sbp = (tn, tn * s.K, nbk * tn * s.K) if self.pack_b else (s.N, tn, s.N * s.K)
+        # A whose rows are whole micro-tiles is read in place (no packing pass): its element
+        # (m0 + i, k) is ai * i + ak * k past the tile's start, panels a_panel apart
+        self.pack_a = s.M % TM != 0
+        if self.pack_a:
+            sap, ai, ak, a_panel = mb * TM * s.K, 1, TM, TM * s.K
+        elif s.ta:
+            sap, ai, ak, a_panel = s.M * s.K, 1, s.M, TM
+        else:
+            sap, ai, ak, a_panel = s.M * s.K, s.K, 1, TM * s.K
         self.mm_args = (i32(s.M), i32(s.N), i32(s.K), i32(mcb), i32(ncb), i32(kc),
-                        i64(mb * TM * s.K), i64(sbp), i64(s.M * s.N), i32(ldb), i64(panel_stride))
+                        i64(sap), i64(sbp), i64(s.M * s.N), i32(ldb), i64(panel_stride), i32(ai), i32(ak), i64(a_panel))
         self.blocking = (mcb * TM, ncb * tn, kc)
         self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act)]
-        self.launches = 3 if self.pack_b else 2
+        self.launches = 1 + self.pack_a + self.pack_b
 
     def epilogue(self) -> str:
         return (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
@@ -266,7 +275,9 @@ class _Plan:
         if self.kind != "gemm":
             return f"{self.kind} kernel"
         m, n, k = self.blocking
-        return f"packed 8x{2 * VW[self.spec.dtype]} micro-tiles, {m}x{n} blocks, kc {k}{self.epilogue()}"
+        packed = " and ".join(op for op, p in (("A", self.pack_a), ("B", self.pack_b)) if p)
+        return (f"8x{2 * VW[self.spec.dtype]} micro-tiles ({packed + ' packed' if packed else 'read in place'}), "
+                f"{m}x{n} blocks, kc {k}{self.epilogue()}")
 
     def run_opencl(self, ctx, a, b, out, bias=None) -> None:
         q = ctx.queue
@@ -277,16 +288,18 @@ class _Plan:
                 kernels[self.kernel_names[0]](q, self.grid, (1, 1), ops[self.mat].buffer, ops[self.vec].buffer,
                                               out.buffer, *self.args)
             return
-        ap = ctx.alloc((self.ap_size,), self.spec.dtype)
+        ap = ctx.alloc((self.ap_size,), self.spec.dtype) if self.pack_a else a
         bp = ctx.alloc((self.bp_size,), self.spec.dtype) if self.pack_b else b
         ka, kb, km = (kernels[n] for n in self.kernel_names)
         with _LAUNCH_LOCK:
-            ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
+            if self.pack_a:
+                ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
             if self.pack_b:
                 kb(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
             km(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
                (bias if bias is not None else out).buffer, *self.mm_args)
-        ctx.release(ap)  # the in-order queue runs later users of these buffers after this launch
+        if self.pack_a:  # the in-order queue runs later users of these buffers after this launch
+            ctx.release(ap)
         if self.pack_b:
             ctx.release(bp)
 
@@ -355,9 +368,9 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
 
 
 def _decisions_path(rt) -> str:
-    import hashlib
+    """Per device and per version of the kernels (a changed matmul.cl is measured afresh)."""
     from .runtime import cache_dir
-    digest = hashlib.sha256(rt.fingerprint.encode()).hexdigest()[:16]
+    digest = hashlib.sha256((rt.fingerprint + kernel_source("matmul.cl")).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.json")
 
 
