@@ -105,7 +105,8 @@ def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
     if entry is None or entry[0] is not rt:
         prog = rt.program("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + matmul_source(dtype, bias, act))
         sfx = SFX[np.dtype(dtype)]
-        names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(dtype, bias, act)]
+        names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}"] + [kernel_name(dtype, bias, act) + layout
+                                                                   for layout in ("", "_arows", "_acols")]
         if not bias and act == "none":
             names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
         entry = _SHARED[key] = (rt, {n: rt.cl.Kernel(prog, n) for n in names})
@@ -257,15 +258,15 @@ class _Plan:
         # (m0 + i, k) is ai * i + ak * k past the tile's start, panels a_panel apart
         self.pack_a = s.M % TM != 0
         if self.pack_a:
-            sap, ai, ak, a_panel = mb * TM * s.K, 1, TM, TM * s.K
+            sap, a_panel, a_layout = mb * TM * s.K, TM * s.K, ""
         elif s.ta:
-            sap, ai, ak, a_panel = s.M * s.K, 1, s.M, TM
+            sap, a_panel, a_layout = s.M * s.K, TM, "_acols"
         else:
-            sap, ai, ak, a_panel = s.M * s.K, s.K, 1, TM * s.K
+            sap, a_panel, a_layout = s.M * s.K, TM * s.K, "_arows"
         self.mm_args = (i32(s.M), i32(s.N), i32(s.K), i32(mcb), i32(ncb), i32(kc),
-                        i64(sap), i64(sbp), i64(s.M * s.N), i32(ldb), i64(panel_stride), i32(ai), i32(ak), i64(a_panel))
+                        i64(sap), i64(sbp), i64(s.M * s.N), i32(ldb), i64(panel_stride), i64(a_panel))
         self.blocking = (mcb * TM, ncb * tn, kc)
-        self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act)]
+        self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act) + a_layout]
         self.launches = 1 + self.pack_a + self.pack_b
 
     def epilogue(self) -> str:
