@@ -66,8 +66,9 @@ class BatchStep:
     name: str
     steps: list    # the KernelSteps / ReduceSteps it runs, in order
     inputs: list   # buffers it reads that none of its steps writes
-    outputs: list  # every value its steps write
-    args: list     # the kernel's buffer arguments, in order
+    outputs: list  # the values it writes that later steps read
+    args: list     # the kernel's buffer arguments, in order (then the scratch buffer, if any)
+    scratch: int   # bytes of scratch for the values it keeps to itself
 
     @property
     def eqns(self) -> list:
@@ -211,7 +212,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             if needed == {x} and consumers.get(x) == {id(item)} and x not in program_outs:
                 absorbed.add(id(g))
     _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
-    _batch_small_steps(plan, rt)
+    _batch_small_steps(plan, rt, program_outs)
     plan.steps = _host_segments(plan.steps, program_outs, plan, {e: i for i, e in enumerate(jaxpr.eqns)})
     return plan
 
@@ -373,55 +374,75 @@ def _batch_min_eqns(rt) -> float:
     return 2 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else float("inf")
 
 
-def _batch_small_steps(plan: Plan, rt) -> None:
+def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
     """Each run of consecutive small steps becomes one ``BatchStep`` (a single launch); a run with
     too little work for even one launch runs on the host instead."""
+    base = lambda v: plan.views[v].base if v in plan.views else v
+    read_later: list = [set() for _ in range(len(plan.steps) + 1)]  # buffers read at step i or after
+    read_later[-1] = {base(v) for v in program_outs}
+    for i in range(len(plan.steps) - 1, -1, -1):
+        step = plan.steps[i]
+        reads = step.inputs if isinstance(step, (KernelStep, ReduceStep)) else step.eqn.inputs
+        read_later[i] = read_later[i + 1] | {base(a) for a in reads if type(a) is not Literal}
     out, run = [], []
 
-    def flush():
+    def flush(end: int):
         if sum(len(s.eqns) for s in run) >= _batch_min_eqns(rt):
-            out.append(_batch(plan, list(run), len(out)))
+            out.append(_batch(plan, list(run), len(out), read_later[end]))
         else:
             reason = _TOO_SMALL.format(host_step_elements(rt))
             out.extend(HostStep(e, reason) for s in run for e in s.eqns)
         run.clear()
 
-    for step in plan.steps:
+    for i, step in enumerate(plan.steps):
         if getattr(step, "source", None) is not None:
             run.append(step)
             continue
         if run:
-            flush()
+            flush(i)
         out.append(step)
     if run:
-        flush()
+        flush(len(plan.steps))
     plan.steps = out
 
 
-def _batch(plan: Plan, steps: list, index: int) -> BatchStep:
+_SCRATCH_ALIGN = 128  # bytes: each value a batch keeps to itself starts on a vector-load boundary
+
+
+def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
     """One kernel calling each step's kernel body, as a function of its work-item id, over the
-    step's whole range: the steps' kernels with ``__kernel`` and ``get_global_id(0)`` rewritten."""
-    args, params, made, reads = {}, [], set(), []
+    step's whole range: the steps' kernels with ``__kernel`` and ``get_global_id(0)`` rewritten.
+    Values no later step reads live at fixed offsets of one scratch buffer (no allocations)."""
+    made = {v for s in steps for v in s.outputs}
+    ptr, args, params, scratch = {}, [], [], 0
     for s in steps:
         for v in list(s.inputs) + s.outputs:
-            if v not in args:
-                args[v] = f"b{len(args)}"
-                params.append(f"__global {CTYPE[v.aval.dtype]}* {args[v]}")
-        reads += [v for v in s.inputs if v not in made]
-        made.update(s.outputs)
+            if v in ptr:
+                continue
+            ct = CTYPE[v.aval.dtype]
+            if v in made and v not in needed:
+                ptr[v] = f"((__global {ct}*)(scratch + {scratch}))"
+                scratch += -(-_size(v.aval.shape) * v.aval.dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+            else:
+                ptr[v] = f"b{len(args)}"
+                args.append(v)
+                params.append(f"__global {ct}* {ptr[v]}")
+    if scratch:
+        params.append("__global uchar* scratch")
     name = f"batch{index}"
     funcs, calls = [], []
     for s in steps:
         funcs.append(s.source.replace(f"__kernel void {s.name}(", f"inline void {s.name}_at(const long gid_, ")
                      .replace("get_global_id(0)", "gid_"))
-        call_args = [args[v] for v in list(s.inputs) + s.outputs]
+        call_args = [ptr[v] for v in list(s.inputs) + s.outputs]
         if isinstance(s, KernelStep):
             call_args.append(f"{s.n}L")
         items = s.global_size if isinstance(s, KernelStep) else s.items
         calls.append(f"    for (long g = 0; g < {items}; g++) {s.name}_at(g, {', '.join(call_args)});")
     source = "\n".join(funcs) + f"\n__kernel void {name}({', '.join(params)}) {{\n" + "\n".join(calls) + "\n}"
     name = plan.add_kernel(name, source)
-    return BatchStep(name, steps, list(dict.fromkeys(reads)), [v for s in steps for v in s.outputs], list(args))
+    inputs = list(dict.fromkeys(v for s in steps for v in s.inputs if v not in made))
+    return BatchStep(name, steps, inputs, [v for v in args if v in made], args, scratch)
 
 
 def _dtypes_ok(rt, eqns) -> bool:
@@ -553,6 +574,9 @@ class OpenCLExecutable:
         self._calls = 0
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
+        # each batch's private values: the in-order queue runs one call's batch after the last's
+        self._scratch = {s.name: rt.empty((s.scratch,), np.uint8) for s in self.plan.steps
+                         if isinstance(s, BatchStep) and s.scratch}
         self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
         self.num_host_steps = sum(len(s.eqns) for s in self.plan.steps if isinstance(s, HostSegment))
 
@@ -673,7 +697,8 @@ class OpenCLExecutable:
             elif isinstance(step, BatchStep):
                 for v in step.outputs:
                     env[v] = self._alloc(v.aval.shape, v.aval.dtype)
-                kernels[step.name](queue, (1,), (1,), *[get(v).buffer for v in step.args])
+                scratch = [self._scratch[step.name].buffer] if step.scratch else []
+                kernels[step.name](queue, (1,), (1,), *[get(v).buffer for v in step.args], *scratch)
             elif isinstance(step, LoweredStep):
                 outs = step.lowered.run(self._launch_ctx, [None if type(a) is Literal else get(a)
                                                            for a in step.eqn.inputs])

@@ -308,7 +308,7 @@ class _Plan:
         """numpy's BLAS writing ``out`` (CPU devices): on unified memory in the arrays' own host
         memory, elsewhere in zero-copy mappings of the buffers."""
         if ctx.rt.unified:
-            self._blas(a.host_view(), b.host_view(), out.host_view(), None if bias is None else bias.host_view())
+            self._blas(*ctx.rt.host_views(a, b, out, bias))
             return
         cl, q = ctx.rt.cl, ctx.queue
         maps = []

@@ -202,6 +202,13 @@ class Runtime:
         self.queue.finish()
         self._in_flight.clear()
 
+    def host_views(self, *arrays) -> list:
+        """``a.host_view()`` of each array (None stays None), waiting for the queue once."""
+        if self.unified:
+            self.finish()
+            return [None if a is None else a._host if a._host is not None else a.host_view() for a in arrays]
+        return [None if a is None else a.host_view() for a in arrays]
+
     def hold(self, *objects) -> None:
         """Keep ``objects`` (arrays, executables with their buffer pools) alive until the queue
         has finished: on unified memory a kernel reads numpy-owned memory, which Python would
