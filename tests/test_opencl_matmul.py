@@ -236,6 +236,33 @@ def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
         assert ("bias" in low.label) == bias and (act == "none" or act in low.label)
 
 
+@pytest.mark.parametrize("impl", ["opencl", "blas"])
+def test_programs_fuse_bias_and_activation_into_the_matmul(impl):
+    """``act(x @ w + b)`` in a program is one matmul step with the epilogue (tanh, max(., 0), or
+    the bias alone); a chain whose intermediate value something else reads is not fused."""
+    x, w, b = rand((33, 70), np.float32), rand((70, 48), np.float32), rand((48,), np.float32)
+    cases = {
+        "tanh": (lambda x, w, b: fnp.tanh(x @ w + b), lambda z: np.tanh(z), "+ bias + tanh"),
+        "relu": (lambda x, w, b: fnp.maximum(b + x @ w, 0.0), lambda z: np.maximum(z, 0), "+ bias + relu"),
+        "bias": (lambda x, w, b: x @ w + b, lambda z: z, "+ bias;"),
+        # x @ w + b is read twice: the bias is fused, the tanh runs on its own
+        "z shared": (lambda x, w, b: fnp.tanh(x @ w + b) + (x @ w + b), lambda z: np.tanh(z) + z, "+ bias;"),
+        # x @ w is read twice: no fusion
+        "x @ w shared": (lambda x, w, b: fnp.tanh(x @ w + b) + x @ w, lambda z: np.tanh(z) + z - b, None),
+    }
+    want_z = x.astype(np.float64) @ w + b
+    for name, (f, ref, label) in cases.items():
+        with mm.forced_mode(impl):
+            jf = ft.jit(f, backend="opencl")
+            got = np.asarray(jf(x, w, b))
+            lines = labels(jf.lower(x, w, b).compile())
+        np.testing.assert_allclose(got, ref(want_z), rtol=1e-4, atol=1e-4, err_msg=name)
+        if label is None:
+            assert all("bias" not in line for line in lines), lines
+        else:
+            assert len(lines) == 1 and label in lines[0], lines
+
+
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     with mm.forced_mode("blas"):

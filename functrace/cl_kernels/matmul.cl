@@ -250,9 +250,9 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 #if MM_ACT == 1
 #  define MM_EPI(v) fmax((v), (MM_VEC)MM_ZERO)
 #  define MM_EPI1(v) fmax((v), MM_ZERO)
-#elif MM_ACT == 2
-#  define MM_EPI(v) tanh(v)
-#  define MM_EPI1(v) tanh(v)
+#elif MM_ACT == 2                                 /* MM_TANH: defined by matmul.py */
+#  define MM_EPI(v) MM_TANH(v)
+#  define MM_EPI1(v) MM_TANH1(v)
 #else
 #  define MM_EPI(v) (v)
 #  define MM_EPI1(v) (v)
@@ -395,6 +395,8 @@ void MM_PASTE(MM_NAME, _acols)(MM_PARAMS) { MM_PASTE(MM_NAME, _body)(MM_ARGS, 1,
 #undef MM_ARGS
 #undef MM_EPI
 #undef MM_EPI1
+#undef MM_TANH
+#undef MM_TANH1
 #undef MM_FMA_ROW
 #undef MM_KSTEP
 #undef MM_PASTE_

@@ -144,7 +144,14 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             if g is not None:
                 g.sealed = True
 
+    fused_at, absorbed_eqns = _matmul_epilogues(jaxpr, rt)
     for eqn in jaxpr.eqns:
+        if eqn in absorbed_eqns:
+            continue
+        if eqn in fused_at:
+            seal_inputs(fused_at[eqn][0])
+            order.append(("lowered", fused_at[eqn]))
+            continue
         if _is_view(eqn):
             plan.view_eqns[eqn.out_vars[0]] = eqn
             src = eqn.inputs[0]
@@ -193,7 +200,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     # which group values are needed outside their group
     consumers: dict = {}
     for kind, item in order:
-        eqns = item.eqns if kind == "group" else [item]
+        eqns = item.eqns if kind == "group" else [item[0]] if kind == "lowered" else [item]
         for e in eqns:
             for a in e.inputs:
                 if type(a) is not Literal:
@@ -215,6 +222,46 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     _batch_small_steps(plan, rt, program_outs)
     plan.steps = _host_segments(plan.steps, program_outs, plan, {e: i for i, e in enumerate(jaxpr.eqns)})
     return plan
+
+
+def _matmul_epilogues(jaxpr: Jaxpr, rt) -> tuple[dict, set]:
+    """``act(dot_general(x, y) + bias)`` (act: tanh, max(., 0) or none) whose intermediate values
+    nothing else reads, as one matmul with a fused epilogue: {the chain's last equation: (an
+    equation reading x, y, bias and writing its result, the Lowered)}, and the equations absorbed."""
+    from ...core import JaxprEqn
+    from .matmul import lower_with_epilogue
+    if rt is None:
+        return {}, set()
+    uses: dict = {}
+    for v in [a for e in jaxpr.eqns for a in e.inputs] + list(jaxpr.outs):
+        if type(v) is not Literal:
+            uses[v] = uses.get(v, 0) + 1
+    made_by = {v: e for e in jaxpr.eqns for v in e.out_vars}
+    only_reader = {a: e for e in jaxpr.eqns for a in e.inputs if type(a) is not Literal and uses[a] == 1}
+    fused_at, absorbed = {}, set()
+    for add in jaxpr.eqns:
+        if add.primitive.name != "add" or any(type(a) is Literal for a in add.inputs):
+            continue
+        for dot_out, bias in (add.inputs, add.inputs[::-1]):
+            dot = made_by.get(dot_out)
+            if dot is not None and dot.primitive.name == "dot_general" and uses[dot_out] == 1 and bias.aval.ndim == 1:
+                break
+        else:
+            continue
+        last, act = add, "none"
+        nxt = only_reader.get(add.out_vars[0])
+        if nxt is not None and nxt.primitive.name == "tanh":
+            last, act = nxt, "tanh"
+        elif nxt is not None and nxt.primitive.name == "max" and any(
+                type(a) is Literal and np.all(np.asarray(a.val) == 0) for a in nxt.inputs):
+            last, act = nxt, "relu"
+        lowered = lower_with_epilogue(dot, bias, act, rt)
+        if lowered is None:
+            continue
+        fused = JaxprEqn(dot.primitive, [*dot.inputs, bias], dot.params, list(last.out_vars))
+        fused_at[last] = (fused, lowered)
+        absorbed.update(e for e in (dot, add, nxt if last is nxt else None) if e is not None and e is not last)
+    return fused_at, absorbed
 
 
 def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -> list:
@@ -296,6 +343,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
             plan.steps.append(_kernel_step(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), src, n))
             k += 1
+        elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
+            eqn, lowered = item
+            if lowered.source not in plan.sources:
+                plan.sources.append(lowered.source)
+            plan.steps.append(LoweredStep(eqn, lowered))
         elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
             x = item.inputs[0]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fusion import View, _contiguous_strides, access_for
+from .fusion import F32_HELPERS, View, _contiguous_strides, access_for
 from .layout import copy_kernel
 from .lowerings import Lowered, kernel_source, register
 
@@ -122,7 +122,10 @@ def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
     """``matmul.cl`` specialized for a dtype and an epilogue (one variant; several variants can
     share a program: the packing and matrix-vector kernels are emitted once per dtype)."""
     dtype = np.dtype(dtype)
-    head = (f"#define MM_REAL {'float' if dtype == np.float32 else 'double'}\n#define MM_VW {VW[dtype]}\n"
+    f32 = dtype == np.float32
+    tanh = (F32_HELPERS + f"\n#define MM_TANH(v) ft_tanh_float{VW[dtype]}(v)\n#define MM_TANH1(v) ft_tanh_float(v)\n"
+            if f32 and act == "tanh" else "#define MM_TANH(v) tanh(v)\n#define MM_TANH1(v) tanh(v)\n")
+    head = tanh + (f"#define MM_REAL {'float' if f32 else 'double'}\n#define MM_VW {VW[dtype]}\n"
             f"#define MM_SFX {SFX[dtype]}\n#define MM_NAME {kernel_name(dtype, bias, act)}\n"
             f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n"
             f"#define MM_WITH_MV {int(not bias and act == 'none')}\n")  # epilogue variants: GEMM only
@@ -509,6 +512,23 @@ def _matmul_layout(xs: tuple, ys: tuple, dn, dtype) -> tuple:
         if spec is not None:
             return spec, (perm_x, perm_y)
     return None, (None, None)
+
+
+def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
+    """``act(dot_general(x, y) + bias)`` (bias along the last output axis) as one matmul with a
+    fused epilogue, when the operands are already in a matmul layout (else None: no fusion)."""
+    x, y = dot.inputs
+    dtype = np.dtype(dot.out_vars[0].aval.dtype)
+    if x.aval.dtype != dtype or y.aval.dtype != dtype or bias.aval.dtype != dtype:
+        return None
+    if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
+        return None
+    spec, perms = _matmul_layout(x.aval.shape, y.aval.shape, dot.params["dimension_numbers"], dtype)
+    if spec is None or spec.K == 0 or perms != (None, None) or bias.aval.shape != (spec.N,):
+        return None
+    lowered = lower_matmul(spec, rt, bias=True, act=act)
+    lowered.extra["out_shape"] = tuple(dot.out_vars[0].aval.shape)
+    return lowered
 
 
 @register("dot_general")
