@@ -19,6 +19,7 @@ returns a report of equation counts per pass.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,7 +108,8 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
 
 
 def _size(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    """Elements of an array of this shape (math.prod: np.prod costs ~5 us a call)."""
+    return math.prod(int(d) for d in shape)
 
 
 def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:

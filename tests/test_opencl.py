@@ -305,7 +305,7 @@ def test_dropped_outputs_return_to_the_pool_at_once(monkeypatch):
 def test_float32_transcendentals_are_accurate_everywhere():
     """functrace's own float32 exp / tanh / log / log1p (faster than PoCL's): within 2 ulp (3 for
     log1p) over the whole range, overflow, subnormals and special values included, in the vector
-    body and the scalar tail."""
+    body and the masked last vector."""
     special = [0.0, -0.0, -1.0, -1.5, np.inf, -np.inf, np.nan, 1e-40, 1.17e-38, 3e38, 1e-30, -1e-30, -0.999999,
                0.3, -0.3, 0.29999998, 9.0, 88.72, 88.7228, 88.73, 89.0, 100.0, -87.33, -88.0, -103.9, -104.0, -200.0]
     wide = np.exp(RNG.uniform(-87, 88, 3000)) * RNG.choice([-1.0, 1.0], 3000)
@@ -315,7 +315,7 @@ def test_float32_transcendentals_are_accurate_everywhere():
            "log1p": (fnp.log1p, np.log1p, 3)}
     f = lambda x: [fn(x) for fn, _, _ in fns.values()]
     text = ft.jit(f, backend="opencl").lower(x).compile().as_text()
-    assert all(f"ft_{name}_float(" in text for name in fns)
+    assert all(re.search(rf"ft_{name}_float\d*\(", text) for name in fns)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         got = [np.asarray(a).astype(np.float64) for a in ft.jit(f, backend="opencl")(x)]
         want = [ref(x.astype(np.float64)) for _, ref, _ in fns.values()]

@@ -14,11 +14,10 @@ import numpy as np
 
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
-from ...optimize import analyze
-from .fusion import (CTYPE, F32_HELPERS, REDUCTIONS, VIEW_PRIMS, Group, View, access_for,
-                     column_reduction_kernel, elementwise_kernel, fusable, leading_axes, reduction_kernel,
-                     _reduce_combine,
-                     view_after, _size)
+from ...optimize import _size, analyze
+from .fusion import (CTYPE, REDUCTIONS, VIEW_PRIMS, Group, View, _reduce_combine, access_for,
+                     column_reduction_kernel, elementwise_kernel, f32_helpers, fusable, leading_axes,
+                     reduction_kernel, view_after)
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
@@ -549,7 +548,7 @@ __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restr
 }}"""
 
 
-PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + F32_HELPERS + "\n"
+PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
 
 def _owned(results, inputs) -> list:
     """Host results, copied where they share memory with an input: inputs may be pooled buffers
@@ -609,7 +608,8 @@ class OpenCLExecutable:
         self.closed = closed
         self.rt = rt
         self.plan = plan_program(closed, rt)
-        self.source = PREAMBLE + "\n".join(self.plan.sources)
+        body = "\n".join(self.plan.sources)
+        self.source = PREAMBLE + f32_helpers(body) + "\n" + body
         self.program = rt.program(self.source) if self.plan.sources else None
         self.kernels = {}
         for step in self.plan.steps:

@@ -14,11 +14,13 @@ Only numbers and fixed identifiers are spliced into generated source: no user st
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...core import Literal
+from ...optimize import _size
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 
@@ -105,7 +107,14 @@ inline {t} ft_log1p_{t}({t} x) {{  /* log(1 + x) plus the rounding error of 1 + 
     const {t} u = 1.0f + x;
     return ft_log_fix_{t}(ft_log_core_{t}(u, ({t})0.0f) + (x - (u - 1.0f)) / u, u, x);
 }}"""
-F32_HELPERS = "\n".join(_F32_MATH.format(t=t, it=t.replace("float", "int")) for t in ("float", "float4", "float8", "float16"))
+_HELPER_USE = re.compile(r"\bft_\w+?_(float(?:4|8|16)?)\(")
+
+
+def f32_helpers(source: str) -> str:
+    """The helper block of every vector width ``source`` calls (only those: the program's compile
+    time grows with its text)."""
+    widths = sorted(set(_HELPER_USE.findall(source)), key=len)
+    return "\n".join(_F32_MATH.format(t=t, it=t.replace("float", "int")) for t in widths)
 
 
 
@@ -133,10 +142,6 @@ def fusable(eqn) -> bool:
     if out.dtype.kind == "i":
         return name in _INT_OPS or name in ("rem", "floor_div")
     return False
-
-
-def _size(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
 
 
 @dataclass
@@ -391,7 +396,7 @@ class ExprWriter:
             if oct_ == "float" and name in _NATIVE_F32:
                 tmpl = "native_" + tmpl  # measured on PoCL: 5x faster, within 1.2e-7 of sin/cos on |x| <= 1e4
             elif oct_ == "float" and name in ("exp", "tanh", "log", "log1p"):
-                tmpl = f"ft_{name}_{self.vtype(oct_)}({{0}})"  # see F32_HELPERS
+                tmpl = f"ft_{name}_{self.vtype(oct_)}({{0}})"  # see _F32_MATH
             elif oct_ == "float" and name == "logistic":
                 tmpl = tmpl.replace("exp(", f"ft_exp_{self.vtype(oct_)}(")
             if name in ("max", "min") and not self.vector:
@@ -470,20 +475,22 @@ def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, v
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     out_names = {v: f"out{i}" for i, v in enumerate(outputs)}
     bodies = []
-    for tail in (False, True):  # the tail: the same vector code on masked lanes (a scalar loop
-        w = ExprWriter(True, in_names, accesses, vec, tail)  # there measured 15% slower everywhere)
+    ragged = _size(group.shape) % vec != 0  # else no partial vector: no tail code (compiles faster)
+    for tail in (False, True)[:1 + ragged]:  # the tail: the same vector code on masked lanes (a
+        w = ExprWriter(True, in_names, accesses, vec, tail)  # scalar loop there: 15% slower overall)
         for eqn in group.eqns:
             w.emit(eqn, "base")
         stores = [_store(w, v, out_names[v], "base") for v in outputs]
         bodies.append("\n        ".join(w.lines + stores))
+    tail = f""" else if (base < n) {{
+        {bodies[1]}
+    }}""" if ragged else ""
     src = f"""
 __kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long n) {{
     const long base = (long)get_global_id(0) * {vec};
     if (base + {vec} <= n) {{
         {bodies[0]}
-    }} else if (base < n) {{
-        {bodies[1]}
-    }}
+    }}{tail}
 }}"""
     return src, inputs
 

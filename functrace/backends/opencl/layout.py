@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 
 from ...core import Literal
-from .fusion import CTYPE, Access, _contiguous_strides, _literal, _size
+from ...optimize import _size
+from .fusion import CTYPE, Access, _contiguous_strides, _literal
 
 LAYOUT_PRIMS = ("pad", "concatenate", "reshape")
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fusion import F32_HELPERS, View, _contiguous_strides, access_for
+from .fusion import View, _contiguous_strides, access_for, f32_helpers
 from .layout import copy_kernel
 from .lowerings import Lowered, kernel_source, register
 
@@ -123,8 +123,8 @@ def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
     share a program: the packing and matrix-vector kernels are emitted once per dtype)."""
     dtype = np.dtype(dtype)
     f32 = dtype == np.float32
-    tanh = (F32_HELPERS + f"\n#define MM_TANH(v) ft_tanh_float{VW[dtype]}(v)\n#define MM_TANH1(v) ft_tanh_float(v)\n"
-            if f32 and act == "tanh" else "#define MM_TANH(v) tanh(v)\n#define MM_TANH1(v) tanh(v)\n")
+    tanh = f"#define MM_TANH(v) ft_tanh_float{VW[dtype]}(v)\n#define MM_TANH1(v) ft_tanh_float(v)\n"
+    tanh = f32_helpers(tanh) + "\n" + tanh if f32 and act == "tanh" else "#define MM_TANH(v) tanh(v)\n#define MM_TANH1(v) tanh(v)\n"
     head = tanh + (f"#define MM_REAL {'float' if f32 else 'double'}\n#define MM_VW {VW[dtype]}\n"
             f"#define MM_SFX {SFX[dtype]}\n#define MM_NAME {kernel_name(dtype, bias, act)}\n"
             f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...core import Literal
+from ...optimize import _size
 from .lowerings import Lowered, kernel_source, register
 
 _SUFFIX = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
@@ -50,10 +51,6 @@ def device_inputs(eqn, ctx, inputs: list) -> list:
             ctx.rt.hold(x)  # a temporary that the kernel reads after this returns
         out.append(x)
     return out
-
-
-def _size(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
 
 
 def _check(eqn, rt, n_float: int):
