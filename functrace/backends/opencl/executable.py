@@ -614,13 +614,13 @@ class OpenCLExecutable:
         self.kernels = {}
         for step in self.plan.steps:
             if isinstance(step, (KernelStep, ReduceStep, BatchStep)):
-                self.kernels[step.name] = rt.cl.Kernel(self.program, step.name)
+                self.kernels[step.name] = rt.kernel(self.program, step.name)
                 if getattr(step, "finish", None):
-                    self.kernels[step.finish] = rt.cl.Kernel(self.program, step.finish)
+                    self.kernels[step.finish] = rt.kernel(self.program, step.finish)
             elif isinstance(step, LoweredStep):
                 for name in step.lowered.kernel_names:
                     if name not in self.kernels:
-                        self.kernels[name] = rt.cl.Kernel(self.program, name)
+                        self.kernels[name] = rt.kernel(self.program, name)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
         self._calls = 0

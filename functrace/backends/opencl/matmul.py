@@ -109,7 +109,7 @@ def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
                                                                    for layout in ("", "_arows", "_acols")]
         if not bias and act == "none":
             names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
-        entry = _SHARED[key] = (rt, {n: rt.cl.Kernel(prog, n) for n in names})
+        entry = _SHARED[key] = (rt, {n: rt.kernel(prog, n) for n in names})
     return entry[1]
 
 
@@ -372,9 +372,12 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
 
 
 def _decisions_path(rt) -> str:
-    """Per device and per version of the kernels (a changed matmul.cl is measured afresh)."""
+    """Per device and per version of the kernels and of this module's launch code (a change to
+    either is measured afresh)."""
     from .runtime import cache_dir
-    digest = hashlib.sha256((rt.fingerprint + kernel_source("matmul.cl")).encode()).hexdigest()[:16]
+    with open(__file__, encoding="utf-8") as f:
+        code = f.read()
+    digest = hashlib.sha256((rt.fingerprint + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.json")
 
 
