@@ -654,7 +654,7 @@ class OpenCLExecutable:
                 produced.update(step.outputs)
             else:
                 reads = list(step.inputs)
-                produced.update(step.outputs if isinstance(step, KernelStep) else [step.output])
+                produced.update(step.outputs)
             for b in reads:
                 last[b] = i
         keep = {base_of(a) for a in jaxpr.outs if type(a) is not Literal}
