@@ -318,6 +318,20 @@ inline void MM_PASTE(MM_NAME, _body)(MM_PARAMS, const int ai, const int ak)
                         c1[i] = MM_VLOAD(1, t);
                     }
                 }
+#if defined(__has_builtin)
+#  if __has_builtin(__builtin_prefetch)
+                /* C's lines are fetched (for writing) while the tile computes: written cold at the
+                 * end, a K = 128 product (A^T B of a backward pass) stalled on C's misses, 1.2x
+                 * slower than OpenBLAS in a training step (which prefetches C too) */
+                if (first && full) {
+                    #pragma unroll
+                    for (int i = 0; i < MM_TM; i++) {
+                        __builtin_prefetch(cp + (long)i * N, 1, 3);
+                        __builtin_prefetch(cp + (long)i * N + MM_VW, 1, 3);
+                    }
+                }
+#  endif
+#endif
                 const __global MM_REAL* a = Ap + (long)mb * a_panel + (long)pc * ak;
                 const __global MM_REAL* bp = bpanel;
                 int k = 0;

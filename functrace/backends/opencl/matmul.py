@@ -358,7 +358,9 @@ class _Plan:
 
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     """Time the OpenCL kernels and the host BLAS on these operands (after one warm-up each, which
-    also compiles PoCL's work-group function) and return the faster (OpenCL by at least 5%)."""
+    also compiles PoCL's work-group function) and return the faster.  (A 5% handicap for OpenCL
+    used to absorb noise; with the kernel within a few percent of BLAS at common shapes it kept
+    the slower one: measured 0.668 ms OpenCL vs 0.692 ms BLAS at 128x512x512, BLAS kept.)"""
     q = ctx.queue
 
     def timed(fn):
@@ -375,7 +377,7 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         t_blas.append(timed(plan.run_blas))
     _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas))
     # a tie goes to BLAS: the host's own library, and no kernel build in later processes
-    return "opencl" if min(t_cl) < 0.95 * min(t_blas) else "blas"
+    return "opencl" if min(t_cl) < min(t_blas) else "blas"
 
 
 def _decisions_path(rt) -> str:
