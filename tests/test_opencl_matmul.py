@@ -23,9 +23,10 @@ RNG = np.random.default_rng(1)
 DTYPES = [np.float32, np.float64]
 EPS = {np.float32: np.finfo(np.float32).eps, np.float64: np.finfo(np.float64).eps}
 
-# (M, K, N): 1, 7, 127 and ~1000 in every position (flops kept small)
+# (M, K, N): 1, 7, 127 and ~1000 in every position (flops kept small); (33, 77, 64): whole
+# panels with a K that is not a multiple of the 8-row transposes (their tail in the packing)
 SHAPES = [(1, 1, 1), (7, 7, 7), (1, 127, 1000), (1000, 127, 1), (127, 1000, 7), (7, 1, 127),
-          (1000, 7, 127), (129, 257, 65), (64, 1000, 96), (1, 1000, 1)]
+          (1000, 7, 127), (129, 257, 65), (64, 1000, 96), (33, 77, 64), (1, 1000, 1)]
 
 # the four storage layouts of op(A) (M x K) and op(B) (K x N)
 VARIANTS = {
