@@ -420,6 +420,25 @@ def test_ten_op_chain_is_one_launch():
     assert_close(got, want, np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernels_larger_than_the_cache_stream_their_stores(monkeypatch, dtype):
+    """Data past the device's cache: outputs are non-temporal vector stores (the ragged last
+    vector keeps plain ones); results are the same, broadcasting and a bool output included."""
+    from functrace.backends.opencl import executable
+    f = lambda x, y: (x * y + 0.5 * x - y, x > y)
+    for n in (4096 * 16, 4096 * 16 + 7):
+        x, y = RNG.standard_normal((n // 16, 16)).astype(dtype), RNG.standard_normal(16).astype(dtype)
+        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 64 * 1024)
+        exe = ft.jit(f, backend="opencl").lower(x, y).compile()
+        assert "FT_STREAM_STORE(" in exe.as_text().replace(executable.PREAMBLE, "")  # used, not just defined
+        got = [np.asarray(a) for a in exe(x, y)]
+        np.testing.assert_array_equal(got[1], x > y)
+        np.testing.assert_allclose(got[0], x * y + 0.5 * x - y, rtol=1e-6 if dtype == np.float32 else 1e-14)
+        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 1 << 40)
+        src = ft.jit(f, backend="opencl").lower(x, y).compile().as_text()
+        assert "FT_STREAM_STORE(" not in src.replace(executable.PREAMBLE, "")
+
+
 def test_a_reduced_value_that_is_also_an_output_is_kept():
     """A reduction absorbs its elementwise producer only when nothing else needs that value: here
     the program returns it too (this crashed with a KeyError once)."""

@@ -451,7 +451,7 @@ def _params(inputs: list, names: dict, outputs: list, out_names: dict) -> str:
     return ", ".join(ps)
 
 
-def _store(writer: ExprWriter, var, ptr: str, e: str) -> str:
+def _store(writer: ExprWriter, var, ptr: str, e: str, streaming: bool = False) -> str:
     val = writer.names.get(var)
     if val is None:  # an output that is a kernel input passed through
         val = writer.load(var, e)
@@ -463,14 +463,18 @@ def _store(writer: ExprWriter, var, ptr: str, e: str) -> str:
         if writer.tail:
             return (f"{{ {ct} t[{v}]; vstore{v}({val}, 0, t); "
                     f"for (int k = 0; k < {v} && {e} + k < n; k++) {ptr}[{e} + k] = t[k]; }}")
+        if streaming:  # whole aligned vectors (buffers start aligned; e is a multiple of v)
+            return f"FT_STREAM_STORE({val}, (__global {ct}{v}*)({ptr} + {e}));"
         return f"vstore{v}({val}, 0, {ptr} + {e});"
     if ct == "uchar":
         return f"{ptr}[{e}] = (uchar)({val} != 0);"
     return f"{ptr}[{e}] = {val};"
 
 
-def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, vec: int = VEC) -> tuple[str, list]:
-    """Source of one fused elementwise kernel; returns (source, input vars)."""
+def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, vec: int = VEC,
+                       streaming: bool = False) -> tuple[str, list]:
+    """Source of one fused elementwise kernel; returns (source, input vars).  ``streaming``: the
+    outputs bypass the caches (non-temporal stores), for kernels whose data outgrow them."""
     inputs = group_inputs(group)
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     out_names = {v: f"out{i}" for i, v in enumerate(outputs)}
@@ -480,7 +484,7 @@ def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, v
         w = ExprWriter(True, in_names, accesses, vec, tail)  # scalar loop there: 15% slower overall)
         for eqn in group.eqns:
             w.emit(eqn, "base")
-        stores = [_store(w, v, out_names[v], "base") for v in outputs]
+        stores = [_store(w, v, out_names[v], "base", streaming and not tail) for v in outputs]
         bodies.append("\n        ".join(w.lines + stores))
     tail = f""" else if (base < n) {{
         {bodies[1]}
