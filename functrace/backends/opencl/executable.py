@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
-from ...optimize import _size, analyze
+from ...optimize import _nbytes, _size, analyze
 from .fusion import (CTYPE, REDUCTIONS, VIEW_PRIMS, Group, View, _reduce_combine, access_for,
                      column_reduction_kernel, elementwise_kernel, f32_helpers, fusable, leading_axes,
                      reduction_kernel, view_after)
@@ -414,7 +414,7 @@ def _streaming(rt, values: list) -> bool:
     if rt is None or not rt.is_cpu:
         return False
     cache = cache_bytes(rt)
-    return cache > 0 and sum(_size(v.aval.shape) * v.aval.dtype.itemsize for v in values) > cache
+    return cache > 0 and sum(_nbytes(v.aval) for v in values) > cache
 
 
 def cache_bytes(rt) -> int:

@@ -98,8 +98,9 @@ _SHARED: dict = {}          # (runtime id, dtype, bias, act) -> (runtime, progra
 _LAUNCH_LOCK = threading.Lock()  # shared cl.Kernel objects: set-args + enqueue must not interleave
 
 
-def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
-    """The kernels of the shared matmul program for this variant (built once per runtime)."""
+def _shared(rt, dtype, bias: bool, act: str) -> tuple:
+    """(program, {kernel name: Kernel}) of the shared matmul program for this variant (built once
+    per runtime)."""
     key = (id(rt), np.dtype(dtype).name, bool(bias), act)
     entry = _SHARED.get(key)
     if entry is None or entry[0] is not rt:
@@ -110,14 +111,18 @@ def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
         if not bias and act == "none":
             names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
         entry = _SHARED[key] = (rt, prog, {n: rt.kernel(prog, n) for n in names})
-    return entry[2]
+    return entry[1:]
+
+
+def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
+    """The kernels of the shared matmul program for this variant."""
+    return _shared(rt, dtype, bias, act)[1]
 
 
 def keep_shared_binary(rt, dtype, bias: bool, act: str) -> None:
     """Cache the device binary of a shared matmul program that a measured shape chose: later
     processes load it in ~2 ms instead of rebuilding it (~30 ms) at their first call."""
-    shared_kernels(rt, dtype, bias, act)
-    rt.keep_binary(_SHARED[(id(rt), np.dtype(dtype).name, bool(bias), act)][1])
+    rt.keep_binary(_shared(rt, dtype, bias, act)[0])
 
 
 def kernel_name(dtype, bias: bool = False, act: str = "none") -> str:
