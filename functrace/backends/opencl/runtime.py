@@ -294,20 +294,22 @@ def cache_dir() -> str:
 
 
 class Kernel:
-    """A ``cl.Kernel`` that declares its scalar argument types, from the numpy scalars of its first
-    launch: pyopencl then packs them itself.  Undeclared, pyopencl takes ~9 us per scalar argument
-    and launch (measured with PoCL: a 16-argument matmul launch 104 -> 5 us)."""
+    """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
+    and making one costs ~0.4 ms on PoCL) that declares its scalar argument types from the numpy
+    scalars of that launch: pyopencl then packs them itself.  Undeclared, pyopencl takes ~9 us per
+    scalar argument and launch (measured with PoCL: a 16-argument matmul launch 104 -> 5 us)."""
 
-    __slots__ = ("_kernel", "_launch")
+    __slots__ = ("_cl", "_program", "_name", "_launch")
 
     def __init__(self, cl, program, name: str):
-        self._kernel = cl.Kernel(program, name)
+        self._cl, self._program, self._name = cl, program, name
         self._launch = self._first_launch
 
     def _first_launch(self, queue, global_size, local_size, *args):
-        self._kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
-        self._launch = self._kernel
-        return self._kernel(queue, global_size, local_size, *args)
+        kernel = self._cl.Kernel(self._program, self._name)
+        kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
+        self._launch = kernel
+        return kernel(queue, global_size, local_size, *args)
 
     def __call__(self, queue, global_size, local_size, *args):
         return self._launch(queue, global_size, local_size, *args)
