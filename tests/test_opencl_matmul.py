@@ -24,9 +24,10 @@ DTYPES = [np.float32, np.float64]
 EPS = {np.float32: np.finfo(np.float32).eps, np.float64: np.finfo(np.float64).eps}
 
 # (M, K, N): 1, 7, 127 and ~1000 in every position (flops kept small); (33, 77, 64): whole
-# panels with a K that is not a multiple of the 8-row transposes (their tail in the packing)
+# panels with a K that is not a multiple of the 8-row transposes (their tail in the packing);
+# (17, 1300, 40): K beyond mm.ONE_CHUNK_K, in chunks (the last one short)
 SHAPES = [(1, 1, 1), (7, 7, 7), (1, 127, 1000), (1000, 127, 1), (127, 1000, 7), (7, 1, 127),
-          (1000, 7, 127), (129, 257, 65), (64, 1000, 96), (33, 77, 64), (1, 1000, 1)]
+          (1000, 7, 127), (129, 257, 65), (64, 1000, 96), (33, 77, 64), (17, 1300, 40), (1, 1000, 1)]
 
 # the four storage layouts of op(A) (M x K) and op(B) (K x N)
 VARIANTS = {
@@ -218,9 +219,10 @@ def _launch_ctx():
 def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
     if impl == "blas on mapped buffers":  # a CPU device without unified memory: BLAS maps the buffers
         monkeypatch.setattr(rt, "unified", False)
+    monkeypatch.setattr(mm, "ONE_CHUNK_K", 128)  # K = 300: two K chunks, the epilogue after the last
     variants = [(True, "relu"), (False, "tanh")]
     lowered = {}
-    for m, k, n in [(7, 7, 7), (130, 300, 47), (1, 127, 33), (64, 33, 1)]:  # K = 300: two K chunks
+    for m, k, n in [(7, 7, 7), (130, 300, 47), (1, 127, 33), (64, 33, 1)]:
         spec = mm.MatmulSpec(1, m, n, k, False, False, np.dtype(dtype))
         for bias, act in variants:
             with mm.forced_mode(impl.split()[0]):
