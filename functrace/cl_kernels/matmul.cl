@@ -45,6 +45,18 @@
 #define MM_WITH_MV 1
 #endif
 
+/* a prefetch hint (rw 0 read, 1 write) where the compiler has one (clang-based drivers: PoCL) */
+#ifndef MM_PREFETCH
+#  if defined(__has_builtin)
+#    if __has_builtin(__builtin_prefetch)
+#      define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3);
+#    endif
+#  endif
+#  ifndef MM_PREFETCH
+#    define MM_PREFETCH(p, rw)
+#  endif
+#endif
+
 #define MM_TM 8                                   /* fixed: MM_KSTEP below spells out 8 rows */
 #define MM_TN (2 * MM_VW)
 #define MM_PKW 64                                 /* k rows per packing work-item */
@@ -149,6 +161,10 @@ void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __globa
     } else if (full) {                            /* B[N][K]: 8x8 transposes in registers */
         /* 8 rows at a time: all TN rows at once map to too few L1 sets when K is a power of two */
         const int kfull = kbeg + (kend - kbeg) / 8 * 8;
+        if (kend < K)                             /* the next work-item's part of these rows */
+            for (int j = 0; j < MM_TN; j++)
+                for (int c = 0; c < MM_PKW; c += MM_VW)
+                    MM_PREFETCH(B + (long)(n0 + j) * K + kend + c, 0)
         for (int g = 0; g < MM_TN; g += 8)
             for (k = kbeg; k < kfull; k += 8)
                 MM_TRANSPOSE8(B + (long)(n0 + g) * K, K, k, dst + (long)k * MM_TN + g, MM_TN);
@@ -294,15 +310,8 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 /* The last tile of each Bp panel fetches the next panel's rows while it computes: a training step
  * leaves B in L3, and its first touch (rows ldb apart) stalled the first tile of every panel
  * (measured in an MLP step: 128x784x512 1.05 -> 1.02 ms, 128x512x512 0.70 -> 0.685 ms). */
-#if defined(__has_builtin)
-#  if __has_builtin(__builtin_prefetch)
-#    define MM_PREFETCH_B(off) __builtin_prefetch(bp + panel_stride + (off) * ldb, 0, 3); \
-                               __builtin_prefetch(bp + panel_stride + (off) * ldb + MM_VW, 0, 3);
-#  endif
-#endif
-#ifndef MM_PREFETCH_B
-#  define MM_PREFETCH_B(off)
-#endif
+#define MM_PREFETCH_B(off) MM_PREFETCH(bp + panel_stride + (off) * ldb, 0) \
+                           MM_PREFETCH(bp + panel_stride + (off) * ldb + MM_VW, 0)
 
 /* C[b] (M x N) = epilogue(Ap[b] . Bp[b]).  Grid (ceil(M/(TM*mcb)), ceil(N/(TN*ncb)), batch); each
  * work-item computes mcb x ncb micro-tiles of TM x TN, in K chunks of kc (see the top of the file).
@@ -352,20 +361,16 @@ inline void MM_PASTE(MM_NAME, _body)(MM_PARAMS, const int ai, const int ak)
                         c1[i] = MM_VLOAD(1, t);
                     }
                 }
-#if defined(__has_builtin)
-#  if __has_builtin(__builtin_prefetch)
                 /* C's lines are fetched (for writing) while the tile computes: written cold at the
                  * end, a K = 128 product (A^T B of a backward pass) stalled on C's misses, 1.2x
                  * slower than OpenBLAS in a training step (which prefetches C too) */
                 if (first && full) {
                     #pragma unroll
                     for (int i = 0; i < MM_TM; i++) {
-                        __builtin_prefetch(cp + (long)i * N, 1, 3);
-                        __builtin_prefetch(cp + (long)i * N + MM_VW, 1, 3);
+                        MM_PREFETCH(cp + (long)i * N, 1)
+                        MM_PREFETCH(cp + (long)i * N + MM_VW, 1)
                     }
                 }
-#  endif
-#endif
                 const __global MM_REAL* a = Ap + (long)mb * a_panel + (long)pc * ak;
                 const __global MM_REAL* bp = bpanel;
                 int k = 0;
