@@ -14,34 +14,44 @@ def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func:
 
 register_pytree_node(tuple, lambda t: (t, None), lambda _, c: tuple(c))
 register_pytree_node(list, lambda l: (l, None), lambda _, c: list(c))
-register_pytree_node(dict, lambda d: ([d[k] for k in sorted(d)], tuple(sorted(d))),
-                     lambda keys, c: dict(zip(keys, c)))
+def _flatten_dict(d: dict) -> tuple[list, tuple]:
+    keys = sorted(d)
+    return [d[k] for k in keys], tuple(keys)
+
+
+register_pytree_node(dict, _flatten_dict, lambda keys, c: dict(zip(keys, c)))
 register_pytree_node(type(None), lambda n: ((), None), lambda _, c: None)
 
 
 class PyTreeDef:
     """The structure of a pytree (hashable, so it can key a compilation cache)."""
 
-    __slots__ = ("node_type", "aux", "children", "num_leaves", "_hash")
+    __slots__ = ("node_type", "aux", "children", "num_leaves", "_key", "_hash")
 
-    def __init__(self, node_type, aux, children: tuple):
+    def __init__(self, node_type, aux, children: tuple, num_leaves: int | None = None):
         self.node_type = node_type
         self.aux = aux
         self.children = children
-        self.num_leaves = 1 if node_type is None else sum(c.num_leaves for c in children)
+        self.num_leaves = num_leaves if num_leaves is not None else (
+            1 if node_type is None else sum(c.num_leaves for c in children))
+        # the whole structure as nested tuples: hashed and compared by C code (a jitted call
+        # looks its structure up in a cache on every call)
+        self._key = None if node_type is None else (node_type, aux, tuple([c._key for c in children]))
         self._hash = None
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, PyTreeDef) and self.node_type is other.node_type
-                and self.aux == other.aux and self.children == other.children)
+        return isinstance(other, PyTreeDef) and self._key == other._key
 
     def __hash__(self) -> int:
         if self._hash is None:
             try:
-                aux_hash = hash(self.aux)
-            except TypeError:  # unhashable aux data: fall back to identity
-                aux_hash = id(self.aux)
-            self._hash = hash((self.node_type, aux_hash, self.children))
+                self._hash = hash(self._key)
+            except TypeError:  # unhashable aux data somewhere: fall back to identities
+                try:
+                    aux_hash = hash(self.aux)
+                except TypeError:
+                    aux_hash = id(self.aux)
+                self._hash = hash((self.node_type, aux_hash, self.children))
         return self._hash
 
     def __repr__(self) -> str:
@@ -77,11 +87,19 @@ def _flatten_into(x, is_leaf: Callable | None, leaves: list) -> PyTreeDef:
     if h is None:
         leaves.append(x)
         return _LEAF
-    children, aux = h[0](x)
     node_type = type(x)
+    children, aux = (x, None) if node_type is tuple or node_type is list else h[0](x)
     if node_type not in _registry:  # namedtuple: remember the handlers with the type
         aux = (node_type, aux)
-    return PyTreeDef(node_type, aux, tuple(_flatten_into(c, is_leaf, leaves) for c in children))
+    start = len(leaves)
+    kids = []
+    for c in children:
+        if is_leaf is None and type(c) not in _registry and not isinstance(c, tuple):  # a leaf, inline
+            leaves.append(c)
+            kids.append(_LEAF)
+        else:
+            kids.append(_flatten_into(c, is_leaf, leaves))
+    return PyTreeDef(node_type, aux, tuple(kids), len(leaves) - start)
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable) -> Any:
