@@ -14,6 +14,8 @@ def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func:
 
 register_pytree_node(tuple, lambda t: (t, None), lambda _, c: tuple(c))
 register_pytree_node(list, lambda l: (l, None), lambda _, c: list(c))
+
+
 def _flatten_dict(d: dict) -> tuple[list, tuple]:
     keys = sorted(d)
     return [d[k] for k in keys], tuple(keys)

@@ -239,6 +239,25 @@ def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
         assert ("bias" in low.label) == bias and (act == "none" or act in low.label)
 
 
+def test_matmul_without_a_prefetch_builtin(monkeypatch):
+    """A compiler without ``__builtin_prefetch`` gets ``MM_PREFETCH`` as a no-op statement: the
+    programs still build and give the same products (B read in place over several panels per
+    work-item, transposed packing over several work-items, a bias epilogue)."""
+    source = mm.matmul_source
+    monkeypatch.setattr(mm, "matmul_source",
+                        lambda *a, **k: "#define MM_PREFETCH(p, rw) ((void)0)\n" + source(*a, **k))
+    monkeypatch.setattr(mm, "_SHARED", {})  # the shared programs are built again, with the no-op
+    ctx = _launch_ctx()
+    for m, k, n, tb, bias in [(256, 150, 96, False, True), (17, 200, 64, True, False)]:
+        spec = mm.MatmulSpec(1, m, n, k, False, tb, np.dtype(np.float32))
+        low = mm.lower_matmul(spec, rt, bias=bias)
+        a, b, c = rand((m, k), np.float32), rand((k, n), np.float32), rand((n,), np.float32)
+        ins = [rt.to_device(a), rt.to_device(np.ascontiguousarray(b.T) if tb else b)]
+        (out,) = low.run(ctx, ins + ([rt.to_device(c)] if bias else []))
+        want = a.astype(np.float64) @ b + (c if bias else 0)
+        np.testing.assert_allclose(np.asarray(out).reshape(m, n), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("impl", ["opencl", "blas"])
 def test_programs_fuse_bias_and_activation_into_the_matmul(impl):
     """``act(x @ w + b)`` in a program is one matmul step with the epilogue (tanh, max(., 0), or

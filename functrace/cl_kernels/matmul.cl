@@ -49,11 +49,11 @@
 #ifndef MM_PREFETCH
 #  if defined(__has_builtin)
 #    if __has_builtin(__builtin_prefetch)
-#      define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3);
+#      define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
 #    endif
 #  endif
 #  ifndef MM_PREFETCH
-#    define MM_PREFETCH(p, rw)
+#    define MM_PREFETCH(p, rw) ((void)0)
 #  endif
 #endif
 
@@ -164,7 +164,7 @@ void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __globa
         if (kend < K)                             /* the next work-item's part of these rows */
             for (int j = 0; j < MM_TN; j++)
                 for (int c = 0; c < MM_PKW; c += MM_VW)
-                    MM_PREFETCH(B + (long)(n0 + j) * K + kend + c, 0)
+                    MM_PREFETCH(B + (long)(n0 + j) * K + kend + c, 0);
         for (int g = 0; g < MM_TN; g += 8)
             for (k = kbeg; k < kfull; k += 8)
                 MM_TRANSPOSE8(B + (long)(n0 + g) * K, K, k, dst + (long)k * MM_TN + g, MM_TN);
@@ -310,8 +310,8 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 /* The last tile of each Bp panel fetches the next panel's rows while it computes: a training step
  * leaves B in L3, and its first touch (rows ldb apart) stalled the first tile of every panel
  * (measured in an MLP step: 128x784x512 1.05 -> 1.02 ms, 128x512x512 0.70 -> 0.685 ms). */
-#define MM_PREFETCH_B(off) MM_PREFETCH(bp + panel_stride + (off) * ldb, 0) \
-                           MM_PREFETCH(bp + panel_stride + (off) * ldb + MM_VW, 0)
+#define MM_PREFETCH_B(off) MM_PREFETCH(bp + panel_stride + (off) * ldb, 0); \
+                           MM_PREFETCH(bp + panel_stride + (off) * ldb + MM_VW, 0);
 
 /* C[b] (M x N) = epilogue(Ap[b] . Bp[b]).  Grid (ceil(M/(TM*mcb)), ceil(N/(TN*ncb)), batch); each
  * work-item computes mcb x ncb micro-tiles of TM x TN, in K chunks of kc (see the top of the file).
@@ -367,8 +367,8 @@ inline void MM_PASTE(MM_NAME, _body)(MM_PARAMS, const int ai, const int ak)
                 if (first && full) {
                     #pragma unroll
                     for (int i = 0; i < MM_TM; i++) {
-                        MM_PREFETCH(cp + (long)i * N, 1)
-                        MM_PREFETCH(cp + (long)i * N + MM_VW, 1)
+                        MM_PREFETCH(cp + (long)i * N, 1);
+                        MM_PREFETCH(cp + (long)i * N + MM_VW, 1);
                     }
                 }
                 const __global MM_REAL* a = Ap + (long)mb * a_panel + (long)pc * ak;

@@ -295,9 +295,10 @@ def cache_dir() -> str:
 
 class Kernel:
     """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
-    and making one costs ~0.4 ms on PoCL) that declares its scalar argument types from the numpy
-    scalars of that launch: pyopencl then packs them itself.  Undeclared, pyopencl takes ~9 us per
-    scalar argument and launch (measured with PoCL: a 16-argument matmul launch 104 -> 5 us)."""
+    and PoCL takes ~0.7 ms to make each kernel the first time in a process) that declares its
+    scalar argument types from the numpy scalars of that launch: pyopencl then packs them itself.
+    Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
+    16-argument matmul launch 104 -> 5 us)."""
 
     __slots__ = ("_cl", "_program", "_name", "_launch")
 
