@@ -10,7 +10,7 @@ from .batching import vmap
 from .jit import jit
 from . import lax
 from . import nn
-from .backends.opencl.runtime import Array, devices, device_put
+from .backends.opencl.runtime import Array, block_until_ready, devices, device_put
 from .custom import custom_jvp, custom_vjp, checkpoint, checkpoint_policies, remat
 from . import numpy
 from . import test_util
@@ -18,7 +18,7 @@ from . import test_util
 __version__ = "0.1.0"
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
-           "stop_gradient", "vmap", "jit", "lax", "nn", "Array", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
+           "stop_gradient", "vmap", "jit", "lax", "nn", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
            "UnexpectedTracerError"]

@@ -284,6 +284,20 @@ def test_device_put_keeps_a_training_loop_on_the_device():
         ft.device_put(np.ones(2, complex))
 
 
+def test_block_until_ready_waits_for_a_whole_tree(monkeypatch):
+    """``ft.block_until_ready(tree)`` (as ``jax.block_until_ready``): one wait per runtime for all
+    the tree's device arrays, other leaves untouched, the tree itself returned."""
+    f = ft.jit(lambda x: {"y": (x * 2.0, x + 1.0), "n": 3}, backend="opencl")
+    out = f(rt.to_device(np.arange(5.0, dtype=np.float32)))
+    waits = []
+    monkeypatch.setattr(rt, "finish", lambda: waits.append(1) or cl_runtime.Runtime.finish(rt))
+    tree = {"out": out, "host": np.ones(2), "none": None}
+    assert ft.block_until_ready(tree) is tree
+    assert len(waits) == 1
+    assert ft.block_until_ready(np.ones(3)).shape == (3,) and len(waits) == 1  # no device arrays: no wait
+    np.testing.assert_array_equal(np.asarray(out["y"][0]), np.arange(5.0) * 2.0)
+
+
 def test_dropped_outputs_return_to_the_pool_at_once(monkeypatch):
     """Without waiting for Python's cycle collector (pytree flattening once kept outputs in a
     reference cycle: every call then allocated, and page-faulted, fresh output memory)."""

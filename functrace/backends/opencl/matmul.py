@@ -105,7 +105,7 @@ _LAUNCH_LOCK = threading.Lock()  # shared cl.Kernel objects: set-args + enqueue 
 def _shared(rt, dtype, bias: bool, act: str) -> tuple:
     """(program, {kernel name: Kernel}) of the shared matmul program for this variant (built once
     per runtime)."""
-    key = (id(rt), np.dtype(dtype).name, bool(bias), act)
+    key = (id(rt), np.dtype(dtype), bool(bias), act)  # the dtype itself: its .name is slow to get
     entry = _SHARED.get(key)
     if entry is None or entry[0] is not rt:
         prog = rt.program("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + matmul_source(dtype, bias, act))

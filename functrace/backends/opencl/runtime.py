@@ -462,6 +462,15 @@ def device_put(tree):
     return tree_map(put, tree)
 
 
+def block_until_ready(tree):
+    """Wait until every ``ft.Array`` in ``tree`` is computed (like ``jax.block_until_ready``):
+    one wait per runtime, however many arrays.  Returns ``tree``."""
+    from ...tree_util import tree_leaves
+    for rt in {id(a.runtime): a.runtime for a in tree_leaves(tree) if isinstance(a, Array)}.values():
+        rt.finish()
+    return tree
+
+
 def forget_runtime() -> None:
     """Choose the device again at the next ``get_runtime`` (after one proved unusable)."""
     with _lock:
