@@ -489,7 +489,7 @@ def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
             ct = CTYPE[v.aval.dtype]
             if v in made and v not in needed:
                 ptr[v] = f"((__global {ct}*)(scratch + {scratch}))"
-                scratch += -(-_size(v.aval.shape) * v.aval.dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+                scratch += -(-_nbytes(v.aval) // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
             else:
                 ptr[v] = f"b{len(args)}"
                 args.append(v)
