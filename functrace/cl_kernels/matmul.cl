@@ -161,10 +161,10 @@ void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __globa
     } else if (full) {                            /* B[N][K]: 8x8 transposes in registers */
         /* 8 rows at a time: all TN rows at once map to too few L1 sets when K is a power of two */
         const int kfull = kbeg + (kend - kbeg) / 8 * 8;
-        if (kend < K)                             /* the next work-item's part of these rows */
-            for (int j = 0; j < MM_TN; j++)
-                for (int c = 0; c < MM_PKW; c += MM_VW)
-                    MM_PREFETCH(B + (long)(n0 + j) * K + kend + c, 0);
+        const int knext = min(kend + MM_PKW, K);  /* the next work-item's part of these rows */
+        for (int j = 0; j < MM_TN; j++)
+            for (int c = kend; c < knext; c += MM_VW)
+                MM_PREFETCH(B + (long)(n0 + j) * K + c, 0);
         for (int g = 0; g < MM_TN; g += 8)
             for (k = kbeg; k < kfull; k += 8)
                 MM_TRANSPOSE8(B + (long)(n0 + g) * K, K, k, dst + (long)k * MM_TN + g, MM_TN);
@@ -460,6 +460,7 @@ void MM_PASTE(MM_NAME, _acols)(MM_PARAMS) { MM_PASTE(MM_NAME, _body)(MM_ARGS, 1,
 #undef MM_TANH1
 #undef MM_FMA_ROW
 #undef MM_KSTEP
+#undef MM_PREFETCH_B                                /* MM_PREFETCH stays: defined once, guarded */
 #undef MM_PASTE_
 #undef MM_PASTE
 #undef MM_NAME3_
