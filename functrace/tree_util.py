@@ -14,7 +14,6 @@ def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func:
 
 register_pytree_node(tuple, lambda t: (t, None), lambda _, c: tuple(c))
 register_pytree_node(list, lambda l: (l, None), lambda _, c: list(c))
-_SEQUENCE_HANDLERS = (_registry[tuple], _registry[list])  # flattened inline while still registered
 
 
 def _flatten_dict(d: dict) -> tuple[list, tuple]:
@@ -91,7 +90,7 @@ def _flatten_into(x, is_leaf: Callable | None, leaves: list) -> PyTreeDef:
         leaves.append(x)
         return _LEAF
     node_type = type(x)
-    children, aux = (x, None) if h is _SEQUENCE_HANDLERS[0] or h is _SEQUENCE_HANDLERS[1] else h[0](x)
+    children, aux = h[0](x)
     if node_type not in _registry:  # namedtuple: remember the handlers with the type
         aux = (node_type, aux)
     start = len(leaves)
