@@ -646,6 +646,75 @@ def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
     np.testing.assert_allclose(out, np.sin(x) * 2.0)
 
 
+def test_the_wide_vector_probe_passes_on_this_device(monkeypatch, tmp_path):
+    """The child-process probe (512-bit vector code built and run) on the device the suite uses:
+    a sound driver passes, and the verdict is kept on disk."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    assert cl_runtime.crash_reason(rt.device, force=True) is None
+    assert [p.read_text() for p in (tmp_path / "opencl").glob("wide-*")] == ["ok"]
+
+
+class _FakeDevice:
+    def __init__(self, platform: str, version: str, width: int = 16, cpu: bool = True):
+        self.platform = type("Platform", (), {"name": platform, "version": version})()
+        self.type = rt.cl.device_type.CPU if cpu else rt.cl.device_type.GPU
+        self.preferred_vector_width_float = width
+
+
+def test_which_drivers_are_probed_in_a_child_process():
+    pocl = "Portable Computing Language"
+    assert cl_runtime._may_crash_process(_FakeDevice(pocl, "OpenCL 3.0 PoCL 3.0-rc2  Linux, Release, LLVM 14.0.6"))
+    assert cl_runtime._may_crash_process(_FakeDevice(pocl, "OpenCL 1.2 pocl 1.8 LLVM 11.1.0"))
+    assert not cl_runtime._may_crash_process(_FakeDevice(pocl, "OpenCL 3.0 PoCL 3.1+debian LLVM 15.0.6"))
+    assert not cl_runtime._may_crash_process(_FakeDevice(pocl, "OpenCL 3.0 PoCL 3.0 LLVM 14.0.6", width=8))
+    assert not cl_runtime._may_crash_process(_FakeDevice(pocl, "OpenCL 3.0 PoCL 3.0 LLVM 14.0.6", cpu=False))
+    assert not cl_runtime._may_crash_process(_FakeDevice("NVIDIA CUDA", "OpenCL 3.0 CUDA 12.4"))
+
+
+def test_a_device_that_would_crash_the_process_is_skipped_or_refused(monkeypatch, tmp_path):
+    """A driver that may abort the process (PoCL with LLVM 14 on a CPU newer than it) is probed
+    in a child process before any build here: when the child dies, the default choice skips the
+    device with a warning naming the reason and jit runs on numpy; a device the user chose is
+    refused with a clear error; the verdict is kept on disk, so later processes do not probe."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cl_runtime, "_may_crash_process", lambda device: True)
+    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", "import os, sys; print('LLVM ERROR: Cannot select', file=sys.stderr); sys.stderr.flush(); os.abort()")
+    monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    x = RNG.standard_normal(5000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ft.jit(lambda x: fnp.sin(x) * 2.0, backend="opencl")(x)
+    messages = [str(w.message) for w in caught]
+    assert any("skipping OpenCL device" in m and "SIGABRT" in m and "LLVM ERROR: Cannot select" in m
+               for m in messages), messages
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, np.sin(x) * 2.0)
+    (marker,) = (tmp_path / "opencl").glob("wide-*")
+    assert "SIGABRT" in marker.read_text()
+
+    def no_probe(device):
+        raise AssertionError("probed again although the verdict is on disk")
+    monkeypatch.setattr(cl_runtime, "_run_wide_probe", no_probe)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    ft.config.update("device", "0")
+    try:
+        with pytest.raises(cl_runtime.DeviceUnusable, match="would crash the process.*SIGABRT"):
+            ft.jit(lambda x: x + 1.0, backend="opencl")(x)
+    finally:
+        ft.config.update("device", None)
+        cl_runtime._state.clear()
+
+
+def test_a_probe_that_hangs_counts_as_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", "import time; time.sleep(30)")
+    monkeypatch.setattr(cl_runtime, "WIDE_PROBE_SECONDS", 0.5)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    assert "did not finish" in cl_runtime.crash_reason(rt.device, force=True)
+
+
 def test_bad_device_choice(monkeypatch):
     monkeypatch.setattr(cl_runtime, "_state", {})
     ft.config.update("device", "no-such-device")

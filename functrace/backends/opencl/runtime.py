@@ -50,7 +50,109 @@ _PROBE = "__kernel void probe(__global float* a) { a[get_global_id(0)] += 1.0f; 
 
 
 class DeviceUnusable(RuntimeError):
-    """The device's compiler fails on every program (a one-line probe kernel included)."""
+    """The device's compiler fails on every program (a one-line probe kernel included), or would
+    crash the process on the wide vector code functrace generates."""
+
+
+# 512-bit vector math as functrace's kernels use it (float16 lanes with builtins, double8)
+_WIDE_PROBE = """
+__kernel void probe_f(__global float* a) {
+    const size_t i = get_global_id(0);
+    const float16 x = vload16(i, a);
+    vstore16(native_sin(x) * x + exp(x), i, a);
+}
+#ifdef PROBE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void probe_d(__global double* a) {
+    const size_t i = get_global_id(0);
+    const double8 x = vload8(i, a);
+    vstore8(x * x + 1.0, i, a);
+}
+#endif
+"""
+
+# run in a child process: argv = platform index, device index, fp64 (0/1), probe source
+_WIDE_PROBE_CHILD = """
+import sys, numpy as np, pyopencl as cl
+device = cl.get_platforms()[int(sys.argv[1])].get_devices()[int(sys.argv[2])]
+fp64 = sys.argv[3] == "1"
+ctx = cl.Context([device])
+queue = cl.CommandQueue(ctx)
+prg = cl.Program(ctx, sys.argv[4]).build(options="-DPROBE_FP64" if fp64 else "")
+for name, dtype, lanes in [("probe_f", np.float32, 16)] + ([("probe_d", np.float64, 8)] if fp64 else []):
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=np.linspace(-2.0, 2.0, 256).astype(dtype))
+    getattr(prg, name)(queue, (256 // lanes,), None, buf)
+queue.finish()
+"""
+WIDE_PROBE_SECONDS = 30.0  # a broken compiler may also hang (a sound one builds the probe in ~1 s)
+
+
+def _may_crash_process(device) -> bool:
+    """A PoCL built with LLVM 14 or older on a CPU with 512-bit vectors: on CPUs newer than that
+    LLVM it aborts or crashes the whole process compiling such code (measured with the PoCL of
+    pocl-binary-distribution 3.0 on AMD Zen 4: "LLVM ERROR: Cannot select" for a float16
+    ``sin``, a segfault for double8 ``x * x + 1``), which no exception can report."""
+    import re
+    llvm = re.search(r"LLVM (\d+)\.", device.platform.version or "")
+    return ("Portable Computing Language" in device.platform.name and llvm is not None
+            and int(llvm.group(1)) <= 14 and bool(device.type & _cl().device_type.CPU)
+            and device.preferred_vector_width_float >= 16)
+
+
+def _crash_marker(device) -> str:
+    return os.path.join(cache_dir(), "wide-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
+
+
+def crash_reason(device, force: bool = False) -> str | None:
+    """Why compiling functrace's kernels would crash the process on ``device`` (None: it would
+    not).  Only drivers known to crash that way (any, with ``force``) are asked, by building and
+    running a probe in a child process, once per device and driver: the verdict ("ok" or the
+    reason) is kept on disk."""
+    key = ("crash", device.int_ptr)
+    if key in _state and not force:
+        return _state[key]
+    if not force and not _may_crash_process(device):
+        _state[key] = None
+        return None
+    marker = _crash_marker(device)
+    try:
+        with open(marker, encoding="utf-8") as f:
+            verdict = "" if force else f.read()
+    except OSError:
+        verdict = ""
+    if not verdict:
+        verdict = _run_wide_probe(device)
+        try:
+            _atomic_write(marker, verdict.encode())
+        except OSError:
+            pass  # a later process probes again
+    _state[key] = None if verdict == "ok" else verdict
+    return _state[key]
+
+
+def _run_wide_probe(device) -> str:
+    """"ok", or how a child process building and running ``_WIDE_PROBE`` on ``device`` failed."""
+    import signal
+    import subprocess
+    import sys
+    cl = _cl()
+    index = next((pi, di) for pi, p in enumerate(cl.get_platforms())
+                 for di, d in enumerate(p.get_devices()) if d == device)
+    fp64 = "cl_khr_fp64" in device.extensions
+    cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, str(index[0]), str(index[1]), str(int(fp64)), _WIDE_PROBE]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=WIDE_PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"a probe compiling 512-bit vector code did not finish in {WIDE_PROBE_SECONDS:.0f} s"
+    except OSError:
+        return "ok"  # no child process possible here: trust the device, as any other
+    if done.returncode == 0:
+        return "ok"
+    how = (f"was killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
+           else f"exited with status {done.returncode}")
+    last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), "")
+    return f"a probe compiling 512-bit vector code in a child process {how}" + (f" ({last[:200]})" if last else "")
 
 
 def _marker(device) -> str:
@@ -94,19 +196,33 @@ def _choose(devs: list):
     if want is None or want == "":
         # GPUs first, then the listed order, without a probe build (~0.5 s on a cold PoCL
         # cache): a device whose first program fails to build is probed then, and if the probe
-        # fails too it is dropped (DeviceUnusable; compile_for moves on to the next device)
+        # fails too it is dropped (DeviceUnusable; compile_for moves on to the next device).  A
+        # driver that may crash the process instead is probed first, in a child process.
         gpu = _cl().device_type.GPU
-        return next((d for d in sorted(devs, key=lambda d: not d.type & gpu)
-                     if _state.get(("usable", d.int_ptr)) is not False), None)
+        for d in sorted(devs, key=lambda d: not d.type & gpu):
+            if _state.get(("usable", d.int_ptr)) is False:
+                continue
+            reason = crash_reason(d)
+            if reason is None:
+                return d
+            warnings.warn(f"functrace: skipping OpenCL device {d.name!r} ({d.platform.version}): {reason}",
+                          RuntimeWarning, stacklevel=4)
+        return None
     if isinstance(want, int) or str(want).isdigit():
         i = int(want)
         if not 0 <= i < len(devs):
             raise ValueError(f"functrace device index {i} out of range; devices: {[d.name for d in devs]}")
-        return devs[i]
-    for d in devs:
-        if str(want).lower() in d.name.lower():
-            return d
-    raise ValueError(f"no OpenCL device matches {want!r}; devices: {[d.name for d in devs]}")
+        chosen = devs[i]
+    else:
+        chosen = next((d for d in devs if str(want).lower() in d.name.lower()), None)
+        if chosen is None:
+            raise ValueError(f"no OpenCL device matches {want!r}; devices: {[d.name for d in devs]}")
+    reason = crash_reason(chosen)
+    if reason is not None:
+        raise DeviceUnusable(f"OpenCL device {chosen.name!r} ({chosen.platform.version}) would crash the process: "
+                             f"{reason}. Use another driver for this CPU (e.g. Debian's pocl-opencl-icd, or "
+                             f"PoCL 3.1 or newer with LLVM 15 or newer)")
+    return chosen
 
 
 class Runtime:
@@ -295,7 +411,8 @@ def cache_dir() -> str:
 
 class Kernel:
     """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
-    and PoCL takes ~0.7 ms to make each kernel the first time in a process) that declares its
+    and pyopencl takes 0.15-0.5 ms to make one, ~4 ms for the first in a process: it fetches each
+    kernel's argument-setting code from its own on-disk cache, sqlite) that declares its
     scalar argument types from the numpy scalars of that launch: pyopencl then packs them itself.
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
     16-argument matmul launch 104 -> 5 us)."""
