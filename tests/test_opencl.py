@@ -633,7 +633,7 @@ def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
     def failing_build(self, *args, **kwargs):
         raise RuntimeError("clBuildProgram failed: unknown target CPU 'generic'")
     monkeypatch.setattr(rt.cl.Program, "build", failing_build)
-    monkeypatch.setattr(cl_runtime, "_marker", lambda device: str(tmp_path / "no-marker"))
+    monkeypatch.setattr(cl_runtime, "_marker", lambda device, kind="usable": str(tmp_path / f"no-{kind}"))
     monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])
     monkeypatch.setattr(cl_runtime, "_state", {"want": ft.config.device, "runtime": broken})
     x = RNG.standard_normal(50)

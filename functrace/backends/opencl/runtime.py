@@ -54,6 +54,39 @@ class DeviceUnusable(RuntimeError):
     crash the process on the wide vector code functrace generates."""
 
 
+def _marker(device, kind: str = "usable") -> str:
+    """The cache file keeping a verdict of ``kind`` about this device and driver."""
+    return os.path.join(cache_dir(), f"{kind}-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
+
+
+def _mark_usable(device) -> None:
+    _state[("usable", device.int_ptr)] = True
+    try:
+        _atomic_write(_marker(device), b"ok")
+    except OSError:
+        pass  # only a later process's failure diagnosis costs a probe
+
+
+def usable(device) -> bool:
+    """Can this device compile a kernel?  (Some installed drivers cannot: e.g. a PoCL built with
+    an LLVM that does not know the host CPU fails every build with "unknown target CPU".)  Known
+    once any build succeeded (in this process or, by a marker file, an earlier one); else a
+    probe build answers."""
+    key = ("usable", device.int_ptr)
+    if key not in _state:
+        if os.path.exists(_marker(device)):
+            _state[key] = True
+            return True
+        try:
+            cl = _cl()
+            cl.Program(cl.Context([device]), _PROBE).build()
+        except Exception:
+            _state[key] = False
+            return False
+        _mark_usable(device)
+    return _state[key]
+
+
 # 512-bit vector math as functrace's kernels use it (float16 lanes with builtins, double8)
 _WIDE_PROBE = """
 __kernel void probe_f(__global float* a) {
@@ -100,10 +133,6 @@ def _may_crash_process(device) -> bool:
             and device.preferred_vector_width_float >= 16)
 
 
-def _crash_marker(device) -> str:
-    return os.path.join(cache_dir(), "wide-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
-
-
 def crash_reason(device, force: bool = False) -> str | None:
     """Why compiling functrace's kernels would crash the process on ``device`` (None: it would
     not).  Only drivers known to crash that way (any, with ``force``) are asked, by building and
@@ -115,7 +144,7 @@ def crash_reason(device, force: bool = False) -> str | None:
     if not force and not _may_crash_process(device):
         _state[key] = None
         return None
-    marker = _crash_marker(device)
+    marker = _marker(device, "wide")
     try:
         with open(marker, encoding="utf-8") as f:
             verdict = "" if force else f.read()
@@ -149,42 +178,11 @@ def _run_wide_probe(device) -> str:
         return "ok"  # no child process possible here: trust the device, as any other
     if done.returncode == 0:
         return "ok"
-    how = (f"was killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
-           else f"exited with status {done.returncode}")
+    sig = -done.returncode
+    how = (f"exited with status {done.returncode}" if sig < 0 else
+           f"was killed by {signal.Signals(sig).name if sig in signal.valid_signals() else f'signal {sig}'}")
     last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), "")
     return f"a probe compiling 512-bit vector code in a child process {how}" + (f" ({last[:200]})" if last else "")
-
-
-def _marker(device) -> str:
-    return os.path.join(cache_dir(), "usable-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
-
-
-def _mark_usable(device) -> None:
-    _state[("usable", device.int_ptr)] = True
-    try:
-        _atomic_write(_marker(device), b"ok")
-    except OSError:
-        pass  # only a later process's failure diagnosis costs a probe
-
-
-def usable(device) -> bool:
-    """Can this device compile a kernel?  (Some installed drivers cannot: e.g. a PoCL built with
-    an LLVM that does not know the host CPU fails every build with "unknown target CPU".)  Known
-    once any build succeeded (in this process or, by a marker file, an earlier one); else a
-    probe build answers."""
-    key = ("usable", device.int_ptr)
-    if key not in _state:
-        if os.path.exists(_marker(device)):
-            _state[key] = True
-            return True
-        try:
-            cl = _cl()
-            cl.Program(cl.Context([device]), _PROBE).build()
-        except Exception:
-            _state[key] = False
-            return False
-        _mark_usable(device)
-    return _state[key]
 
 
 def _fingerprint(device) -> str:
