@@ -19,7 +19,7 @@ from .fusion import (CTYPE, REDUCTIONS, VIEW_PRIMS, Group, View, _reduce_combine
                      column_reduction_kernel, elementwise_kernel, f32_helpers, fusable, leading_axes,
                      reduction_kernel, view_after)
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import LaunchContext, _load_builtin_lowerings, lower
+from .lowerings import FP64_PRAGMA, LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
 
 _load_builtin_lowerings()
@@ -566,8 +566,7 @@ __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restr
 
 # FT_STREAM_STORE: a non-temporal vector store where the compiler has one (clang's builtin), else a
 # plain one.  Used by elementwise kernels whose data exceed the device's cache (see _streaming)
-PREAMBLE = """#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#if defined(__has_builtin)
+PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
 #  if __has_builtin(__builtin_nontemporal_store)
 #    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
 #  endif

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 LOWERINGS: dict[str, Callable] = {}
+FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"  # first line of every program
 
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            "cl_kernels")

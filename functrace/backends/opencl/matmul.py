@@ -43,7 +43,7 @@ import numpy as np
 
 from .fusion import View, _contiguous_strides, access_for, f32_helpers
 from .layout import copy_kernel
-from .lowerings import Lowered, kernel_source, register
+from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
 
 TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
 VW = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}   # vector width; TN = 2 * VW columns
@@ -108,7 +108,7 @@ def _shared(rt, dtype, bias: bool, act: str) -> tuple:
     key = (id(rt), np.dtype(dtype), bool(bias), act)  # the dtype itself: its .name is slow to get
     entry = _SHARED.get(key)
     if entry is None or entry[0] is not rt:
-        prog = rt.program("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + matmul_source(dtype, bias, act))
+        prog = rt.program(FP64_PRAGMA + matmul_source(dtype, bias, act))
         sfx = SFX[np.dtype(dtype)]
         names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}"] + [kernel_name(dtype, bias, act) + layout
                                                                    for layout in ("", "_arows", "_acols")]

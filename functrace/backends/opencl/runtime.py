@@ -168,7 +168,7 @@ def _run_wide_probe(device) -> str:
     cl = _cl()
     index = next((pi, di) for pi, p in enumerate(cl.get_platforms())
                  for di, d in enumerate(p.get_devices()) if d == device)
-    fp64 = "cl_khr_fp64" in device.extensions
+    fp64 = _supports_fp64(device)
     cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, str(index[0]), str(index[1]), str(int(fp64)), _WIDE_PROBE]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=WIDE_PROBE_SECONDS)
@@ -183,6 +183,10 @@ def _run_wide_probe(device) -> str:
            f"was killed by {signal.Signals(sig).name if sig in signal.valid_signals() else f'signal {sig}'}")
     last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), "")
     return f"a probe compiling 512-bit vector code in a child process {how}" + (f" ({last[:200]})" if last else "")
+
+
+def _supports_fp64(device) -> bool:
+    return "cl_khr_fp64" in device.extensions or device.double_fp_config != 0
 
 
 def _fingerprint(device) -> str:
@@ -237,7 +241,7 @@ class Runtime:
         self._in_flight: list = []  # host memory that enqueued kernels may still use (see hold)
         self.name = device.name
         self.fingerprint = _fingerprint(device)
-        self.supports_fp64 = "cl_khr_fp64" in device.extensions or device.double_fp_config != 0
+        self.supports_fp64 = _supports_fp64(device)
         self._programs: dict = {}
         self._binary_saved: set = set()  # program keys whose binary is in the disk cache
         # PoCL keeps its own disk cache of built programs (keyed by source, options and device);
