@@ -286,6 +286,17 @@ def test_programs_fuse_bias_and_activation_into_the_matmul(impl):
             assert len(lines) == 1 and label in lines[0], lines
 
 
+def test_saved_decisions_are_per_blas_thread_budget(monkeypatch):
+    """OpenCL-vs-BLAS choices measured under one host-BLAS thread count do not carry over."""
+    for v in mm._BLAS_THREAD_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    paths = {mm._decisions_path(rt)}
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    paths.add(mm._decisions_path(rt))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    paths.add(mm._decisions_path(rt))
+    assert len(paths) == 3
+
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     with mm.forced_mode("blas"):

@@ -389,13 +389,18 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     return "opencl" if min(t_cl) < min(t_blas) else "blas"
 
 
+# the host BLAS's thread budget: decisions measured under another one do not hold
+_BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _decisions_path(rt) -> str:
-    """Per device and per version of the kernels and of this module's launch code (a change to
-    either is measured afresh)."""
+    """Per device, host-BLAS thread settings, and version of the kernels and of this module's
+    launch code (a change to any of them is measured afresh)."""
     from .runtime import cache_dir
     with open(__file__, encoding="utf-8") as f:
         code = f.read()
-    digest = hashlib.sha256((rt.fingerprint + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
+    threads = "|".join(os.environ.get(v, "") for v in _BLAS_THREAD_VARIABLES)
+    digest = hashlib.sha256((rt.fingerprint + threads + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.json")
 
 
