@@ -297,6 +297,31 @@ def test_saved_decisions_are_per_blas_thread_budget(monkeypatch):
     paths.add(mm._decisions_path(rt))
     assert len(paths) == 3
 
+def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, tmp_path):
+    """What one process measured, the next loads (same keys, same timings); an unreadable file
+    only costs a new measurement."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
+    monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_TIMINGS", {})
+    monkeypatch.setattr(mm, "_RUNS", {})
+    monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
+    with mm.forced_mode("auto"):
+        g = ft.jit(lambda x, w: x @ w, backend="opencl")
+        for _ in range(mm.MEASURE_AT_RUN):
+            g(x, w)
+    measured = (dict(mm._DECISIONS), dict(mm._TIMINGS))
+    assert len(measured[0]) == 1
+    for saved in (None, "{not a literal", "[1, 2]", "{('float32',): ('opencl',)}"):
+        if saved is not None:
+            with open(mm._decisions_path(rt), "w") as f:
+                f.write(saved)
+        monkeypatch.setattr(mm, "_DECISIONS", {})
+        monkeypatch.setattr(mm, "_TIMINGS", {})
+        monkeypatch.setattr(rt, "_matmul_choices_loaded", False)
+        mm._load_decisions(rt)
+        assert (mm._DECISIONS, mm._TIMINGS) == (measured if saved is None else ({}, {}))
+
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     with mm.forced_mode("blas"):

@@ -401,33 +401,34 @@ def _decisions_path(rt) -> str:
         code = f.read()
     threads = "|".join(os.environ.get(v, "") for v in _BLAS_THREAD_VARIABLES)
     digest = hashlib.sha256((rt.fingerprint + threads + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
-    return os.path.join(cache_dir(), f"matmul-choices-{digest}.json")
+    return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
 
 def _load_decisions(rt) -> None:
     """The per-shape OpenCL-vs-BLAS decisions measured by earlier processes on this device (so a
-    warm start neither measures nor builds kernels it will not use).  Unreadable: ignored."""
+    warm start neither measures nor builds kernels it will not use).  Unreadable: ignored.  The
+    file is a Python literal (``{key: (impl, opencl s, blas s)}``), read without importing json
+    (~1.5 ms of a warm first call)."""
     if rt is None or getattr(rt, "_matmul_choices_loaded", False):
         return
     rt._matmul_choices_loaded = True
-    import json
+    import ast
     try:
-        with open(_decisions_path(rt)) as f:
-            for key, (impl, t_cl, t_blas) in json.load(f).items():
-                k = tuple(json.loads(key))
-                if impl in ("opencl", "blas"):
-                    _DECISIONS.setdefault(k, impl)
-                    _TIMINGS.setdefault(k, (float(t_cl), float(t_blas)))
-    except (OSError, ValueError, TypeError):
+        with open(_decisions_path(rt), encoding="utf-8") as f:
+            saved = ast.literal_eval(f.read())
+        for key, (impl, t_cl, t_blas) in saved.items():
+            if impl in ("opencl", "blas") and isinstance(key, tuple):
+                _DECISIONS.setdefault(key, impl)
+                _TIMINGS.setdefault(key, (float(t_cl), float(t_blas)))
+    except (OSError, ValueError, TypeError, SyntaxError, AttributeError, MemoryError, RecursionError):
         pass
 
 
 def _save_decisions(rt) -> None:
-    import json
     from .runtime import _atomic_write
-    data = {json.dumps(list(k)): [impl, *_TIMINGS.get(k, (0.0, 0.0))] for k, impl in _DECISIONS.items()}
+    data = {k: (impl, *_TIMINGS.get(k, (0.0, 0.0))) for k, impl in _DECISIONS.items()}
     try:
-        _atomic_write(_decisions_path(rt), json.dumps(data).encode())
+        _atomic_write(_decisions_path(rt), repr(data).encode())
     except OSError:
         pass  # a cache we cannot write only costs a measurement
 
