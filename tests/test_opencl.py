@@ -619,6 +619,16 @@ def test_no_platform_falls_back_to_numpy_with_one_warning(monkeypatch):
     assert sum("no usable OpenCL device" in str(w.message) for w in caught) == 1
 
 
+def _jit_sin_warnings(n: int) -> tuple:
+    """(jit(sin(x) * 2)(x) checked against numpy, the warnings it gave) on n random numbers."""
+    x = RNG.standard_normal(n)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ft.jit(lambda x: fnp.sin(x) * 2.0, backend="opencl")(x)
+    np.testing.assert_allclose(np.asarray(out), np.sin(x) * 2.0)
+    return out, [str(w.message) for w in caught]
+
+
 def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
     """No probe build at start-up: a driver whose compiler fails on everything (e.g. a PoCL whose
     LLVM does not know the CPU) shows at its first build, is confirmed by the probe, and jit
@@ -636,14 +646,9 @@ def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
     monkeypatch.setattr(cl_runtime, "_marker", lambda device, kind="usable": str(tmp_path / f"no-{kind}"))
     monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])
     monkeypatch.setattr(cl_runtime, "_state", {"want": ft.config.device, "runtime": broken})
-    x = RNG.standard_normal(50)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = ft.jit(lambda x: fnp.sin(x) * 2.0, backend="opencl")(x)
-    messages = [str(w.message) for w in caught]
+    out, messages = _jit_sin_warnings(50)
     assert any("cannot build programs" in m and "next OpenCL device" in m for m in messages), messages
     assert any("no usable OpenCL device" in m for m in messages), messages
-    np.testing.assert_allclose(out, np.sin(x) * 2.0)
 
 
 def test_the_wide_vector_probe_passes_on_this_device(monkeypatch, tmp_path):
@@ -660,6 +665,7 @@ class _FakeDevice:
         self.platform = type("Platform", (), {"name": platform, "version": version})()
         self.type = rt.cl.device_type.CPU if cpu else rt.cl.device_type.GPU
         self.preferred_vector_width_float = width
+        self.name, self.int_ptr = "fake", -1
 
 
 def test_which_drivers_are_probed_in_a_child_process():
@@ -672,25 +678,62 @@ def test_which_drivers_are_probed_in_a_child_process():
     assert not cl_runtime._may_crash_process(_FakeDevice("NVIDIA CUDA", "OpenCL 3.0 CUDA 12.4"))
 
 
-def test_a_device_that_would_crash_the_process_is_skipped_or_refused(monkeypatch, tmp_path):
+def _probe_with(monkeypatch, tmp_path, child: str):
+    """crash_reason(rt.device) with ``child`` as the probe's child script; (reason, saved verdicts)."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", child)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    reason = cl_runtime.crash_reason(rt.device, force=True)
+    return reason, [p.read_text() for p in (tmp_path / "opencl").glob("wide-*")]
+
+
+READY = "import os, sys, time; print('ready', flush=True); "
+
+
+@pytest.mark.parametrize("case", ["abort", "build error", "hang", "dies before ready", "cannot start",
+                                  "killed by another signal"])
+def test_what_a_probe_child_process_tells(case, monkeypatch, tmp_path):
+    """The driver's doing (a crash signal, a failed build, a hang once the child holds the
+    device) is a verdict kept on disk, its LLVM error line quoted; anything else (the child cannot
+    start, dies before it holds the device, is killed by another signal) counts for this
+    process only."""
+    import signal
+    child = {
+        "abort": READY + "print('LLVM ERROR: Cannot select: v16i32', file=sys.stderr); "
+                         "print('In function: _Z14_cl_native_sinDv16_f', file=sys.stderr); sys.stderr.flush(); os.abort()",
+        "build error": READY + "raise RuntimeError('clBuildProgram failed: BUILD_PROGRAM_FAILURE')",
+        "hang": READY + "time.sleep(30)",
+        "dies before ready": "import sys; sys.exit('no module named pyopencl')",
+        "cannot start": "",
+        "killed by another signal": READY + f"os.kill(os.getpid(), {int(signal.SIGTERM)})",
+    }[case]
+    if case == "hang":
+        monkeypatch.setattr(cl_runtime, "WIDE_PROBE_SECONDS", 0.5)
+    if case == "cannot start":
+        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+    reason, saved = _probe_with(monkeypatch, tmp_path, child)
+    expected = {"abort": "killed by SIGABRT (LLVM ERROR: Cannot select: v16i32)",
+                "build error": "failed (RuntimeError: clBuildProgram failed",
+                "hang": "did not finish in 0.5 s", "dies before ready": "failed (no module named pyopencl)",
+                "cannot start": "could not start", "killed by another signal": "killed by SIGTERM"}[case]
+    assert expected in reason
+    assert saved == ([reason] if case in ("abort", "build error", "hang") else [])
+
+
+def test_a_device_that_may_crash_the_process_is_skipped_or_refused(monkeypatch, tmp_path):
     """A driver that may abort the process (PoCL with LLVM 14 on a CPU newer than it) is probed
     in a child process before any build here: when the child dies, the default choice skips the
-    device with a warning naming the reason and jit runs on numpy; a device the user chose is
-    refused with a clear error; the verdict is kept on disk, so later processes do not probe."""
+    device with a warning naming the reason (and takes the next, here none: numpy); a device the
+    user chose is refused with a clear error; the verdict is kept on disk, so later processes do
+    not probe."""
     monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cl_runtime, "_may_crash_process", lambda device: True)
-    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", "import os, sys; print('LLVM ERROR: Cannot select', file=sys.stderr); sys.stderr.flush(); os.abort()")
+    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", READY + "os.abort()")
     monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])
     monkeypatch.setattr(cl_runtime, "_state", {})
-    x = RNG.standard_normal(5000)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = ft.jit(lambda x: fnp.sin(x) * 2.0, backend="opencl")(x)
-    messages = [str(w.message) for w in caught]
-    assert any("skipping OpenCL device" in m and "SIGABRT" in m and "LLVM ERROR: Cannot select" in m
-               for m in messages), messages
+    out, messages = _jit_sin_warnings(5000)
+    assert any("skipping OpenCL device" in m and "SIGABRT" in m for m in messages), messages
     assert isinstance(out, np.ndarray)
-    np.testing.assert_allclose(out, np.sin(x) * 2.0)
     (marker,) = (tmp_path / "opencl").glob("wide-*")
     assert "SIGABRT" in marker.read_text()
 
@@ -698,21 +741,24 @@ def test_a_device_that_would_crash_the_process_is_skipped_or_refused(monkeypatch
         raise AssertionError("probed again although the verdict is on disk")
     monkeypatch.setattr(cl_runtime, "_run_wide_probe", no_probe)
     monkeypatch.setattr(cl_runtime, "_state", {})
+    chosen_before = ft.config.device
     ft.config.update("device", "0")
     try:
-        with pytest.raises(cl_runtime.DeviceUnusable, match="would crash the process.*SIGABRT"):
-            ft.jit(lambda x: x + 1.0, backend="opencl")(x)
+        with pytest.raises(cl_runtime.DeviceUnusable, match="may crash the process.*SIGABRT"):
+            ft.jit(lambda x: x + 1.0, backend="opencl")(np.ones(5000))
     finally:
-        ft.config.update("device", None)
+        ft.config.update("device", chosen_before)
         cl_runtime._state.clear()
 
 
-def test_a_probe_that_hangs_counts_as_a_crash(monkeypatch, tmp_path):
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", "import time; time.sleep(30)")
-    monkeypatch.setattr(cl_runtime, "WIDE_PROBE_SECONDS", 0.5)
-    monkeypatch.setattr(cl_runtime, "_state", {})
-    assert "did not finish" in cl_runtime.crash_reason(rt.device, force=True)
+def test_the_default_choice_moves_past_a_device_that_may_crash(monkeypatch):
+    risky = _FakeDevice("Portable Computing Language", "OpenCL 3.0 PoCL 3.0 LLVM 14.0.6")
+    monkeypatch.setattr(cl_runtime, "crash_reason", lambda d: "a probe was killed by SIGABRT" if d is risky else None)
+    monkeypatch.setattr(cl_runtime.config, "device", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cl_runtime._choose([risky, rt.device]) is rt.device
+    assert any("skipping OpenCL device 'fake'" in str(w.message) for w in caught)
 
 
 def test_bad_device_choice(monkeypatch):

@@ -253,8 +253,9 @@ def test_matmul_without_a_prefetch_builtin(monkeypatch):
         spec = mm.MatmulSpec(1, m, n, k, False, tb, np.dtype(np.float32))
         low = mm.lower_matmul(spec, rt, bias=bias)
         a, b, c = rand((m, k), np.float32), rand((k, n), np.float32), rand((n,), np.float32)
-        ins = [rt.to_device(a), rt.to_device(np.ascontiguousarray(b.T) if tb else b)]
-        (out,) = low.run(ctx, ins + ([rt.to_device(c)] if bias else []))
+        # the inputs stay referenced until the result is read: kernels use their memory in place
+        ins = [rt.to_device(a), rt.to_device(np.ascontiguousarray(b.T) if tb else b)] + ([rt.to_device(c)] if bias else [])
+        (out,) = low.run(ctx, ins)
         want = a.astype(np.float64) @ b + (c if bias else 0)
         np.testing.assert_allclose(np.asarray(out).reshape(m, n), want, rtol=1e-4, atol=1e-4)
 

@@ -390,17 +390,23 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
 
 
 # the host BLAS's thread budget: decisions measured under another one do not hold
-_BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GOTO_NUM_THREADS",
+                          "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+
+def _thread_budget() -> str:
+    """The thread settings and the cores this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return "|".join(os.environ.get(v, "") for v in _BLAS_THREAD_VARIABLES) + f"|{cores}"
 
 
 def _decisions_path(rt) -> str:
-    """Per device, host-BLAS thread settings, and version of the kernels and of this module's
-    launch code (a change to any of them is measured afresh)."""
+    """Per device, host-BLAS thread budget, and version of the kernels and of this module's launch
+    code (a change to any of them is measured afresh)."""
     from .runtime import cache_dir
     with open(__file__, encoding="utf-8") as f:
         code = f.read()
-    threads = "|".join(os.environ.get(v, "") for v in _BLAS_THREAD_VARIABLES)
-    digest = hashlib.sha256((rt.fingerprint + threads + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((rt.fingerprint + _thread_budget() + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
 
@@ -418,15 +424,17 @@ def _load_decisions(rt) -> None:
             saved = ast.literal_eval(f.read())
         for key, (impl, t_cl, t_blas) in saved.items():
             if impl in ("opencl", "blas") and isinstance(key, tuple):
+                timing = (float(t_cl), float(t_blas))
                 _DECISIONS.setdefault(key, impl)
-                _TIMINGS.setdefault(key, (float(t_cl), float(t_blas)))
+                _TIMINGS.setdefault(key, timing)
     except (OSError, ValueError, TypeError, SyntaxError, AttributeError, MemoryError, RecursionError):
         pass
 
 
 def _save_decisions(rt) -> None:
     from .runtime import _atomic_write
-    data = {k: (impl, *_TIMINGS.get(k, (0.0, 0.0))) for k, impl in _DECISIONS.items()}
+    plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
+    data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in _DECISIONS.items()}
     try:
         _atomic_write(_decisions_path(rt), repr(data).encode())
     except OSError:

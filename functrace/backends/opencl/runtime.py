@@ -104,28 +104,38 @@ __kernel void probe_d(__global double* a) {
 #endif
 """
 
-# run in a child process: argv = platform index, device index, fp64 (0/1), probe source
+# run in a child process: argv = device fingerprint, fp64 (0/1), probe source.  It says "ready"
+# once it holds the device: a death before that is not the driver's doing.
 _WIDE_PROBE_CHILD = """
-import sys, numpy as np, pyopencl as cl
-device = cl.get_platforms()[int(sys.argv[1])].get_devices()[int(sys.argv[2])]
-fp64 = sys.argv[3] == "1"
+import sys
+import numpy as np, pyopencl as cl
+from functrace.backends.opencl.runtime import _fingerprint
+fingerprint, fp64, source = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+device = next((d for p in cl.get_platforms() for d in p.get_devices() if _fingerprint(d) == fingerprint), None)
+if device is None:
+    sys.exit("the device is not listed in the child process")
+print("ready", flush=True)
 ctx = cl.Context([device])
 queue = cl.CommandQueue(ctx)
-prg = cl.Program(ctx, sys.argv[4]).build(options="-DPROBE_FP64" if fp64 else "")
+prg = cl.Program(ctx, source).build(options="-DPROBE_FP64" if fp64 else "")
 for name, dtype, lanes in [("probe_f", np.float32, 16)] + ([("probe_d", np.float64, 8)] if fp64 else []):
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                     hostbuf=np.linspace(-2.0, 2.0, 256).astype(dtype))
     getattr(prg, name)(queue, (256 // lanes,), None, buf)
 queue.finish()
 """
-WIDE_PROBE_SECONDS = 30.0  # a broken compiler may also hang (a sound one builds the probe in ~1 s)
+WIDE_PROBE_SECONDS = 20.0  # a broken compiler may also hang (a sound one builds the probe in ~1 s)
+# the probe's verdict files: a change to the probe probes afresh
+_WIDE_MARKER = "wide-" + hashlib.sha256((_WIDE_PROBE + _WIDE_PROBE_CHILD).encode()).hexdigest()[:8]
+_CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE")  # the driver's own deaths
 
 
 def _may_crash_process(device) -> bool:
-    """A PoCL built with LLVM 14 or older on a CPU with 512-bit vectors: on CPUs newer than that
-    LLVM it aborts or crashes the whole process compiling such code (measured with the PoCL of
-    pocl-binary-distribution 3.0 on AMD Zen 4: "LLVM ERROR: Cannot select" for a float16
-    ``sin``, a segfault for double8 ``x * x + 1``), which no exception can report."""
+    """A PoCL built with LLVM 14 or older on a CPU with 512-bit vectors.  On CPUs newer than that
+    LLVM such a driver aborts or crashes the whole process compiling 512-bit code (measured with
+    the PoCL of pocl-binary-distribution 3.0 on AMD Zen 4: "LLVM ERROR: Cannot select" for a
+    float16 ``sin``, a segfault or a hang for double8 ``x * x + 1``), which no exception can
+    report; which CPUs those are cannot be told from here, so a probe decides."""
     import re
     llvm = re.search(r"LLVM (\d+)\.", device.platform.version or "")
     return ("Portable Computing Language" in device.platform.name and llvm is not None
@@ -134,55 +144,80 @@ def _may_crash_process(device) -> bool:
 
 
 def crash_reason(device, force: bool = False) -> str | None:
-    """Why compiling functrace's kernels would crash the process on ``device`` (None: it would
-    not).  Only drivers known to crash that way (any, with ``force``) are asked, by building and
-    running a probe in a child process, once per device and driver: the verdict ("ok" or the
-    reason) is kept on disk."""
+    """Why functrace cannot use ``device`` without risking the process (None: it can).  Only
+    drivers known to crash that way (any, with ``force``) are asked, by building and running a
+    probe in a child process, once per device and driver: a verdict on the driver ("ok" or the
+    reason) is kept on disk; a probe that could not run says so for this process only."""
     key = ("crash", device.int_ptr)
-    if key in _state and not force:
-        return _state[key]
-    if not force and not _may_crash_process(device):
-        _state[key] = None
-        return None
-    marker = _marker(device, "wide")
-    try:
-        with open(marker, encoding="utf-8") as f:
-            verdict = "" if force else f.read()
-    except OSError:
-        verdict = ""
-    if not verdict:
-        verdict = _run_wide_probe(device)
+    if not force:
+        if key in _state:
+            return _state[key]
+        if not _may_crash_process(device):
+            _state[key] = None
+            return None
+    marker = _marker(device, _WIDE_MARKER)
+    verdict = ""
+    if not force:
         try:
-            _atomic_write(marker, verdict.encode())
+            with open(marker, encoding="utf-8") as f:
+                verdict = f.read()
         except OSError:
-            pass  # a later process probes again
+            pass
+    if not verdict:
+        verdict, about_the_driver = _run_wide_probe(device)
+        if about_the_driver:
+            try:
+                _atomic_write(marker, verdict.encode())
+            except OSError:
+                pass  # a later process probes again
     _state[key] = None if verdict == "ok" else verdict
     return _state[key]
 
 
-def _run_wide_probe(device) -> str:
-    """"ok", or how a child process building and running ``_WIDE_PROBE`` on ``device`` failed."""
+def _run_wide_probe(device) -> tuple[str, bool]:
+    """("ok" or what went wrong, whether that is the driver's doing) for a child process that
+    builds and runs ``_WIDE_PROBE`` on ``device``.  The child starts in functrace's cache
+    directory (not the caller's, whose modules it would import first), with the parent's module
+    path, no stdin, and its own process group (a Ctrl-C for the parent does not reach it; on a
+    timeout the whole group is killed)."""
     import signal
     import subprocess
     import sys
-    cl = _cl()
-    index = next((pi, di) for pi, p in enumerate(cl.get_platforms())
-                 for di, d in enumerate(p.get_devices()) if d == device)
-    fp64 = _supports_fp64(device)
-    cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, str(index[0]), str(index[1]), str(int(fp64)), _WIDE_PROBE]
+    what = "a probe compiling 512-bit vector code in a child process"
+    if getattr(sys, "frozen", False) or not sys.executable:
+        return f"{what} cannot run here (no Python interpreter to start)", False
+    cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, _fingerprint(device), str(int(_supports_fp64(device))),
+           _WIDE_PROBE]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=WIDE_PROBE_SECONDS)
+        os.makedirs(cache_dir(), exist_ok=True)
+        child = subprocess.Popen(cmd, cwd=cache_dir(), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+    except (OSError, ValueError) as e:
+        return f"{what} could not start ({e})", False
+    try:
+        out, err = child.communicate(timeout=WIDE_PROBE_SECONDS)
     except subprocess.TimeoutExpired:
-        return f"a probe compiling 512-bit vector code did not finish in {WIDE_PROBE_SECONDS:.0f} s"
-    except OSError:
-        return "ok"  # no child process possible here: trust the device, as any other
-    if done.returncode == 0:
-        return "ok"
-    sig = -done.returncode
-    how = (f"exited with status {done.returncode}" if sig < 0 else
-           f"was killed by {signal.Signals(sig).name if sig in signal.valid_signals() else f'signal {sig}'}")
-    last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), "")
-    return f"a probe compiling 512-bit vector code in a child process {how}" + (f" ({last[:200]})" if last else "")
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (AttributeError, OSError):
+            child.kill()
+        out, err = child.communicate()
+        ready = b"ready" in out
+        return f"{what} did not finish in {WIDE_PROBE_SECONDS:g} s", ready
+    ready = b"ready" in out
+    if child.returncode == 0:
+        return "ok", True
+    lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
+    detail = next((line for line in lines if "LLVM ERROR" in line or "error" in line.lower()), lines[-1] if lines else "")
+    detail = f" ({detail[:200]})" if detail else ""
+    if child.returncode > 0:
+        return f"{what} failed{detail}", ready
+    try:
+        name = signal.Signals(-child.returncode).name
+    except ValueError:
+        name = f"signal {-child.returncode}"
+    return f"{what} was killed by {name}{detail}", ready and name in _CRASH_SIGNALS
 
 
 def _supports_fp64(device) -> bool:
@@ -221,7 +256,7 @@ def _choose(devs: list):
             raise ValueError(f"no OpenCL device matches {want!r}; devices: {[d.name for d in devs]}")
     reason = crash_reason(chosen)
     if reason is not None:
-        raise DeviceUnusable(f"OpenCL device {chosen.name!r} ({chosen.platform.version}) would crash the process: "
+        raise DeviceUnusable(f"OpenCL device {chosen.name!r} ({chosen.platform.version}) may crash the process: "
                              f"{reason}. Use another driver for this CPU (e.g. Debian's pocl-opencl-icd, or "
                              f"PoCL 3.1 or newer with LLVM 15 or newer)")
     return chosen
@@ -608,7 +643,8 @@ def get_runtime() -> Runtime | None:
         rt = Runtime(chosen) if chosen is not None else None
         if rt is None and not _state.get("warned"):
             warnings.warn("functrace: no usable OpenCL device found; jit falls back to the numpy backend. "
-                          "Install one (e.g. `pip install pocl-binary-distribution` for the CPU).", RuntimeWarning,
+                          "Install one (for the CPU: Debian's pocl-opencl-icd, or `pip install "
+                          "pocl-binary-distribution`).", RuntimeWarning,
                           stacklevel=3)
             _state["warned"] = True
         _state["want"], _state["runtime"] = want, rt
