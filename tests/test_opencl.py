@@ -720,6 +720,24 @@ def test_what_a_probe_child_process_tells(case, monkeypatch, tmp_path):
     assert saved == ([reason] if case in ("abort", "build error", "hang") else [])
 
 
+def test_an_interrupted_probe_leaves_no_child_behind(monkeypatch, tmp_path):
+    """A Ctrl-C while the probe runs reaches the caller, and the child (which may hang in a broken
+    compiler, in its own process group) is killed."""
+    import subprocess
+    children = []
+    communicate = subprocess.Popen.communicate
+
+    def interrupted(self, *args, timeout=None, **kwargs):
+        if timeout is not None:
+            children.append(self)
+            raise KeyboardInterrupt
+        return communicate(self, *args, **kwargs)
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _probe_with(monkeypatch, tmp_path, READY + "time.sleep(30)")
+    assert children and children[0].wait(timeout=10) != 0
+
+
 def test_a_device_that_may_crash_the_process_is_skipped_or_refused(monkeypatch, tmp_path):
     """A driver that may abort the process (PoCL with LLVM 14 on a CPU newer than it) is probed
     in a child process before any build here: when the child dies, the default choice skips the

@@ -195,16 +195,20 @@ def _run_wide_probe(device) -> tuple[str, bool]:
                                  stderr=subprocess.PIPE, start_new_session=True)
     except (OSError, ValueError) as e:
         return f"{what} could not start ({e})", False
-    try:
-        out, err = child.communicate(timeout=WIDE_PROBE_SECONDS)
-    except subprocess.TimeoutExpired:
+    def kill_group():
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except (AttributeError, OSError):
             child.kill()
+    try:
+        out, err = child.communicate(timeout=WIDE_PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        kill_group()
         out, err = child.communicate()
-        ready = b"ready" in out
-        return f"{what} did not finish in {WIDE_PROBE_SECONDS:g} s", ready
+        return f"{what} did not finish in {WIDE_PROBE_SECONDS:g} s", b"ready" in out
+    except BaseException:  # e.g. a Ctrl-C for the parent: no hung child left behind
+        kill_group()
+        raise
     ready = b"ready" in out
     if child.returncode == 0:
         return "ok", True
