@@ -104,16 +104,17 @@ __kernel void probe_d(__global double* a) {
 #endif
 """
 
-# run in a child process: argv = device fingerprint, fp64 (0/1), probe source.  It says "ready"
-# once it holds the device: a death before that is not the driver's doing.
+# run in a child process: argv = device fingerprint, probe source.  It says "ready" once it holds
+# the device: a death before that is not the driver's doing.
 _WIDE_PROBE_CHILD = """
 import sys
 import numpy as np, pyopencl as cl
-from functrace.backends.opencl.runtime import _fingerprint
-fingerprint, fp64, source = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-device = next((d for p in cl.get_platforms() for d in p.get_devices() if _fingerprint(d) == fingerprint), None)
+from functrace.backends.opencl.runtime import _fingerprint, _supports_fp64, devices
+fingerprint, source = sys.argv[1], sys.argv[2]
+device = next((d for d in devices() if _fingerprint(d) == fingerprint), None)
 if device is None:
     sys.exit("the device is not listed in the child process")
+fp64 = _supports_fp64(device)
 print("ready", flush=True)
 ctx = cl.Context([device])
 queue = cl.CommandQueue(ctx)
@@ -186,12 +187,12 @@ def _run_wide_probe(device) -> tuple[str, bool]:
     what = "a probe compiling 512-bit vector code in a child process"
     if getattr(sys, "frozen", False) or not sys.executable:
         return f"{what} cannot run here (no Python interpreter to start)", False
-    cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, _fingerprint(device), str(int(_supports_fp64(device))),
-           _WIDE_PROBE]
+    cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, _fingerprint(device), _WIDE_PROBE]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    cwd = cache_dir()
     try:
-        os.makedirs(cache_dir(), exist_ok=True)
-        child = subprocess.Popen(cmd, cwd=cache_dir(), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        os.makedirs(cwd, exist_ok=True)
+        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True)
     except (OSError, ValueError) as e:
         return f"{what} could not start ({e})", False
