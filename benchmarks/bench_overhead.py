@@ -5,9 +5,10 @@
 * first call of the MLP training step (784-512-512-10, batch 128, jit(value_and_grad)) in a
   fresh process: cold (empty functrace and PoCL caches) and warm (caches filled by earlier
   processes: after one call, PoCL's source cache; after a run of several steps, also the
-  program binaries functrace keeps for programs that run twice; best of three processes), and
-  the warm one split into starting OpenCL (pyopencl's import and the drivers' loading, once per
-  process) and the call after it.
+  program binaries functrace keeps for programs that run twice), the warm one as the median and
+  range over several processes (the machine is shared and noisy), and split into starting OpenCL
+  (once per process, before any functrace work: importing pyopencl, the ICD loader loading every
+  installed driver, functrace choosing the device and making its context) and the call after it.
 Run: ``python benchmarks/bench_overhead.py``.
 """
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import setup, torch_or_none  # noqa: E402
@@ -25,6 +27,8 @@ import numpy as np
 
 import functrace as ft
 import functrace.numpy as fnp
+
+WARM_PROCESSES = 8  # fresh processes per warm measurement
 
 FIRST_CALL = r"""
 import os, sys, time
@@ -38,7 +42,12 @@ params = init_params(rng)
 x = rng.standard_normal((128, 784)).astype(np.float32)
 y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
 t1 = time.perf_counter()
-if {runtime_first}:  # start OpenCL first (import pyopencl, load the drivers): timed apart
+t_imp = t_drv = t1
+if {runtime_first}:  # start OpenCL first, timed apart: import pyopencl, load the drivers, choose
+    import pyopencl as cl
+    t_imp = time.perf_counter()
+    cl.get_platforms()
+    t_drv = time.perf_counter()
     from functrace.backends.opencl import get_runtime
     get_runtime()
 t_rt = time.perf_counter()
@@ -48,7 +57,7 @@ float(np.asarray(val))
 t2 = time.perf_counter()
 for _ in range({more}):  # the rest of a (short) training run: what a real earlier run leaves cached
     step(params, x, y)
-print(f"{{t2 - t1:.4f}} {{t1 - t0:.4f}} {{t_rt - t1:.4f}} {{t2 - t_rt:.4f}}")
+print(f"{{t2 - t1:.4f}} {{t1 - t0:.4f}} {{t_imp - t1:.4f}} {{t_drv - t_imp:.4f}} {{t_rt - t_drv:.4f}} {{t2 - t_rt:.4f}}")
 """
 
 
@@ -73,15 +82,30 @@ def bench(fn, repeat=200):
     return float(np.median(ts))
 
 
-def first_call(env, more: int = 0, runtime_first: bool = False) -> tuple[float, float, float, float]:
-    """Seconds of (the first call of the MLP step in a fresh process, its imports, starting the
-    OpenCL runtime, the call after that start); the last two only with ``runtime_first`` (the
-    runtime then starts before the call).  The process then runs ``more`` steps."""
+class FirstCall(NamedTuple):
+    """Seconds, in one fresh process: the first call of the MLP step, the imports before it and,
+    when OpenCL was started first (``runtime_first``), that start's parts and the call after it."""
+
+    call: float
+    imports: float
+    import_pyopencl: float
+    load_drivers: float
+    choose_device: float
+    after_start: float
+
+
+def first_call(env, more: int = 0, runtime_first: bool = False) -> FirstCall:
+    """Run the MLP step's first call in a fresh process (then ``more`` steps)."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = FIRST_CALL.format(root=os.path.dirname(here), bench=here, more=more, runtime_first=runtime_first)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    call, imports, runtime, after = map(float, out.stdout.split()[-4:])
-    return call, imports, runtime, after
+    return FirstCall(*map(float, out.stdout.split()[-6:]))
+
+
+def ms_spread(values) -> str:
+    """'median ms (min-max)' of a list of seconds."""
+    v = np.array(values) * 1e3
+    return f"{np.median(v):.0f} ms ({v.min():.0f}-{v.max():.0f})"
 
 
 def main():
@@ -114,18 +138,24 @@ def main():
         print(f"  {k:<18} {t * 1e6:8.1f} us   {t / base:6.2f}x of functrace opencl")
     if rt is None:
         return
+    n = WARM_PROCESSES
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUNCTRACE_CACHE_DIR=os.path.join(tmp, "ft"), POCL_CACHE_DIR=os.path.join(tmp, "pocl"))
-        cold, imp, _, _ = first_call(env)             # one call: PoCL's source cache only
-        warm_once, *_ = first_call(env, more=4)       # a run of 5 steps: programs run twice keep binaries
-        warm = min(first_call(env)[0] for _ in range(3))
-        _, _, start, after = min((first_call(env, runtime_first=True) for _ in range(3)), key=lambda r: r[2] + r[3])
+        cold = first_call(env)                     # one call: PoCL's source cache only
+        warm_once = first_call(env, more=4)        # a run of 5 steps: programs run twice keep binaries
+        warm = [first_call(env) for _ in range(n)]
+        split = [first_call(env, runtime_first=True) for _ in range(n)]
     print(f"first call of the MLP step (trace + optimize + compile + run), fresh process "
-          f"(imports {imp * 1e3:.0f} ms not included): cold caches {cold * 1e3:.0f} ms; warm caches "
-          f"{warm * 1e3:.0f} ms after an earlier run of several steps ({warm_once * 1e3:.0f} ms after one "
-          f"earlier call, which leaves only PoCL's source cache)")
-    print(f"  the warm first call in two parts: starting OpenCL (import pyopencl, load the installed drivers: "
-          f"once per process, whatever is compiled) {start * 1e3:.0f} ms + the call itself {after * 1e3:.0f} ms")
+          f"(imports {cold.imports * 1e3:.0f} ms not included): cold caches {cold.call * 1e3:.0f} ms; "
+          f"warm caches, after an earlier run of several steps, median (range) over {n} processes: "
+          f"{ms_spread([r.call for r in warm])} ({warm_once.call * 1e3:.0f} ms after one earlier call, "
+          f"which leaves only PoCL's source cache)")
+    start = [r.import_pyopencl + r.load_drivers + r.choose_device for r in split]
+    print(f"  the warm first call in two parts, over {n} more processes: starting OpenCL (once per process, "
+          f"whatever is compiled) {ms_spread(start)} = import pyopencl {ms_spread([r.import_pyopencl for r in split])}"
+          f" + the ICD loader loading the installed drivers {ms_spread([r.load_drivers for r in split])} + "
+          f"functrace choosing the device {ms_spread([r.choose_device for r in split])}; then the call "
+          f"{ms_spread([r.after_start for r in split])}")
 
 
 if __name__ == "__main__":
