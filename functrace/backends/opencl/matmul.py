@@ -32,6 +32,7 @@ call of every new function that multiplies matrices.  The jitted program's sourc
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -400,13 +401,19 @@ def _thread_budget() -> str:
     return "|".join(os.environ.get(v, "") for v in _BLAS_THREAD_VARIABLES) + f"|{cores}"
 
 
+@functools.cache
+def _code_version() -> str:
+    """A digest of the kernels' source and of this module's launch code (read once per process)."""
+    with open(__file__, encoding="utf-8") as f:
+        code = f.read()
+    return hashlib.sha256((kernel_source("matmul.cl") + code).encode()).hexdigest()
+
+
 def _decisions_path(rt) -> str:
     """Per device, host-BLAS thread budget, and version of the kernels and of this module's launch
     code (a change to any of them is measured afresh)."""
     from .runtime import cache_dir
-    with open(__file__, encoding="utf-8") as f:
-        code = f.read()
-    digest = hashlib.sha256((rt.fingerprint + _thread_budget() + kernel_source("matmul.cl") + code).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((rt.fingerprint + _thread_budget() + _code_version()).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
 

@@ -454,8 +454,9 @@ def cache_dir() -> str:
 class Kernel:
     """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
     and pyopencl takes 0.15-0.5 ms to make one, ~4 ms for the first in a process: it fetches each
-    kernel's argument-setting code from its own on-disk cache, sqlite) that declares its
-    scalar argument types from the numpy scalars of that launch: pyopencl then packs them itself.
+    kernel's argument-setting code from its own on-disk cache, sqlite, and once more for declared
+    types) that declares its scalar argument types from the numpy scalars of that launch:
+    pyopencl then packs them itself.
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
     16-argument matmul launch 104 -> 5 us)."""
 
@@ -467,7 +468,9 @@ class Kernel:
 
     def _first_launch(self, queue, global_size, local_size, *args):
         kernel = self._cl.Kernel(self._program, self._name)
-        kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
+        scalar_types = [a.dtype if isinstance(a, np.generic) else None for a in args]
+        if any(t is not None for t in scalar_types):  # (buffers alone: the generic code is as fast)
+            kernel.set_scalar_arg_dtypes(scalar_types)
         self._launch = kernel
         return kernel(queue, global_size, local_size, *args)
 
