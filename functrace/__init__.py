@@ -2,7 +2,7 @@
 from . import tree_util
 from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
-from .errors import ConcretizationError, DtypeError, ShapeError, UnexpectedTracerError
+from .errors import ConcretizationError, DtypeError, ShapeError, TracerArrayConversionError, UnexpectedTracerError
 from .staging import make_jaxpr
 from .autodiff import (grad, value_and_grad, vjp, jvp, linearize, jacfwd, jacrev, hessian,
                        stop_gradient)
@@ -21,4 +21,4 @@ __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfw
            "stop_gradient", "vmap", "jit", "lax", "nn", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
-           "UnexpectedTracerError"]
+           "TracerArrayConversionError", "UnexpectedTracerError"]

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .config import config as _config, check_nans
-from .errors import ConcretizationError, UnexpectedTracerError, user_frame_description
+from .errors import ConcretizationError, TracerArrayConversionError, UnexpectedTracerError, user_frame_description
 
 # --------------------------------------------------------------------------- avals
 
@@ -468,8 +468,7 @@ class Tracer:
         return int(self._concrete("index"))
 
     def __array__(self, dtype=None, copy=None):
-        v = np.asarray(self._concrete("np.asarray"))
-        return v.astype(dtype) if dtype is not None else v
+        raise TracerArrayConversionError(self)  # as in JAX: numpy would silently leave the trace
 
     def _concrete(self, what: str):
         try:

@@ -37,6 +37,21 @@ class ConcretizationError(FunctraceError, TypeError):
             "selection, or mark the argument static with static_argnums.")
 
 
+class TracerArrayConversionError(FunctraceError, TypeError):
+    """A traced value was turned into a numpy array, which would silently leave the trace."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        aval = getattr(tracer, "aval", None)
+        desc = aval.str_short() if aval is not None else "value"
+        super().__init__(
+            f"A traced value {desc} was converted to a numpy array {user_frame_description()} "
+            "(np.asarray, a numpy function, or a Python list of traced values in an operation). "
+            "Under a transformation that would drop it from the trace: gradients through it would "
+            "be zero and jit could not compile it. Use functrace.numpy on traced values "
+            "(fnp.asarray, fnp.stack, fnp.sin, ...).")
+
+
 class UnexpectedTracerError(FunctraceError):
     """A tracer escaped the transformation that created it."""
 

@@ -55,6 +55,31 @@ def test_leaked_tracer():
         leaked[1] * 3.0
 
 
+@pytest.mark.parametrize("transform", ["grad", "jacfwd", "jit"])
+def test_numpy_conversion_of_a_tracer_raises_instead_of_dropping_it(transform):
+    """np.asarray on a traced value (or a list of them in an operation) would leave the trace:
+    under grad the derivative through it would silently be zero."""
+    def via_numpy(x):
+        return fnp.sum(np.asarray(x) ** 2)
+
+    def via_list(x):
+        return fnp.sum([x, x] * fnp.ones(2))
+    wrap = {"grad": ft.grad, "jacfwd": ft.jacfwd, "jit": ft.jit}[transform]
+    for f, name in ((via_numpy, "via_numpy"), (via_list, "via_list")):
+        with pytest.raises(ft.TracerArrayConversionError, match=rf"{name}.*fnp"):
+            wrap(f)(np.ones(3))
+
+
+def test_concrete_values_still_reach_numpy_under_eager_grad():
+    """numpy functions that need concrete values (nonzero) and Python control flow work under
+    eager grad; numpy ufuncs on tracers dispatch to functrace and stay differentiable."""
+    def f(x):
+        picked = x[fnp.nonzero(x > 0)]
+        return fnp.sum(picked * picked) + (np.sin(x[0]) if x[0] > 0 else 0.0)
+    g = ft.grad(f)(np.array([1.0, -1.0, 2.0]))
+    np.testing.assert_allclose(g, [2.0 + np.cos(1.0), 0.0, 4.0])
+
+
 def test_concretization_error_points_to_cond_and_line():
     def branchy(x):
         if x > 0:

@@ -205,11 +205,17 @@ tri = np.tri
 
 
 def _concrete_only(name):
+    """numpy's ``name`` on concrete values (tracers that know theirs, e.g. under eager ``grad``;
+    others raise ConcretizationError): its result does not depend differentiably on them."""
+    def concrete(a):
+        if isinstance(a, Tracer):
+            return a._concrete(name)
+        if isinstance(a, (list, tuple)):
+            return type(a)(concrete(b) for b in a)
+        return a
+
     def f(*args, **kwargs):
-        for a in _flat(list(args) + list(kwargs.values())):
-            if isinstance(a, Tracer):
-                a._concrete(name)
-        return getattr(np, name)(*args, **kwargs)
+        return getattr(np, name)(*map(concrete, args), **{k: concrete(v) for k, v in kwargs.items()})
     f.__name__ = name
     return f
 
