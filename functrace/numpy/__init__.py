@@ -286,9 +286,11 @@ def positive(x):
 def _binary(prim, promote=_promote):
     """An elementwise binary function: operands cast by ``promote``, then ``prim``."""
     bind = prim.bind
+    keeps_dtype = promote is _promote  # else (true_divide, arctan2, ...) integers become floats
 
     def f(x, y):
-        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype:
+        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype \
+                and (keeps_dtype or x.aval.dtype.kind in "fc"):
             return bind(x, y)  # hot path while tracing: nothing to promote
         return bind(*promote(x, y))
     f.__name__ = prim.name
