@@ -27,9 +27,9 @@ from .primitives import new_primitive, shape_of
 
 
 def relu(x):
-    """max(x, 0), with derivative 0 at 0 (as JAX)."""
+    """max(x, 0), with derivative 0 at 0 and NaN kept (as JAX)."""
     x = fnp.asarray(x)
-    return fnp.where(x > 0, x, fnp.zeros_like(x))
+    return fnp.where(x <= 0, fnp.zeros_like(x), x)
 
 
 def sigmoid(x):

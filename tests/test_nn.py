@@ -42,6 +42,8 @@ def test_activations_match_numpy():
     exact = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
     np.testing.assert_allclose(ft.nn.gelu(x, approximate=False), exact)
     assert ft.grad(lambda x: ft.nn.relu(x))(0.0) == 0.0
+    special = np.array([np.nan, np.inf, -np.inf, -1.0, 0.0])
+    np.testing.assert_array_equal(ft.nn.relu(special), np.maximum(special, 0))  # NaN stays NaN
 
 
 def test_softmax_family():

@@ -208,6 +208,22 @@ def test_attention_forward_lse_and_grads(dtype):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_keeps_nan_like_numpy(dtype):
+    """A NaN in q makes its row's scores all NaN (the running max stays -inf, as in a fully
+    masked row); a NaN in k poisons one key of every row: both give NaN rows, as numpy does."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 37, 2, 16)).astype(dtype) for _ in range(3))
+    q[0, 3, 1, 5] = np.nan
+    k[1, 20, 0, 2] = np.nan
+    for causal in (False, True):
+        got, want, report = run_both(lambda q, k, v: nn.attention(q, k, v, causal=causal), q, k, v)
+        assert np.isnan(want[0, 3, 1]).all() and np.isnan(want[1, 20:, 0]).all()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert_close(got, want, dtype)
+        assert_kernels(report, ["attention"])
+
+
 def test_attention_unsupported_head_dim_runs_on_host():
     """head_dim > 256 has no kernel: the equation stays a (correct) host step."""
     rng = np.random.default_rng(4)

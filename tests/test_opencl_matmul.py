@@ -231,9 +231,11 @@ def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
     act_fn = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "tanh": np.tanh}
     for (m, k, n, bias, act), low in lowered.items():
         a, b, c = rand((m, k), dtype), rand((k, n), dtype), rand((n,), dtype)
+        a[m // 2, k // 3] = np.nan  # a NaN row stays NaN through the activation, as numpy's
         ins = [rt.to_device(a), rt.to_device(b)] + ([rt.to_device(c)] if bias else [])
         (out,) = low.run(ctx, ins)
         want = act_fn[act](a.astype(np.float64) @ b + (c if bias else 0))
+        assert np.isnan(want[m // 2]).all()
         tol = 1e-4 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(np.asarray(out).reshape(m, n), want, rtol=tol, atol=tol)
         assert ("bias" in low.label) == bias and (act == "none" or act in low.label)

@@ -137,8 +137,9 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
         for (int h = 0; h < AT_HD; h++) acc[h] = acc[h] * alpha + p * vr[h];
         m = mnew;
     }
-    /* rows with every key masked: uniform weights over all S keys (as the -1e30 reference) */
-    const AT_IW dead = m <= (AT_RW)(AT_NEG);
+    /* rows with every key masked: uniform weights over all S keys (as the -1e30 reference).  A
+     * row of NaN scores also leaves m at -inf (fmax skips NaN) but l NaN: it stays NaN. */
+    const AT_IW dead = (m <= (AT_RW)(AT_NEG)) & (l == l);
     if (any(dead)) {
         for (int h = 0; h < AT_HD; h++) {
             AT_REAL a = 0;

@@ -284,9 +284,9 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
 #undef MM_EMIT_MV
 #endif /* MM_EMIT_MV */
 
-#if MM_ACT == 1
-#  define MM_EPI(v) fmax((v), (MM_VEC)MM_ZERO)
-#  define MM_EPI1(v) fmax((v), MM_ZERO)
+#if MM_ACT == 1                                   /* max(v, 0) keeping NaN, as numpy (fmax drops it) */
+#  define MM_EPI(v) select((v), (MM_VEC)MM_ZERO, (v) < (MM_VEC)MM_ZERO)
+#  define MM_EPI1(v) ((v) < MM_ZERO ? MM_ZERO : (v))
 #elif MM_ACT == 2                                 /* MM_TANH: defined by matmul.py */
 #  define MM_EPI(v) MM_TANH(v)
 #  define MM_EPI1(v) MM_TANH1(v)

@@ -33,7 +33,8 @@ _FLOAT_OPS = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "neg": "(-{0})", "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "tanh": "tanh({0})",
     "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sqrt": "sqrt({0})",
-    "rsqrt": "rsqrt({0})", "abs": "fabs({0})", "sign": "sign({0})", "floor": "floor({0})", "ceil": "ceil({0})",
+    "rsqrt": "rsqrt({0})", "abs": "fabs({0})", "floor": "floor({0})", "ceil": "ceil({0})",
+    "sign": "select(sign({0}), {0}, {mask}(isnan({0})))",  # OpenCL's sign(NaN) is 0, numpy's NaN
     "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
     "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
     "rem": "({0} - floor({0} / {1}) * {1})", "floor_div": "floor({0} / {1})",
@@ -401,7 +402,7 @@ class ExprWriter:
                 tmpl = tmpl.replace("exp(", f"ft_exp_{self.vtype(oct_)}(")
             if name in ("max", "min") and not self.vector:
                 tmpl = "((isnan({0}) || isnan({1})) ? ({0} + {1}) : f%s({0}, {1}))" % name
-            if name in ("max", "min", "rem", "floor_div"):
+            if name in ("max", "min", "rem", "floor_div", "sign"):
                 args = [self.fresh(oct_, a) for a in args]
             expr = tmpl.format(*args, one=one, mask=mask)
         elif name in ("rem", "floor_div"):
