@@ -419,8 +419,9 @@ attention_bwd_p.batch = _batch_or_reference(attention_bwd_p, (0, 1, 2, 3, 4, 5, 
 def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = None):
     """Scaled dot-product attention as ``jax.nn.dot_product_attention``: q (batch..., T, N, H),
     k and v (batch..., S, N, H); ``mask`` (bool, broadcastable to (batch..., N, T, S)) keeps
-    True positions; ``causal`` masks keys after the query position.  One fused primitive whose
-    backward pass is recomputed from the saved log-sum-exp."""
+    True positions; ``causal`` keeps key j for query i when j <= i (as JAX and PyTorch: aligned at
+    the first positions when T != S; a KV cache needs an explicit ``mask``).  One fused primitive
+    whose backward pass is recomputed from the saved log-sum-exp."""
     q, k, v = fnp._promote(fnp._to_float(q), fnp._to_float(k), fnp._to_float(v))
     qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
     if len(qs) < 3 or ks != vs or qs[:-3] != ks[:-3] or qs[-2:] != ks[-2:]:
@@ -428,7 +429,7 @@ def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = No
                          f"batch, heads and head_dim; got q {qs}, k {ks}, v {vs} {user_frame_description()}")
     T, S = qs[-3], ks[-3]
     full = qs[:-3] + (qs[-2], T, S)
-    keep = np.ones((T, S), bool) if not causal else np.tril(np.ones((T, S), bool), S - T)
+    keep = np.tril(np.ones((T, S), bool)) if causal else np.ones((T, S), bool)
     m = np.broadcast_to(keep, full)
     if mask is not None:
         m = fnp.logical_and(fnp.broadcast_to(fnp.asarray(mask, bool), full), m)

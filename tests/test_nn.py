@@ -24,7 +24,7 @@ def np_attention(q, k, v, mask=None, causal=False, scale=None):
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = np.einsum("...tnh,...snh->...nts", q, k) * scale
     T, S = q.shape[-3], k.shape[-3]
-    keep = np.ones((T, S), bool) if not causal else np.tril(np.ones((T, S), bool), S - T)
+    keep = np.ones((T, S), bool) if not causal else np.tril(np.ones((T, S), bool))
     if mask is not None:
         keep = keep & mask
     s = np.where(keep, s, -np.inf)
@@ -100,6 +100,17 @@ def test_attention_matches_naive(shape, causal):
     mask[..., 0] = True
     np.testing.assert_allclose(ft.nn.attention(q, k, v, mask=mask, scale=0.3),
                                np_attention(q, k, v, mask=mask, scale=0.3), atol=1e-12)
+
+
+@pytest.mark.parametrize("T,S", [(4, 6), (6, 4), (5, 5)])
+def test_causal_attention_matches_jax_when_installed(T, S):
+    """Optional comparison (JAX is not a dependency): causal masking aligned as
+    ``jax.nn.dot_product_attention(is_causal=True)``, also when T != S."""
+    jax = pytest.importorskip("jax")
+    q, k, v = normal(2, T, 3, 8), normal(2, S, 3, 8), normal(2, S, 3, 8)
+    want = jax.nn.dot_product_attention(*(np.float32(a) for a in (q, k, v)), is_causal=True)
+    got = ft.nn.attention(*(np.float32(a) for a in (q, k, v)), causal=True)
+    np.testing.assert_allclose(got, np.asarray(want), atol=1e-5)
 
 
 def test_attention_bad_shapes():
