@@ -72,6 +72,12 @@ def erf(x):
 
 
 def _stable_max(x, axis):
+    """The max along ``axis`` (kept) as a shift for exp: 0 where it is not finite (rows of -inf)
+    or where the axis is empty (a max of nothing; the sum of exps is then 0)."""
+    shape = shape_of(x)
+    axes = fnp._norm_axes(axis, len(shape), "max")
+    if any(shape[a] == 0 for a in axes):
+        return np.zeros(tuple(1 if d in axes else n for d, n in enumerate(shape)), x.dtype)
     m = P.stop_gradient(fnp.max(x, axis=axis, keepdims=True))
     return fnp.where(fnp.isfinite(m), m, fnp.zeros_like(m))  # rows of -inf stay finite
 
@@ -90,7 +96,7 @@ def _over_axis(prim, reference, x, axis: int):
     nd = len(shape_of(x))
     if nd == 0:
         raise ShapeError(f"{prim.name}: needs an array with at least one axis {user_frame_description()}")
-    if axis % nd != nd - 1:
+    if fnp._axis(axis, nd, prim.name) != nd - 1 or shape_of(x)[axis] == 0:  # (the primitive needs a max)
         return fnp.moveaxis(reference(fnp.moveaxis(x, axis, -1)), -1, axis)
     return prim.bind(x)
 

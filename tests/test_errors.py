@@ -70,6 +70,20 @@ def test_numpy_conversion_of_a_tracer_raises_instead_of_dropping_it(transform):
             wrap(f)(np.ones(3))
 
 
+@pytest.mark.parametrize("call", [
+    lambda x: ft.nn.softmax(x, axis=2), lambda x: ft.nn.log_softmax(x, axis=-3),
+    lambda x: fnp.take(x, np.array([0]), axis=5), lambda x: fnp.expand_dims(x, 7),
+    lambda x: fnp.concatenate([x, x], axis=2), lambda x: fnp.stack([x, x], axis=-4),
+    lambda x: fnp.moveaxis(x, 0, 5), lambda x: fnp.swapaxes(x, 0, -3), lambda x: fnp.split(x, 2, axis=3),
+    lambda x: fnp.transpose(x, (0, 0)), lambda x: fnp.mean(x, axis=(0, -2)), lambda x: fnp.repeat(x, 2, axis=2)])
+def test_out_of_range_or_repeated_axis_raises(call):
+    """numpy raises AxisError; taking the axis modulo ndim would silently use another one."""
+    x = np.ones((2, 4))
+    for run in (call, ft.jit(call)):
+        with pytest.raises(ft.ShapeError, match=r"(out of bounds|repeated axis).*in function `<lambda>`"):
+            run(x)
+
+
 def test_concrete_values_still_reach_numpy_under_eager_grad():
     """numpy functions that need concrete values (nonzero) and Python control flow work under
     eager grad; numpy ufuncs on tracers dispatch to functrace and stay differentiable."""

@@ -46,6 +46,17 @@ def test_activations_match_numpy():
     np.testing.assert_array_equal(ft.nn.relu(special), np.maximum(special, 0))  # NaN stays NaN
 
 
+def test_softmax_family_on_empty_axes():
+    """As numpy/JAX: softmax of an empty axis is empty, logsumexp of nothing is -inf."""
+    with np.errstate(divide="ignore"):
+        for run in (lambda f, *a: f(*a), lambda f, *a: ft.jit(f)(*a)):
+            assert np.asarray(run(ft.nn.softmax, np.zeros((3, 0)))).shape == (3, 0)
+            assert np.asarray(run(lambda x: ft.nn.log_softmax(x, axis=0), np.zeros((0, 3)))).shape == (0, 3)
+            assert float(np.asarray(run(ft.nn.logsumexp, np.zeros(0)))) == -np.inf
+            np.testing.assert_array_equal(np.asarray(run(lambda x: ft.nn.logsumexp(x, axis=1), np.zeros((2, 0)))),
+                                          [-np.inf, -np.inf])
+
+
 def test_softmax_family():
     x = normal(3, 6) * 10
     np.testing.assert_allclose(ft.nn.softmax(x), np_softmax(x))

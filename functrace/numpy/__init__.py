@@ -466,17 +466,27 @@ unique = _concrete_only("unique")
 # --------------------------------------------------------------------------- reductions
 
 
+def _axis(a, ndim: int, fname: str) -> int:
+    """Axis ``a`` of an array of ``ndim`` dimensions, made non-negative; out of range: ShapeError
+    (numpy's AxisError; wrapping it around would silently pick another axis)."""
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
+                         f"{user_frame_description()}")
+    return int(a) % ndim
+
+
+def _axis_list(axes, ndim: int, fname: str) -> list:
+    """Distinct axes (an int or a sequence), each checked by ``_axis``."""
+    out = [_axis(a, ndim, fname) for a in ((axes,) if isinstance(axes, (int, np.integer)) else axes)]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{fname}: repeated axis in {axes} {user_frame_description()}")
+    return out
+
+
 def _norm_axes(axis, ndim, fname="reduction"):
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
-                             f"{user_frame_description()}")
-        out.append(int(a) % ndim)
-    return tuple(sorted(set(out)))
+    return tuple(sorted(_axis_list(axis, ndim, fname)))
 
 
 def _keep(out, x_shape, axes, keepdims):
@@ -560,7 +570,7 @@ def average(a, axis=None, weights=None):
     if w.ndim != a.ndim:  # numpy: 1-D weights of length a.shape[axis]
         if not isinstance(axis, (int, np.integer)) or w.ndim != 1:
             raise TypeError("average: weights must have the shape of a, or be 1-D with an int axis")
-        ax = axis % a.ndim
+        ax = _axis(axis, a.ndim, "average")
         w = broadcast_to(reshape(w, tuple(n if d == ax else 1 for d, n in enumerate(a.shape))), a.shape)
     return sum(a * w, axis) / sum(w, axis)
 
@@ -661,22 +671,24 @@ def ravel(a):
 
 def transpose(a, axes=None):
     x = _to_array(a)
-    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(i) % x.ndim for i in axes)
+    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(_axis_list(axes, x.ndim, "transpose"))
     return P.transpose(x, axes)
 
 
 def swapaxes(a, axis1, axis2):
     x = _to_array(a)
     perm = list(range(x.ndim))
-    a1, a2 = axis1 % x.ndim, axis2 % x.ndim
+    a1, a2 = _axis(axis1, x.ndim, "swapaxes"), _axis(axis2, x.ndim, "swapaxes")
     perm[a1], perm[a2] = perm[a2], perm[a1]
     return P.transpose(x, perm)
 
 
 def moveaxis(a, source, destination):
     x = _to_array(a)
-    src = [s % x.ndim for s in ((source,) if isinstance(source, int) else source)]
-    dst = [d % x.ndim for d in ((destination,) if isinstance(destination, int) else destination)]
+    src, dst = _axis_list(source, x.ndim, "moveaxis"), _axis_list(destination, x.ndim, "moveaxis")
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: source {source} and destination {destination} differ in length "
+                         f"{user_frame_description()}")
     perm = [i for i in range(x.ndim) if i not in src]
     for d, s in sorted(zip(dst, src)):
         perm.insert(d, s)
@@ -687,7 +699,7 @@ def expand_dims(a, axis):
     x = _to_array(a)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     out_ndim = x.ndim + len(axes)
-    return P.expand_dims(x, tuple(sorted(a % out_ndim for a in axes)))
+    return P.expand_dims(x, tuple(sorted(_axis_list(axes, out_ndim, "expand_dims"))))
 
 
 def squeeze(a, axis=None):
@@ -733,13 +745,13 @@ def concatenate(arrays, axis=0):
         if a.ndim != nd:
             raise ShapeError("concatenate: all inputs must have the same number of dimensions, got shapes "
                              f"{[x.shape for x in arrs]} {user_frame_description()}")
-    return P.concatenate(list(arrs), axis % nd)
+    return P.concatenate(list(arrs), _axis(axis, nd, "concatenate"))
 
 
 def stack(arrays, axis=0):
     arrs = [_to_array(a) for a in arrays]
-    nd = arrs[0].ndim + 1
-    return concatenate([P.expand_dims(a, (axis % nd,)) for a in arrs], axis % nd)
+    axis = _axis(axis, arrs[0].ndim + 1, "stack")
+    return concatenate([P.expand_dims(a, (axis,)) for a in arrs], axis)
 
 
 def hstack(arrays):
@@ -753,7 +765,7 @@ def vstack(arrays):
 
 def split(a, indices_or_sections, axis=0):
     x = _to_array(a)
-    axis = axis % x.ndim
+    axis = _axis(axis, x.ndim, "split")
     n = x.shape[axis]
     if isinstance(indices_or_sections, (int, np.integer)):
         if n % indices_or_sections:
@@ -796,7 +808,7 @@ def repeat(a, repeats, axis=None):
     x = _to_array(a)
     if axis is None:
         x, axis = ravel(x), 0
-    axis = axis % x.ndim
+    axis = _axis(axis, x.ndim, "repeat")
     if isinstance(repeats, (int, np.integer)):
         shp = x.shape[:axis + 1] + (int(repeats),) + x.shape[axis + 1:]
         y = P.broadcast_in_dim(x, shp, tuple(d if d <= axis else d + 1 for d in range(x.ndim)))
@@ -843,13 +855,13 @@ def take(a, indices, axis=None):
     x = _to_array(a)
     if axis is None:
         x, axis = ravel(x), 0
-    axis = axis % x.ndim
+    axis = _axis(axis, x.ndim, "take")
     return P.take(x, _normalize_index(indices, x.shape[axis]), axis)
 
 
 def take_along_axis(arr, indices, axis):
     x = _to_array(arr)
-    axis = axis % x.ndim
+    axis = _axis(axis, x.ndim, "take_along_axis")
     idx = _normalize_index(indices, x.shape[axis])
     # flat gather: linear index over the broadcast of the other axes
     shp = P.broadcast_shapes("take_along_axis", tuple(1 if d == axis else n for d, n in enumerate(x.shape)),
@@ -924,8 +936,7 @@ def tensordot(a, b, axes=2):
         ax_a, ax_b = axes
         ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
         ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
-    ax_a = tuple(i % a.ndim for i in ax_a)
-    ax_b = tuple(i % b.ndim for i in ax_b)
+    ax_a, ax_b = tuple(_axis_list(ax_a, a.ndim, "tensordot")), tuple(_axis_list(ax_b, b.ndim, "tensordot"))
     for i, j in zip(ax_a, ax_b):
         _check_contract("tensordot", a.shape[i], b.shape[j], a.shape, b.shape)
     return P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
