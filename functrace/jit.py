@@ -60,17 +60,50 @@ class Lowered:
     def report(self) -> Report:
         return self._entry.report
 
-    def compile(self):
-        return self._entry.executable()
+    def compile(self) -> "Compiled":
+        return Compiled(self._jitted, self._entry)
 
     def as_text(self) -> str:
         return str(self.jaxpr)
 
 
+class Compiled:
+    """The compiled program of one signature (``jit(f).lower(*args).compile()``).  Called with
+    arguments of that signature (checked, as in JAX: another shape would silently misread the
+    buffers), it returns the function's output tree.  Introspection (``num_kernel_launches``,
+    ``as_text()``, ``report()``, ...) is the backend executable's."""
+
+    def __init__(self, jitted: "Jitted", entry: "_Entry"):
+        self._jitted = jitted
+        self._entry = entry
+        self.executable = entry.executable()
+
+    def __call__(self, *args, **kwargs):
+        key, leaves, *_ = self._jitted._key(args, kwargs)
+        if key != self._entry.key:
+            structure = "" if key[0] == self._entry.key[0] else " (another argument structure)"
+            raise TypeError(f"compiled `{self._jitted.__name__}` was lowered for arguments "
+                            f"{_describe(self._entry.key)} but was called with {_describe(key)}{structure}")
+        outs = self.executable(*scalars_to_arrays(leaves))
+        return tree_util.tree_unflatten(self._entry.out_tree, outs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["executable"], name)
+
+
+def _describe(key) -> str:
+    """The leaf shapes and dtypes (and static values) of a cache key, for error messages."""
+    _, signature, statics = key
+    leaves = ", ".join(f"{np.dtype(dt).name}{list(shape)}" + (" (Python scalar)" if weak else "")
+                       for shape, dt, weak in signature)
+    return f"({leaves})" + (f" with static arguments {dict(statics)}" if statics else "")
+
+
 class _Entry:
     """One cache entry: raw and optimized IR, pass report, and the compiled executable (lazy)."""
 
-    def __init__(self, raw: ClosedJaxpr, closed: ClosedJaxpr, report: Report, out_tree, backend):
+    def __init__(self, raw: ClosedJaxpr, closed: ClosedJaxpr, report: Report, out_tree, backend, key):
+        self.key = key
         self.raw = raw
         self.closed = closed
         self.report = report
@@ -116,7 +149,9 @@ class Jitted:
         statics = tuple((i, args[i]) for i in sorted(set(static_pos))) + tuple(sorted(static_kw.items()))
         return static_pos, statics, dyn_args, dyn_kwargs
 
-    def _entry(self, args: tuple, kwargs: dict):
+    def _key(self, args: tuple, kwargs: dict):
+        """(cache key: argument tree, leaf shapes/dtypes and static values; the dynamic leaves;
+        the static positions and values; the argument tree) of a call."""
         if kwargs or self.static_argnums or self.static_argnames:
             static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         else:  # the common call: positional, nothing static
@@ -136,6 +171,10 @@ class Jitted:
         except TypeError:
             raise TypeError(f"jit of `{self.__name__}`: static arguments must be hashable, got "
                             f"{[type(v).__name__ for _, v in statics]}") from None
+        return key, leaves, static_pos, statics, in_tree
+
+    def _entry(self, args: tuple, kwargs: dict):
+        key, leaves, static_pos, statics, in_tree = self._key(args, kwargs)
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves
@@ -152,7 +191,7 @@ class Jitted:
 
         raw = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves])
         closed, report = optimize(raw)
-        entry = _Entry(raw, closed, report, out_tree_box[0], self.backend)
+        entry = _Entry(raw, closed, report, out_tree_box[0], self.backend, key)
         # A program that closed over tracers of an enclosing transformation is only valid
         # inside that transformation: it is used once and not cached.
         if not entry.closes_over_tracers:

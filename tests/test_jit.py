@@ -114,7 +114,7 @@ def test_lower_exposes_optimized_ir_and_report():
     assert report.counts[-1][1] < report.counts[0][1]
     assert "peak live intermediate bytes" in str(report)
     exe = lowered.compile()
-    np.testing.assert_allclose(exe(np.zeros(3))[0], np.ones(3))
+    np.testing.assert_allclose(exe(np.zeros(3)), np.ones(3))
 
 
 def test_value_dependent_control_flow_under_jit_names_function_and_line():
@@ -153,3 +153,29 @@ def test_unknown_backend():
 def test_a_leaf_that_is_not_an_array_is_named():
     with pytest.raises(TypeError, match=r"jit of `<lambda>`: str is not a valid array type"):
         ft.jit(lambda d: d["a"] * 2)({"a": "hello"})
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_compiled_checks_its_signature_and_returns_the_output_tree(backend):
+    """As JAX's Compiled: other shapes or dtypes than lowered for raise instead of misreading."""
+    def loss_parts(p, x):
+        return {"sum": fnp.sum(p["w"] * x), "scaled": p["w"] * 2.0}
+    p, x = {"w": np.arange(4.0)}, np.ones(4)
+    exe = ft.jit(loss_parts, backend=backend).lower(p, x).compile()
+    out = exe(p, x)
+    assert set(out) == {"sum", "scaled"} and float(np.asarray(out["sum"])) == 6.0
+    assert exe.num_kernel_launches >= 0 and "peak live intermediate bytes" in exe.report()
+    for bad in (({"w": np.arange(7.0)}, np.ones(7)), (p, np.ones(4, np.float32)), ({"v": p["w"]}, x)):
+        with pytest.raises(TypeError, match=r"loss_parts.*lowered for arguments \(float64\[4\], float64\[4\]\)"):
+            exe(*bad)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_results_do_not_alias_the_callers_arrays(backend):
+    """Identity, reshape and slices return new arrays: changing the input later changes no result."""
+    x = np.arange(6.0)
+    outs = ft.jit(lambda t: (t, fnp.reshape(t, (2, 3)), t[1:4]), backend=backend)(x)
+    x[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.arange(6.0))
+    np.testing.assert_array_equal(np.asarray(outs[1]), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(np.asarray(outs[2]), [1.0, 2.0, 3.0])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..optimize import analyze
@@ -77,10 +79,12 @@ class NumpyExecutable:
         exec(compile("\n".join(lines), "<functrace numpy program>", "exec"), namespace)
         return namespace["run"]
 
+    num_kernel_launches = 0
+
     def __call__(self, *args):
         if config.debug_nans:
-            return self._run_checking_nans(args)
-        return self._run(*args)
+            return _owned(self._run_checking_nans(args), args)
+        return _owned(self._run(*args), args)
 
     def _run_checking_nans(self, args):
         """The slow path of ``debug_nans``: check every step's outputs."""
@@ -100,3 +104,18 @@ class NumpyExecutable:
 
     def as_text(self) -> str:
         return str(self.closed)
+
+    def report(self) -> str:
+        return (f"numpy backend: {self.num_steps} equations, each run by its numpy implementation\n"
+                f"peak live intermediate bytes: {analyze(self.closed).peak_bytes}")
+
+
+def _owned(results: list, inputs) -> list:
+    """Results, copied where they share memory with an input (numpy's reshape, slicing or
+    identity return views): a caller's later change to its input must not change a result, and
+    a pooled input buffer may be overwritten.  A result that owns its memory (no ``base``) and
+    is not an input shares nothing: the common case, cheap."""
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    return [np.array(r) if isinstance(r, np.ndarray) and (r.base is not None or any(r is x for x in arrays))
+            and any(np.may_share_memory(r, x) for x in arrays) else r
+            for r in results]

@@ -576,16 +576,6 @@ PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
 #endif
 """
 
-def _owned(results, inputs) -> list:
-    """Host results, copied where they share memory with an input: inputs may be pooled buffers
-    that later kernels overwrite (numpy's reshape, slicing or identity return views).  A result
-    that owns its memory (no ``base``) and is not an input shares nothing: the common case, cheap."""
-    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
-    return [np.array(r) if isinstance(r, np.ndarray) and (r.base is not None or any(r is x for x in arrays))
-            and any(np.may_share_memory(r, x) for x in arrays) else r
-            for r in results]
-
-
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (elements produced by all its equations) so small that, on a
     CPU device, a kernel launch's latency (~40 us with PoCL) exceeds it?"""
@@ -614,7 +604,7 @@ class HostExecutable:
 
     def __call__(self, *args):
         ins = [a.host_view() if isinstance(a, Array) else a for a in args]
-        return [Array.from_host(self.rt, o) for o in _owned(self._exe(*ins), ins)]
+        return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
 
     def as_text(self) -> str:
         return "// no OpenCL kernels: a small program run on the host of the CPU device\n" + str(self.closed)
@@ -783,7 +773,7 @@ class OpenCLExecutable:
                 env.update(zip(step.eqn.out_vars, outs))
             else:
                 ins = [self._host_value(env, v) for v in step.inputs]
-                for v, r in zip(step.outputs, _owned(step.run(*ins), ins)):
+                for v, r in zip(step.outputs, step.run(*ins)):
                     env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
             for v in dead:  # last read: a pooled buffer serves later allocations of its size
                 if env[v]._recycle is not None:
