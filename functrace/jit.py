@@ -91,6 +91,27 @@ class Compiled:
         return getattr(self.__dict__["executable"], name)
 
 
+def _narrowed_python_ints(closed: ClosedJaxpr, signature: tuple) -> list:
+    """(argument index, integer dtype) for each Python int argument the program converts to a
+    narrower integer dtype (``int32_array * n``): the conversion would wrap a value out of range
+    silently, where numpy (and eager functrace) raise OverflowError."""
+    checks = []
+    for i, (v, (_, dtype, weak)) in enumerate(zip(closed.jaxpr.in_vars, signature)):
+        if weak and np.dtype(dtype).kind in "iu":
+            for eqn in closed.jaxpr.eqns:
+                target = eqn.params.get("new_dtype") if eqn.primitive.name == "convert_element_type" else None
+                if target is not None and v in eqn.inputs and np.dtype(target).kind in "iu":
+                    checks.append((i, np.dtype(target)))
+    return checks
+
+
+def _check_fits(name: str, value, dtype: np.dtype) -> None:
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise OverflowError(f"jit of `{name}`: the Python int {value} is out of bounds for {dtype.name}, "
+                            f"the dtype of the array it combines with (numpy raises the same)")
+
+
 def _describe(key) -> str:
     """The leaf shapes and dtypes (and static values) of a cache key, for error messages."""
     _, signature, statics = key
@@ -110,6 +131,7 @@ class _Entry:
         self.out_tree = out_tree
         self.backend = backend
         self.closes_over_tracers = any(isinstance(c, Tracer) for c in closed.consts)
+        self.int_ranges = _narrowed_python_ints(closed, key[1])
         self._exe = None
 
     def executable(self):
@@ -200,6 +222,8 @@ class Jitted:
 
     def __call__(self, *args, **kwargs):
         entry, leaves = self._entry(args, kwargs)
+        for i, dtype in entry.int_ranges:
+            _check_fits(self.__name__, leaves[i], dtype)
         if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
             outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
         else:  # compiled programs take arrays; Python scalars were traced as weakly typed values

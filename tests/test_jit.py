@@ -179,3 +179,14 @@ def test_results_do_not_alias_the_callers_arrays(backend):
     np.testing.assert_array_equal(np.asarray(outs[0]), np.arange(6.0))
     np.testing.assert_array_equal(np.asarray(outs[1]), np.arange(6.0).reshape(2, 3))
     np.testing.assert_array_equal(np.asarray(outs[2]), [1.0, 2.0, 3.0])
+
+
+def test_python_int_argument_out_of_range_for_the_array_dtype_raises():
+    """numpy raises OverflowError for ``int32_array * 2**40``; the jitted conversion must not wrap."""
+    def scale(a, s):
+        return a * s
+    with pytest.raises(OverflowError, match=r"scale.*1099511627776.*int32"):
+        ft.jit(scale)(np.ones(3, np.int32), 2**40)
+    with pytest.raises(OverflowError, match=r"scale.*-1.*uint8"):
+        ft.jit(scale)(np.ones(3, np.uint8), -1)
+    np.testing.assert_array_equal(np.asarray(ft.jit(scale)(np.ones(3, np.int32), 5)), [5, 5, 5])
