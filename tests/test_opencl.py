@@ -890,3 +890,23 @@ def test_transposes_slices_and_reversals_are_views_read_by_kernels(shape, dtype)
     assert exe.num_host_steps == 0
     got, want = both(f, x, y)
     assert_close(got, want, dtype)
+
+
+def test_debug_nans_on_opencl_kernels_names_the_primitive():
+    """Kernels cannot stop at a NaN: a NaN output makes the program re-run op by op on the host,
+    which raises at the primitive that made it (as JAX's debug_nans under jit)."""
+    def nan_maker(x, w):
+        return fnp.sum(fnp.sqrt(x @ w - 1.0) * 2.0, axis=1)
+    x, w = RNG.standard_normal((9, 5)), RNG.standard_normal((5, 3))
+    f = ft.jit(nan_maker, backend="opencl")
+    assert f.lower(x, w).compile().num_kernel_launches >= 1
+    ft.config.update("debug_nans", True)
+    try:
+        with pytest.raises(FloatingPointError, match="'sqrt'"):
+            f(x, w)
+        ok = np.abs(x) + 2.0, np.abs(w) + 1.0
+        np.testing.assert_allclose(np.asarray(f(*ok)), nan_maker(*ok))
+    finally:
+        ft.config.update("debug_nans", False)
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.asarray(f(x, w))).any()  # off: numpy semantics, NaN returned

@@ -780,7 +780,22 @@ class OpenCLExecutable:
                     self._release(env.pop(v))
         outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
         self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
+        if config.debug_nans:
+            self._check_nans(args, outs)
         return outs
+
+    def _check_nans(self, args, outs) -> None:
+        """``debug_nans``: kernels cannot stop at a NaN, so (as JAX) a NaN in the outputs makes the
+        program run again equation by equation on the host, raising at the first one that makes
+        a NaN; if that run makes none, the output is named."""
+        for k, out in enumerate(outs):
+            value = np.asarray(out)
+            if value.dtype.kind in "fc" and np.isnan(value).any():
+                from ..numpy_backend import NumpyExecutable
+                with np.errstate(all="ignore"):  # the NaN is reported below, not warned about
+                    NumpyExecutable(self.closed)(*[np.asarray(a) for a in args])
+                raise FloatingPointError(f"NaN in output {k} of an OpenCL program (ft.config.debug_nans is "
+                                         "on; the host re-run made none: a difference of the kernels)")
 
     # ------------------------------------------------------------------ introspection
 
