@@ -204,6 +204,10 @@ def _as_array(x, fname: str, what: str):
 def _check_float_inputs(leaves, fname: str, transform: str):
     for i, x in enumerate(leaves):
         d = get_aval(x).dtype
+        if d.kind == "c":  # JAX and PyTorch differ here; either would be a silent surprise
+            raise NotImplementedError(
+                f"{transform} of `{fname}`: complex inputs are not supported (an input has dtype "
+                f"{d.name}); differentiate with respect to real and imaginary parts as real inputs.")
         if not is_float_dtype(d):
             raise DtypeError(
                 f"{transform} requires floating-point inputs, but an input of `{fname}` being "

@@ -171,6 +171,8 @@ sqrt_p = elementwise("sqrt", np.sqrt, [lambda ans, x: div(scalar_like(ans, 0.5),
 rsqrt_p = elementwise("rsqrt", lambda x: 1 / np.sqrt(x),
                       [lambda ans, x: mul(scalar_like(x, -0.5), div(ans, x))])
 abs_p = elementwise("abs", np.abs, [lambda ans, x: sign(x)])
+abs_p.abstract_eval = lambda a: ShapedArray(a.shape, np.abs(np.zeros(0, a.dtype)).dtype, a.weak_type) \
+    if a.dtype.kind == "c" else a  # |complex| is real, as numpy's
 sign_p = elementwise("sign", np.sign, [None])
 floor_p = elementwise("floor", np.floor, [None])
 ceil_p = elementwise("ceil", np.ceil, [None])

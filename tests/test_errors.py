@@ -159,3 +159,22 @@ def test_debug_nans_eager_and_jit():
         ft.config.update("debug_nans", False)
     with pytest.raises(KeyError, match="unknown functrace option"):
         ft.config.update("no_such_option", 1)
+
+
+def test_complex_inputs_to_derivatives_are_not_implemented():
+    """JAX and PyTorch use different conventions for complex gradients: neither is implemented,
+    so neither is silently assumed."""
+    def power(z):
+        return fnp.abs(z) ** 2
+    for transform in (ft.grad, ft.jacfwd, ft.jacrev):
+        with pytest.raises(NotImplementedError, match=r"power.*complex"):
+            transform(power)(1.0 + 2.0j)
+
+
+def test_abs_of_complex_is_real_when_traced():
+    z = np.array([1 + 2j, 3 - 1j], np.complex64)
+    closed = ft.make_jaxpr(lambda z: fnp.abs(z) * 2)(z)
+    assert closed.out_avals[0].dtype == np.float32
+    out = np.asarray(ft.jit(lambda z: fnp.abs(z) * 2)(z))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, np.abs(z) * 2)
