@@ -499,6 +499,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     def jac_fun(*args):
         dyn = tuple(args[a] for a in argnum_tuple)
 
+        @functools.wraps(fun, updated=())  # errors name the user's function
         def f_dyn(*d):
             full = list(args)
             for a, p in zip(argnum_tuple, d):
