@@ -23,7 +23,7 @@ import numpy as np
 
 from . import core
 from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
-from .errors import DtypeError
+from .errors import DtypeError, argnum_tuple as _argnum_tuple, check_callable
 from . import primitives as P
 from .primitives import add
 from . import tree_util
@@ -237,6 +237,7 @@ def _lower(x, main):
 
 def vjp(fun: Callable, *primals, has_aux: bool = False):
     """``out, vjp_fn = vjp(f, *primals)``; ``vjp_fn(cotangent)`` returns one cotangent per primal."""
+    check_callable(fun, "vjp")
     fname = _fun_name(fun)
     leaves, in_tree = tree_util.tree_flatten(primals)
     leaves = [_as_array(x, fname, "argument") for x in leaves]
@@ -282,8 +283,9 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """``value_and_grad(f)(*args) -> (f(*args), df/dargs[argnums])``; f must return a scalar."""
     fname = _fun_name(fun)
+    check_callable(fun, "grad")
     multiple = not isinstance(argnums, int)
-    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+    argnum_tuple = _argnum_tuple(argnums, "grad")
 
     @functools.wraps(fun, updated=())
     def value_and_grad_fun(*args, **kwargs):
@@ -355,6 +357,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
 
 def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
     """Forward mode: ``(f(*primals), df(primals) . tangents)``."""
+    check_callable(fun, "jvp")
     fname = _fun_name(fun)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError(f"jvp of `{fname}`: primals and tangents must be tuples or lists")
@@ -393,6 +396,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 def linearize(fun: Callable, *primals):
     """``out, f_jvp = linearize(f, *primals)``: the primal computation runs once; ``f_jvp(*t)``
     replays only the tangent equations (staged into a jaxpr with the primal values as constants)."""
+    check_callable(fun, "linearize")
     from .staging import make_jaxpr
     from .core import eval_jaxpr
     box = []
@@ -442,8 +446,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     """Jacobian by forward mode: ``vmap`` of ``jvp`` over the standard basis of the inputs."""
     from .batching import vmap
     fname = _fun_name(fun)
+    check_callable(fun, "jacfwd")
     multiple = not isinstance(argnums, int)
-    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+    argnum_tuple = _argnum_tuple(argnums, "jacfwd")
 
     @functools.wraps(fun, updated=())
     def jac_fun(*args):
@@ -492,8 +497,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """Jacobian by reverse mode: ``vmap`` of the ``vjp`` function over the output basis."""
     from .batching import vmap
+    check_callable(fun, "jacrev")
     multiple = not isinstance(argnums, int)
-    argnum_tuple = tuple(argnums) if multiple else (argnums,)
+    argnum_tuple = _argnum_tuple(argnums, "jacrev")
 
     @functools.wraps(fun, updated=())
     def jac_fun(*args):

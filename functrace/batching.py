@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .core import ShapedArray, Trace, Tracer, get_aval, new_main
-from .errors import ConcretizationError
+from .errors import ConcretizationError, check_callable
 from . import primitives as P
 from . import tree_util
 
@@ -75,6 +75,7 @@ def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
 
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None) -> Callable:
     """Map ``fun`` over an axis of its inputs without a Python loop (batching rules)."""
+    check_callable(fun, "vmap")
     fname = getattr(fun, "__qualname__", repr(fun))
 
     @functools.wraps(fun, updated=())

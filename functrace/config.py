@@ -27,6 +27,8 @@ class Config:
     def update(self, name: str, value: Any) -> None:
         if name not in self._DEFAULTS:
             raise KeyError(f"unknown functrace option {name!r}; options: {sorted(self._DEFAULTS)}")
+        if name == "default_backend" and value not in (None, "numpy", "opencl"):
+            raise ValueError(f"default_backend must be None, 'numpy' or 'opencl', got {value!r}")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
 

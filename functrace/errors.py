@@ -62,3 +62,19 @@ class ShapeError(FunctraceError, ValueError):
 
 class DtypeError(FunctraceError, TypeError):
     """A dtype the operation or transformation cannot handle."""
+
+
+def check_callable(fun, transform: str) -> None:
+    """Transformations take functions: say so at once, not at the first call."""
+    if not callable(fun):
+        raise TypeError(f"{transform} expects a function, got {type(fun).__name__} {fun!r:.60} "
+                        f"{user_frame_description()}")
+
+
+def argnum_tuple(argnums, transform: str) -> tuple:
+    """``argnums`` (an int or a sequence of ints) as a tuple, checked."""
+    items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    if not items or not all(isinstance(a, int) and not isinstance(a, bool) for a in items):
+        raise TypeError(f"{transform}: argnums must be an int or a non-empty sequence of ints, got "
+                        f"{argnums!r} {user_frame_description()}")
+    return tuple(items)

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
+from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
 from .staging import trace_to_jaxpr
 from . import tree_util
@@ -31,9 +32,18 @@ def register_array_type(cls: type) -> None:
 
 def _leaf_signature(x) -> tuple:
     if type(x) in _ARRAY_TYPES:
+        if x.dtype.kind not in "biufc":
+            raise TypeError(f"arrays of dtype {x.dtype} are not supported (numeric and bool arrays only)")
         return (x.shape, x.dtype, False)
+    if type(x) is int and not _INT64.min <= x <= _INT64.max:
+        raise OverflowError(f"the Python int {x} is out of bounds for int64")
     a = get_aval(x)
+    if a.dtype.kind not in "biufc":
+        raise TypeError(f"values of dtype {a.dtype} are not supported (numeric and bool only)")
     return (a.shape, a.dtype, a.weak_type)
+
+
+_INT64 = np.iinfo(np.int64)
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,6 +166,20 @@ class Jitted:
             self._signature = None
         self._cache: dict = {}
         self.__name__ = getattr(fun, "__name__", "jitted")
+        self._check_static_argnums()
+
+    def _check_static_argnums(self) -> None:
+        """Static positions the function cannot take would be ignored silently: refuse them."""
+        if self._signature is None:
+            return
+        kinds = [p.kind for p in self._signature.parameters.values()]
+        if inspect.Parameter.VAR_POSITIONAL in kinds:
+            return
+        n = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+        bad = [i for i in self.static_argnums if not -n <= i < n]
+        if bad:
+            raise ValueError(f"jit of `{self.__name__}`: static_argnums {bad} out of range for a function of "
+                             f"{n} positional parameters {user_frame_description()}")
 
     def _split(self, args: tuple, kwargs: dict):
         """Separate static arguments (part of the cache key) from dynamic ones (traced)."""
@@ -185,8 +209,8 @@ class Jitted:
             leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         try:
             signature = tuple(_leaf_signature(x) for x in leaves)
-        except TypeError as e:
-            raise TypeError(f"jit of `{self.__name__}`: {e}") from None
+        except (TypeError, OverflowError) as e:
+            raise type(e)(f"jit of `{self.__name__}`: {e}") from None
         try:
             key = (in_tree, signature, statics)
             hash(key)
@@ -245,5 +269,6 @@ def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] = (),
     Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=...)``.
     """
     if fun is None:
-        return lambda f: Jitted(f, static_argnums, static_argnames, backend)
+        return lambda f: jit(f, static_argnums, static_argnames, backend)
+    check_callable(fun, "jit")
     return Jitted(fun, static_argnums, static_argnames, backend)

@@ -136,12 +136,15 @@ def cross_entropy(logits, labels, reduction: str = "mean"):
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (``weight`` or ``bias``
+    None: no scale or no shift)."""
     x = fnp._to_float(x)
     mu = fnp.mean(x, axis=-1, keepdims=True)
     xc = x - mu
     var = fnp.mean(xc * xc, axis=-1, keepdims=True)
-    return xc * P.rsqrt_p.bind(var + eps) * weight + bias
+    y = xc * P.rsqrt_p.bind(var + eps)
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
 
 
 def _rms_norm_reference(x, w, *, eps):
@@ -454,6 +457,16 @@ def embedding(table, ids):
     return fnp.take(table, ids, axis=0)
 
 
+def _int_pair(value, what: str, least: int) -> tuple:
+    """An int or a pair of ints (height, width), each at least ``least``: else a clear error."""
+    pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value) \
+        if isinstance(value, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v >= least for v in pair):
+        raise ValueError(f"conv2d: {what} must be an int or an (int, int) pair, each >= {least}; got {value!r} "
+                         f"{user_frame_description()}")
+    return int(pair[0]), int(pair[1])
+
+
 def conv2d(x, w, stride=1, padding=0):
     """2-D convolution (cross-correlation), NCHW input and OIHW weights, via im2col + one matmul.
 
@@ -466,8 +479,14 @@ def conv2d(x, w, stride=1, padding=0):
     if len(xs) != 4 or len(ws) != 4 or xs[1] != ws[1]:
         raise ShapeError(f"conv2d: expected x (N, C, H, W) and w (O, C, KH, KW) with equal C; got {xs} and {ws} "
                          f"{user_frame_description()}")
-    sh, sw = (stride, stride) if isinstance(stride, int) else stride
-    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    sh, sw = _int_pair(stride, "stride", 1)
+    if isinstance(padding, str) and padding.upper() == "VALID":
+        padding = 0
+    if isinstance(padding, str) or (isinstance(padding, (tuple, list)) and any(
+            isinstance(p, (tuple, list)) for p in padding)):
+        raise NotImplementedError(f"conv2d: padding {padding!r} is not implemented; give an int or an "
+                                  f"(int, int) pair of symmetric paddings {user_frame_description()}")
+    ph, pw = _int_pair(padding, "padding", 0)
     if ph or pw:
         x = fnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     n, c, h, wd = shape_of(x)

@@ -203,6 +203,22 @@ def _pow_dy(ans, x, y):
 pow_p = elementwise("pow", np.power, [lambda ans, x, y: mul(y, pow(x, sub(y, scalar_like(y, 1)))), _pow_dy])
 
 
+def _no_bool(prim: Primitive, hint: str) -> None:
+    """numpy has no boolean ``-``: refuse it when tracing too (not at run time, inside the program)."""
+    rule = prim.abstract_eval
+
+    def checked(*avals, **params):
+        if avals[0].dtype.kind == "b":
+            raise TypeError(f"numpy boolean {prim.name} (the `-` operator) is not supported; use {hint} "
+                            f"{user_frame_description()}")
+        return rule(*avals, **params)
+    prim.abstract_eval = checked
+
+
+_no_bool(sub_p, "bitwise_xor (`^`) or logical_xor")
+_no_bool(neg_p, "logical_not (`~`)")
+
+
 def _tie_mask(which):
     # Derivative of max/min: 1 where this operand wins, 1/2 at ties (as in JAX).
     def d(ans, x, y):

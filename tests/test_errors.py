@@ -178,3 +178,64 @@ def test_abs_of_complex_is_real_when_traced():
     out = np.asarray(ft.jit(lambda z: fnp.abs(z) * 2)(z))
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, np.abs(z) * 2)
+
+
+def test_transformations_check_their_function_and_argnums_up_front():
+    for transform in (ft.grad, ft.jit, ft.vmap, ft.jacfwd, ft.jacrev, ft.hessian):
+        with pytest.raises(TypeError, match="expects a function, got int"):
+            transform(3)
+    with pytest.raises(TypeError, match="expects a function"):
+        ft.jvp(None, (1.0,), (1.0,))
+    with pytest.raises(TypeError, match="argnums must be an int"):
+        ft.grad(lambda x: x, argnums="a")
+    with pytest.raises(ValueError, match=r"static_argnums \[5\] out of range.*2 positional"):
+        ft.jit(lambda a, b: a * b, static_argnums=(5,))
+    with pytest.raises(ValueError, match="default_backend must be"):
+        ft.config.update("default_backend", "cuda")
+
+
+def test_jit_refuses_non_numeric_arguments_at_the_call():
+    def echo(x):
+        return x
+    for bad in (np.array([1, "a"], dtype=object), np.array(["a"]), np.array(["2020-01-01"], dtype="datetime64[D]")):
+        with pytest.raises(TypeError, match=r"jit of `echo`: arrays of dtype .* not supported"):
+            ft.jit(echo)(bad)
+    with pytest.raises(OverflowError, match=r"jit of `echo`: the Python int .* out of bounds for int64"):
+        ft.jit(echo)(2 ** 70)
+
+
+def test_operations_numpy_refuses_are_refused_while_tracing():
+    """Refused at trace time, naming the user's line, not at run time inside the program."""
+    def bool_minus(a, b):
+        return a - b
+    with pytest.raises(TypeError, match=r"boolean sub.*bool_minus"):
+        ft.jit(bool_minus)(np.array([True]), np.array([False]))
+    with pytest.raises(TypeError, match=r"boolean neg.*<lambda>"):
+        ft.jit(lambda a: -a)(np.array([True]))
+
+    def int_inverse(a):
+        return a ** -1
+    with pytest.raises(ValueError, match=r"negative integer powers.*int_inverse"):
+        ft.jit(int_inverse)(np.array([2, 3]))
+    np.testing.assert_allclose(np.asarray(ft.jit(int_inverse)(np.array([2.0, 4.0]))), [0.5, 0.25])
+
+
+def test_missing_array_features_raise_not_implemented_or_say_why():
+    x = np.ones(3)
+    with pytest.raises(NotImplementedError, match=r"x.at\[...\].*fnp.where"):
+        ft.jit(lambda t: t.at[0].set(1.0))(x)
+    with pytest.raises(TypeError, match="immutable.*fnp.where"):
+        ft.jit(lambda t: t.__setitem__(0, 1.0))(x)
+    with pytest.raises(NotImplementedError, match="bit shifts"):
+        ft.jit(lambda t: t << 1)(np.ones(3, np.int32))
+    with pytest.raises(NotImplementedError, match="real of a complex"):
+        ft.jit(lambda z: z.real)(np.ones(3, complex))
+    np.testing.assert_array_equal(np.asarray(ft.jit(lambda t: t.real + t.imag + np.conjugate(t))(x)), 2 * x)
+
+
+@pytest.mark.parametrize("stride,padding,error", [
+    (0, 0, ValueError), (1.5, 0, ValueError), ((1, 2, 3), 0, ValueError), (1, -1, ValueError),
+    (1, "SAME", NotImplementedError), (1, ((1, 2), (0, 1)), NotImplementedError)])
+def test_conv2d_bad_stride_or_padding(stride, padding, error):
+    with pytest.raises(error, match=r"conv2d: (stride|padding)"):
+        ft.nn.conv2d(np.ones((1, 1, 4, 4)), np.ones((1, 1, 2, 2)), stride=stride, padding=padding)

@@ -95,6 +95,10 @@ def test_norms():
     np.testing.assert_allclose(ft.nn.rms_norm(x, w), rms)
     ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(ft.nn.layer_norm(x, w, b), ln)
+    normalized = (ln - b) / w
+    np.testing.assert_allclose(ft.nn.layer_norm(x, None, b), normalized + b)  # None: no scale / no shift
+    np.testing.assert_allclose(ft.nn.layer_norm(x, w, None), ln - b)
+    np.testing.assert_allclose(ft.nn.layer_norm(x, None, None), normalized)
     with pytest.raises(ft.ShapeError, match="weight"):
         ft.nn.rms_norm(x, np.ones(6))
     assert ft.nn.rms_norm(x.astype(np.float32), w.astype(np.float32)).dtype == np.float32

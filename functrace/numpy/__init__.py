@@ -343,11 +343,13 @@ def invert(x):
 def power(x, y):
     """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
     int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** np.int64(2)`` is
-    float64).  Integers to negative integer powers are left to numpy's ValueError."""
+    float64).  Integers to a negative integer power raise ValueError, as numpy's."""
     if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
         dt, _ = _result_dtype((_dtype_info(x), _dtype_info(y)))
-        if dt.kind in "fc" or y >= 0:
-            return P.integer_pow(_cast(_to_array(x), dt), int(y))
+        if dt.kind not in "fc" and y < 0:
+            raise ValueError(f"Integers to negative integer powers are not allowed ({dt.name} ** {y}; as "
+                             f"numpy) {user_frame_description()}")
+        return P.integer_pow(_cast(_to_array(x), dt), int(y))
     return P.pow_p.bind(*_promote(x, y))
 
 

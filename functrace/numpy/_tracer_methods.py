@@ -35,19 +35,50 @@ _OPERATORS = {
     "max": fnp.max, "min": fnp.min, "argmax": fnp.argmax, "argmin": fnp.argmin,
     "all": fnp.all, "any": fnp.any, "cumsum": fnp.cumsum, "ravel": fnp.ravel, "flatten": fnp.ravel,
     "squeeze": fnp.squeeze, "swapaxes": fnp.swapaxes, "dot": fnp.dot, "clip": fnp.clip,
-    "take": fnp.take, "round": fnp.round, "conj": lambda self: self, "copy": lambda self: self,
+    "take": fnp.take, "round": fnp.round, "conj": lambda self: _real_only(self, "conj"),
+    "copy": lambda self: self,
 }
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
+
+
+def _real_only(x, what: str):
+    """conj / real of a real value is the value; complex parts have no primitives yet."""
+    if x.dtype.kind == "c":
+        raise NotImplementedError(f"{what} of a complex traced value is not implemented in functrace")
+    return x
+
+
+def _not_implemented(what: str, hint: str):
+    def f(self, *args):
+        raise NotImplementedError(f"{what} on traced values is not implemented in functrace; {hint}")
+    return f
+
+
 Tracer.T = property(lambda self: fnp.transpose(self))
-Tracer.real = property(lambda self: self)
+Tracer.real = property(lambda self: _real_only(self, "real"))
+Tracer.imag = property(lambda self: fnp.zeros_like(_real_only(self, "imag")))
+Tracer.at = property(_not_implemented("x.at[...] (functional index updates)",
+                                      "build the result with fnp.where(mask, value, x) or fnp.concatenate"))
+for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
+    setattr(Tracer, _name, _not_implemented("bit shifts", "multiply or floor-divide by powers of two"))
+
+
+def _setitem(self, index, value):
+    raise TypeError("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change a traced value; "
+                    "build the result with fnp.where(mask, v, x) (x.at[i].set(v) is not implemented)")
+
+
+Tracer.__setitem__ = _setitem
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """``np.sin(tracer)`` and ``ndarray + tracer`` dispatch to functrace.numpy."""
     if method != "__call__" or kwargs.get("out") is not None:
         raise NotImplementedError(f"numpy.{ufunc.__name__}.{method} on a functrace tracer is not supported")
-    name = {"absolute": "abs", "conjugate": "positive"}.get(ufunc.__name__, ufunc.__name__)
+    if ufunc.__name__ == "conjugate":
+        return _real_only(inputs[0], "conjugate")
+    name = {"absolute": "abs"}.get(ufunc.__name__, ufunc.__name__)
     fn = getattr(fnp, name)  # raises NotImplementedError naming the function when missing
     return fn(*inputs)
 
