@@ -252,7 +252,11 @@ class custom_jvp:
         def flat_jvp(nondiff, primals, tangents):
             p = tree_util.tree_unflatten(tr.in_tree, primals)
             t = tree_util.tree_unflatten(tr.in_tree, tangents)
-            out, t_out = user_jvp(*tr.statics(nondiff), tuple(p), tuple(t))
+            res = user_jvp(*tr.statics(nondiff), tuple(p), tuple(t))
+            if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                raise TypeError(f"custom_jvp rule of `{fname}` must return a pair (primal_out, tangent_out); "
+                                f"got {type(res).__name__}" + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else ""))
+            out, t_out = res
             o_leaves, o_tree = tree_util.tree_flatten(out)
             t_leaves, t_tree = tree_util.tree_flatten(t_out)
             if o_tree != tr.out_tree or t_tree != tr.out_tree:

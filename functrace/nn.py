@@ -368,7 +368,8 @@ def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(g * out)), dQ = dS K * scale, dK = dS^T Q * scale."""
     q, k, v, out, lse, g = map(np.asarray, (q, k, v, out, lse, g))
     s = np.einsum("...tnh,...snh->...nts", q, k) * q.dtype.type(scale)
-    p = np.where(mask, np.exp(s - lse[..., None]), 0).astype(q.dtype)
+    with np.errstate(over="ignore"):  # fully masked rows (lse about -1e30): their p is masked to 0
+        p = np.where(mask, np.exp(s - lse[..., None]), 0).astype(q.dtype)
     dv = np.einsum("...nts,...tnh->...snh", p, g)
     dp = np.einsum("...tnh,...snh->...nts", g, v)
     delta = np.einsum("...tnh,...tnh->...nt", g, out)[..., None]

@@ -785,3 +785,15 @@ def test_checkpoint_decorator_forms_and_remat_alias():
     np.testing.assert_allclose(ft.grad(f2)(x), np.exp(x), rtol=1e-12)
     np.testing.assert_allclose(ft.grad(ft.remat(lambda v: fnp.sum(v ** 3)))(x), 3 * x ** 2, rtol=1e-12)
     assert f1.__name__ == "f1"
+
+
+def test_custom_jvp_rule_that_does_not_return_a_pair():
+    @ft.custom_jvp
+    def odd_rule(x):
+        return fnp.sin(x)
+
+    @odd_rule.defjvp
+    def odd_rule_jvp(primals, tangents):
+        return fnp.sin(primals[0])  # forgot the tangent
+    with pytest.raises(TypeError, match=r"custom_jvp rule of `.*odd_rule` must return a pair .* got float64"):
+        ft.grad(odd_rule)(0.5)

@@ -910,3 +910,9 @@ def test_debug_nans_on_opencl_kernels_names_the_primitive():
         ft.config.update("debug_nans", False)
     with np.errstate(invalid="ignore"):
         assert np.isnan(np.asarray(f(x, w))).any()  # off: numpy semantics, NaN returned
+
+
+def test_report_names_the_dtype_that_kept_an_equation_on_the_host():
+    z = np.ones(300, np.complex64)
+    report = ft.jit(lambda z: z * 2.0 + 1.0, backend="opencl").lower(z).compile().report()
+    assert "complex64: no type for it in generated kernels" in report and "cl_khr_fp64" not in report

@@ -325,7 +325,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 continue
             g = item
             if not _dtypes_ok(rt, g.eqns):
-                plan.steps.extend(HostStep(e, _NO_FP64) for e in g.eqns)
+                plan.steps.extend(HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns)
                 continue
             outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
             outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
@@ -353,7 +353,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
             eqns = (list(g.eqns) if g is not None else []) + [item]
             if not _dtypes_ok(rt, eqns):
-                plan.steps.extend(HostStep(e, _NO_FP64) for e in eqns)
+                plan.steps.extend(HostStep(e, _dtype_reason(rt, eqns)) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
             R = _size([x.aval.shape[d] for d in item.params["axes"]])
@@ -399,7 +399,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         else:
             lowered = lower(item, rt) if rt is not None else None
             if lowered is None:
-                plan.steps.append(HostStep(item, "no OpenCL lowering" if _dtypes_ok(rt, [item]) else _NO_FP64))
+                plan.steps.append(HostStep(item, _dtype_reason(rt, [item])))
             else:
                 if lowered.source not in plan.sources:
                     plan.sources.append(lowered.source)
@@ -516,6 +516,16 @@ def _dtypes_ok(rt, eqns) -> bool:
     """Can generated kernels on ``rt`` hold every value these equations read and write?"""
     return rt is None or all(_kernel_dtype_ok(rt, v.aval.dtype) for e in eqns
                              for v in list(e.inputs) + e.out_vars if type(v) is not Literal)
+
+
+def _dtype_reason(rt, eqns) -> str:
+    """Why these equations run on the host: the first dtype kernels cannot hold, else no lowering."""
+    for e in eqns:
+        for v in list(e.inputs) + e.out_vars:
+            if type(v) is not Literal and not _kernel_dtype_ok(rt, v.aval.dtype):
+                d = v.aval.dtype
+                return _NO_FP64 if d == np.dtype(np.float64) else f"{d.name}: no type for it in generated kernels"
+    return "no OpenCL lowering"
 
 
 def _kernel_dtype_ok(rt, dtype) -> bool:
