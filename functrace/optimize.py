@@ -320,7 +320,8 @@ def _implicit_broadcasts(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list
         if tuple(np.broadcast_shapes(keep, *others)) != out_shape:
             continue  # the broadcast is what gives the output its shape
         if src.aval.shape == keep or len(src.aval.shape) < len(keep) and \
-                src.aval.shape == keep[len(keep) - len(src.aval.shape):]:
+                src.aval.shape == keep[len(keep) - len(src.aval.shape):] and \
+                tuple(np.broadcast_shapes(src.aval.shape, *others)) == out_shape:  # (rank kept by another)
             new_inputs[k] = src
             continue
         var = Var(ShapedArray(keep, src.aval.dtype, src.aval.weak_type))

@@ -916,3 +916,58 @@ def test_report_names_the_dtype_that_kept_an_equation_on_the_host():
     z = np.ones(300, np.complex64)
     report = ft.jit(lambda z: z * 2.0 + 1.0, backend="opencl").lower(z).compile().report()
     assert "complex64: no type for it in generated kernels" in report and "cl_khr_fp64" not in report
+
+
+# --------------------------------------------------------------------------- found by fuzzing
+
+def _same_as_numpy_backend(f, *args, rtol=1e-5):
+    with np.errstate(all="ignore"):
+        got, want = both(f, *args)
+    for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
+
+
+def test_bool_reductions_and_selects_of_fused_comparisons():
+    """any/all over a fused comparison (the combine used isnan on ints: did not build) and
+    where with bool branches (no select mask type for bool lanes)."""
+    x = RNG.standard_normal((300, 70)).astype(np.float32)
+    c, a, b = (RNG.random((300, 70)) < 0.5 for _ in range(3))
+    _same_as_numpy_backend(lambda x: (fnp.any(x > 2.0, axis=1), fnp.all(x > -3.0), fnp.all(x, axis=0),
+                                      fnp.any(x < -1.0, axis=0)), x)
+    _same_as_numpy_backend(lambda c, a, b: (fnp.where(c, a, b), fnp.where(c, a, True),
+                                            fnp.where(a, a, fnp.logical_not(a))), c, a, b)
+
+
+def test_fused_max_min_reductions_keep_nan():
+    """The vector accumulator kept NaN, but its lanes were folded with fmax / fmin."""
+    x = RNG.standard_normal((30, 1000)).astype(np.float32)
+    x[:, 5] = np.nan
+    x[3] = 1.0
+    _same_as_numpy_backend(lambda x: (fnp.max(x * 2, axis=-1), fnp.min(x * 2, axis=-1), fnp.max(x * 2)), x)
+
+
+def test_view_next_to_a_host_step_is_planned(monkeypatch):
+    """A reshape that could not be a view (here tile's broadcast) was looked up as one, next to
+    the small gather's index fix-up run on the host (the default threshold, not this file's 0)."""
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
+    x = RNG.standard_normal(20000).astype(np.float32)
+    table = RNG.standard_normal((100, 16)).astype(np.float32)
+    ids = RNG.integers(0, 100, 129).astype(np.int32)
+    _same_as_numpy_backend(lambda x, t, i: fnp.tile(x, 2) * fnp.sum(t[i]), x, table, ids)
+
+
+def test_empty_value_inside_a_batched_launch(small_steps):
+    """An empty intermediate got a place in the batch's scratch buffer of size 0: no parameter."""
+    def loss(a):
+        v = 1 / (fnp.abs(a) + 1)
+        return fnp.sum(v * (0.5 + 0.1 * v))
+    _same_as_numpy_backend(ft.value_and_grad(loss), np.zeros(0), rtol=1e-12)
+
+
+def test_two_products_permuting_the_same_operand_share_its_copy_kernel():
+    """Two einsums whose operand k needs the same permutation emitted the copy kernel twice."""
+    q1, q2, k = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 16, 4, 8), (2, 5, 4, 8), (2, 16, 4, 8)))
+    f = lambda q1, q2, k: (fnp.einsum("bthd,bshd->bhts", q1, k), fnp.einsum("bthd,bshd->bhts", q2, k))
+    _same_as_numpy_backend(f, q1, q2, k, rtol=1e-4)

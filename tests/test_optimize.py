@@ -121,3 +121,12 @@ def test_transposes_fold_into_dot_general():
     b = RNG.standard_normal((2, 3, 4))
     g = lambda b: fnp.einsum("bij,bkj->bik", b, fnp.transpose(b, (0, 2, 1)).transpose(0, 2, 1))
     np.testing.assert_allclose(ft.jit(g)(b), g(b), rtol=1e-12)
+
+
+def test_implicit_broadcast_keeps_the_output_rank():
+    """grad of prod over an axis of size 1 broadcasts into a middle axis; letting numpy broadcast
+    the operand instead dropped the leading axis that only that broadcast provided."""
+    for shape, axis in (((5, 1), 0), ((1,), 0), ((3, 1, 4), 1)):
+        x = np.random.default_rng(0).standard_normal(shape)
+        f = lambda x: fnp.sum(fnp.prod(1 + 0.01 * x, axis=axis))
+        np.testing.assert_allclose(ft.jit(ft.grad(f), backend="numpy")(x), ft.grad(f)(x), rtol=1e-12)

@@ -109,7 +109,16 @@ class Plan:
     sources: list = field(default_factory=list)
     views: dict = field(default_factory=dict)  # var -> the View of another buffer it is
     view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
+    shared_names: set = field(default_factory=set)  # kernels added by Plan.add_lowered's shared
     kernel_of_source: dict = field(default_factory=dict)  # source with its name blanked -> name
+
+    def add_lowered(self, lowered) -> None:
+        """Add a hand-written lowering's source (identical ones once) and its shared kernels (once
+        per name: two products may permute an operand of the same shape the same way)."""
+        for src in [lowered.source] + [s for n, s in lowered.shared.items() if n not in self.shared_names]:
+            if src not in self.sources:
+                self.sources.append(src)
+        self.shared_names.update(lowered.shared)
 
     def add_kernel(self, name: str, source: str) -> str:
         """Add a generated kernel, or return the name of an identical one added before (PoCL
@@ -286,14 +295,15 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
             eqns = list(reason)
             made = {v for e in eqns for v in e.out_vars}
             # a view read here of a value made here: its (skipped) reshape/broadcast joins the segment
-            pending = [a for e in eqns for a in e.inputs if a in plan.view_eqns]
+            # (view_eqns also holds reshapes that could not be views: those are computed values)
+            pending = [a for e in eqns for a in e.inputs if a in views]
             while pending:
                 v = pending.pop()
                 if v not in made and views[v].base in made:
                     eqns.append(plan.view_eqns[v])
                     reason[plan.view_eqns[v]] = "a view of a value computed on the host"
                     made.add(v)
-                    pending.extend(a for a in plan.view_eqns[v].inputs if a in plan.view_eqns)
+                    pending.extend(a for a in plan.view_eqns[v].inputs if a in views)
             eqns.sort(key=position.__getitem__)
             produced = [v for e in eqns for v in e.out_vars]
             inputs = list(dict.fromkeys(a for e in eqns for a in e.inputs
@@ -344,8 +354,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             k += 1
         elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
             eqn, lowered = item
-            if lowered.source not in plan.sources:
-                plan.sources.append(lowered.source)
+            plan.add_lowered(lowered)
             plan.steps.append(LoweredStep(eqn, lowered))
         elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
@@ -401,8 +410,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if lowered is None:
                 plan.steps.append(HostStep(item, _dtype_reason(rt, [item])))
             else:
-                if lowered.source not in plan.sources:
-                    plan.sources.append(lowered.source)
+                plan.add_lowered(lowered)
                 plan.steps.append(LoweredStep(item, lowered))
 
 
@@ -489,7 +497,8 @@ def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
             ct = CTYPE[v.aval.dtype]
             if v in made and v not in needed:
                 ptr[v] = f"((__global {ct}*)(scratch + {scratch}))"
-                scratch += -(-_nbytes(v.aval) // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+                # (an empty value still gets a distinct, in-bounds place: the parameter must exist)
+                scratch += max(-(-_nbytes(v.aval) // _SCRATCH_ALIGN), 1) * _SCRATCH_ALIGN
             else:
                 ptr[v] = f"b{len(args)}"
                 args.append(v)

@@ -26,7 +26,7 @@ VEC = 8  # default lanes per work-item; the executable picks the device's prefer
 
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
          np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
-MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long"}
+MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long", "uchar": "int"}  # bools: int lanes
 
 # primitive -> (arity, vector/scalar template); operands are {0}, {1}, {2}
 _FLOAT_OPS = {
@@ -504,6 +504,8 @@ def _reduce_init(kind: str, ct: str) -> str:
     """The identity of a reduction in C (the accumulator's start value)."""
     if kind in ("reduce_sum", "reduce_prod"):
         return "0" if kind == "reduce_sum" else "1"
+    if ct == "uchar":  # bool: any / all
+        return {"reduce_max": "0", "reduce_min": "1"}[kind]
     if ct in ("int", "long"):
         return {"reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
                 "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
@@ -517,8 +519,8 @@ def _reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
     if kind == "reduce_prod":
         return f"{acc} *= {v};"
     cmp = ">" if kind == "reduce_max" else "<"
-    if ct in ("int", "long"):
-        return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, {v});"
+    if ct in ("int", "long", "uchar"):  # (a fused bool operand is an int comparison result)
+        return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, ({ct})({v}));"
     if vector:
         return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"
     return f"{acc} = (({v} {cmp} {acc}) || isnan({v})) ? {v} : {acc};"
@@ -572,11 +574,10 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
         hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec)),
                 "reduce_prod": " * ".join(lane(k) for k in range(vec))}.get(kind)
-        if hsum is None:
-            fn = "fmax" if kind == "reduce_max" else "fmin"
-            hsum = lane(0)
-            for k in range(1, vec):
-                hsum = f"{fn}({hsum}, {lane(k)})"
+        if hsum is None:  # max / min: lane by lane, NaN kept (fmax / fmin would drop it)
+            fold = " ".join(combine("h", lane(k), False) for k in range(1, vec))
+        else:
+            fold = ""
         vec_loop = f"""
     {ct}{vec} vacc = ({ct}{vec})({init});
     for (; r + {vec} <= r_end; r += {vec}) {{
@@ -584,7 +585,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
         {chr(10).join('        ' + l for l in v_lines).strip()}
         {combine('vacc', v_val, True)}
     }}
-    {{ {ct} h = {hsum}; {combine('acc', 'h', False)} }}"""
+    {{ {ct} h = {hsum or lane(0)}; {fold} {combine('acc', 'h', False)} }}"""
     src = f"""
 __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
     const long gid = get_global_id(0);

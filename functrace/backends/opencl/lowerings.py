@@ -45,6 +45,8 @@ class Lowered:
     launches: int               # kernel launches per call
     label: str                  # for the report, e.g. "matmul (OpenCL, tiled 64x64)" or "matmul (host BLAS)"
     extra: dict = field(default_factory=dict)
+    shared: dict = field(default_factory=dict)  # {name: source} of generated kernels that other
+    #                                             equations may need too: in the program once per name
 
 
 @dataclass

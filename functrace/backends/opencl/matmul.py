@@ -606,8 +606,7 @@ def lower(eqn, rt) -> Lowered | None:
             strides = _contiguous_strides(shape)
             view_shape = tuple(shape[d] for d in perm)
             access = access_for(view_shape, view_shape, View(None, 0, tuple(strides[d] for d in perm)))
-            src, runs[i] = copy_kernel(names[i], ctype, view_shape, access)
-            lowered.source += src
+            lowered.shared[names[i]], runs[i] = copy_kernel(names[i], ctype, view_shape, access)
     lowered.kernel_names += [n for n in names if n]
     lowered.extra["copy_launches"] = sum(1 for n in names if n)
     lowered.launches += lowered.extra["copy_launches"]
