@@ -364,8 +364,12 @@ def _extremum_jvp(t, ans, x, *, axes):
     return div(reduce_sum(mul(t, hits), axes), count)
 
 
-reduce_max_p = reduction("reduce_max", lambda x, *, axes: np.max(x, axis=axes), _extremum_vjp)
-reduce_min_p = reduction("reduce_min", lambda x, *, axes: np.min(x, axis=axes), _extremum_vjp)
+_BOOL_EMPTY = {False: ({}, {}), True: ({"initial": False}, {"initial": True})}
+# bool max / min are any / all: their empty reductions are False / True (numpy's any and all)
+reduce_max_p = reduction("reduce_max", lambda x, *, axes: np.max(x, axis=axes, **_BOOL_EMPTY[x.dtype == bool][0]),
+                         _extremum_vjp)
+reduce_min_p = reduction("reduce_min", lambda x, *, axes: np.min(x, axis=axes, **_BOOL_EMPTY[x.dtype == bool][1]),
+                         _extremum_vjp)
 reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
 
 

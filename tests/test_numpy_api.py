@@ -1240,3 +1240,18 @@ def test_private_names_raise_attribute_error():
     with pytest.raises(AttributeError):
         fnp._definitely_missing
     assert not hasattr(fnp, "__wrapped__")
+
+
+def test_all_and_any_of_empty_axes_and_bitwise_not():
+    """all / any are bool min / max, but over nothing they are True / False (numpy's identities)."""
+    cases = [(lambda x: fnp.all(x, axis=0), lambda x: np.all(x, axis=0)),
+             (lambda x: fnp.any(x, axis=0), lambda x: np.any(x, axis=0)), (fnp.all, np.all), (fnp.any, np.any)]
+    for x in (np.zeros((0, 3), bool), np.zeros((0, 3)), np.zeros((0, 3), np.int32)):
+        for f, ref in cases:
+            for run in (f, ft.jit(f, backend="numpy"), ft.jit(f, backend="opencl")):
+                got = np.asarray(run(x))
+                assert got.dtype == bool and np.array_equal(got, ref(x))
+    with pytest.raises(ValueError, match="no identity"):
+        fnp.max(np.zeros((0, 3)), axis=0)
+    x = np.array([1, -2, 0], np.int32)
+    np.testing.assert_array_equal(np.asarray(ft.jit(fnp.bitwise_not)(x)), np.bitwise_not(x))

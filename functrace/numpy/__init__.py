@@ -340,6 +340,9 @@ def invert(x):
     return bitwise_xor(x, np.invert(np.zeros((), x.dtype)))  # numpy's TypeError for floats
 
 
+bitwise_not = invert
+
+
 def power(x, y):
     """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
     int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** np.int64(2)`` is
@@ -519,31 +522,33 @@ def prod(a, axis=None, dtype=None, keepdims=False):
     return _keep(P.reduce_prod(x, axes), x.shape, axes, keepdims)
 
 
-def max(a, axis=None, keepdims=False):
+def _extremum(prim, name: str, a, axis, keepdims, empty_ok: bool = False):
+    """max / min over ``axis``; an empty reduction has no identity (numpy's ValueError), except
+    for ``all`` / ``any`` (``empty_ok``: bool min / max, whose identities are True / False)."""
     x = _to_array(a)
-    axes = _norm_axes(axis, x.ndim, "max")
-    if builtins.any(x.shape[i] == 0 for i in axes):
-        raise ValueError("zero-size array to reduction operation max which has no identity")
-    return _keep(P.reduce_max_p.bind(x, axes=axes), x.shape, axes, keepdims)
+    axes = _norm_axes(axis, x.ndim, name)
+    if not empty_ok and builtins.any(x.shape[i] == 0 for i in axes):
+        raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+    return _keep(prim.bind(x, axes=axes), x.shape, axes, keepdims)
+
+
+def max(a, axis=None, keepdims=False):
+    return _extremum(P.reduce_max_p, "max", a, axis, keepdims)
 
 
 def min(a, axis=None, keepdims=False):
-    x = _to_array(a)
-    axes = _norm_axes(axis, x.ndim, "min")
-    if builtins.any(x.shape[i] == 0 for i in axes):
-        raise ValueError("zero-size array to reduction operation min which has no identity")
-    return _keep(P.reduce_min_p.bind(x, axes=axes), x.shape, axes, keepdims)
+    return _extremum(P.reduce_min_p, "min", a, axis, keepdims)
 
 
 amax, amin = max, min
 
 
 def all(a, axis=None, keepdims=False):
-    return min(asarray(a, bool), axis, keepdims)
+    return _extremum(P.reduce_min_p, "all", asarray(a, bool), axis, keepdims, empty_ok=True)
 
 
 def any(a, axis=None, keepdims=False):
-    return max(asarray(a, bool), axis, keepdims)
+    return _extremum(P.reduce_max_p, "any", asarray(a, bool), axis, keepdims, empty_ok=True)
 
 
 def mean(a, axis=None, dtype=None, keepdims=False):
