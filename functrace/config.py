@@ -5,6 +5,9 @@ import os
 from typing import Any
 
 
+BACKENDS = ("numpy", "opencl")  # what ``jit(backend=...)`` and the ``default_backend`` option take
+
+
 class Config:
     """Options that change how programs run (not what they mean)."""
 
@@ -27,8 +30,8 @@ class Config:
     def update(self, name: str, value: Any) -> None:
         if name not in self._DEFAULTS:
             raise KeyError(f"unknown functrace option {name!r}; options: {sorted(self._DEFAULTS)}")
-        if name == "default_backend" and value not in (None, "numpy", "opencl"):
-            raise ValueError(f"default_backend must be None, 'numpy' or 'opencl', got {value!r}")
+        if name == "default_backend" and value is not None and value not in BACKENDS:
+            raise ValueError(f"default_backend must be None or one of {list(BACKENDS)}, got {value!r}")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
 

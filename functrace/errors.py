@@ -18,6 +18,12 @@ def user_frame_description() -> str:
     return "(location unknown)"
 
 
+def _describe_tracer(tracer) -> str:
+    """A tracer's shape and dtype for messages, e.g. ``f32[3]``."""
+    aval = getattr(tracer, "aval", None)
+    return aval.str_short() if aval is not None else "value"
+
+
 class FunctraceError(Exception):
     """Base class of functrace's own errors."""
 
@@ -27,10 +33,8 @@ class ConcretizationError(FunctraceError, TypeError):
 
     def __init__(self, tracer, what: str):
         self.tracer = tracer
-        aval = getattr(tracer, "aval", None)
-        desc = aval.str_short() if aval is not None else "value"
         super().__init__(
-            f"Abstract tracer value {desc} used where a concrete value is needed ({what}) "
+            f"Abstract tracer value {_describe_tracer(tracer)} used where a concrete value is needed ({what}) "
             f"{user_frame_description()}.\nThe value is only known when the compiled function runs "
             "(e.g. under ft.jit or ft.make_jaxpr), so Python control flow cannot depend on it. "
             "Use ft.lax.cond / ft.lax.while_loop for control flow, fnp.where for elementwise "
@@ -42,10 +46,8 @@ class TracerArrayConversionError(FunctraceError, TypeError):
 
     def __init__(self, tracer):
         self.tracer = tracer
-        aval = getattr(tracer, "aval", None)
-        desc = aval.str_short() if aval is not None else "value"
         super().__init__(
-            f"A traced value {desc} was converted to a numpy array {user_frame_description()} "
+            f"A traced value {_describe_tracer(tracer)} was converted to a numpy array {user_frame_description()} "
             "(np.asarray, a numpy function, or a Python list of traced values in an operation). "
             "Under a transformation that would drop it from the trace: gradients through it would "
             "be zero and jit could not compile it. Use functrace.numpy on traced values "

@@ -32,15 +32,18 @@ def register_array_type(cls: type) -> None:
 
 def _leaf_signature(x) -> tuple:
     if type(x) in _ARRAY_TYPES:
-        if x.dtype.kind not in "biufc":
-            raise TypeError(f"arrays of dtype {x.dtype} are not supported (numeric and bool arrays only)")
         return (x.shape, x.dtype, False)
-    if type(x) is int and not _INT64.min <= x <= _INT64.max:
+    if type(x) is int and not _INT64.min <= x <= _INT64.max:  # a value: checked at every call
         raise OverflowError(f"the Python int {x} is out of bounds for int64")
     a = get_aval(x)
-    if a.dtype.kind not in "biufc":
-        raise TypeError(f"values of dtype {a.dtype} are not supported (numeric and bool only)")
     return (a.shape, a.dtype, a.weak_type)
+
+
+def _check_dtypes(signature: tuple) -> None:
+    """Numeric and bool values only (a new signature is checked once, before it is traced)."""
+    for _, dtype, _ in signature:
+        if np.dtype(dtype).kind not in "biufc":
+            raise TypeError(f"arrays of dtype {dtype} are not supported (numeric and bool arrays only)")
 
 
 _INT64 = np.iinfo(np.int64)
@@ -224,6 +227,10 @@ class Jitted:
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves
+        try:
+            _check_dtypes(key[1])
+        except TypeError as e:
+            raise TypeError(f"jit of `{self.__name__}`: {e}") from None
         out_tree_box = []
 
         def flat_fun(*flat):

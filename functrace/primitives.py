@@ -364,12 +364,14 @@ def _extremum_jvp(t, ans, x, *, axes):
     return div(reduce_sum(mul(t, hits), axes), count)
 
 
-_BOOL_EMPTY = {False: ({}, {}), True: ({"initial": False}, {"initial": True})}
-# bool max / min are any / all: their empty reductions are False / True (numpy's any and all)
-reduce_max_p = reduction("reduce_max", lambda x, *, axes: np.max(x, axis=axes, **_BOOL_EMPTY[x.dtype == bool][0]),
-                         _extremum_vjp)
-reduce_min_p = reduction("reduce_min", lambda x, *, axes: np.min(x, axis=axes, **_BOOL_EMPTY[x.dtype == bool][1]),
-                         _extremum_vjp)
+def _extremum_impl(reduce, bool_identity: bool):
+    """numpy's max / min; over bools they are any / all, whose empty reductions give the identity."""
+    return lambda x, *, axes: reduce(x, axis=axes, initial=bool_identity) if x.dtype == bool \
+        else reduce(x, axis=axes)
+
+
+reduce_max_p = reduction("reduce_max", _extremum_impl(np.max, False), _extremum_vjp)
+reduce_min_p = reduction("reduce_min", _extremum_impl(np.min, True), _extremum_vjp)
 reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
 
 

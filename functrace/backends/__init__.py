@@ -10,7 +10,7 @@ from .numpy_backend import NumpyExecutable
 def compile_for(name: str | None, closed):
     """Compile ``closed`` for backend ``name`` (None: the configured default, else OpenCL, which
     runs on numpy when no OpenCL device is usable)."""
-    from ..config import config
+    from ..config import BACKENDS, config
     name = name or config.default_backend or "opencl"
     if name == "numpy":
         return NumpyExecutable(closed)
@@ -34,4 +34,4 @@ def compile_for(name: str | None, closed):
                     raise  # the device the user chose: say so rather than run elsewhere
                 warnings.warn(f"functrace: {e}; trying the next OpenCL device", RuntimeWarning, stacklevel=3)
                 forget_runtime()
-    raise ValueError(f"unknown backend {name!r}; available: ['numpy', 'opencl']")
+    raise ValueError(f"unknown backend {name!r}; available: {list(BACKENDS)}")

@@ -109,16 +109,14 @@ class Plan:
     sources: list = field(default_factory=list)
     views: dict = field(default_factory=dict)  # var -> the View of another buffer it is
     view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
-    shared_names: set = field(default_factory=set)  # kernels added by Plan.add_lowered's shared
     kernel_of_source: dict = field(default_factory=dict)  # source with its name blanked -> name
 
     def add_lowered(self, lowered) -> None:
-        """Add a hand-written lowering's source (identical ones once) and its shared kernels (once
-        per name: two products may permute an operand of the same shape the same way)."""
-        for src in [lowered.source] + [s for n, s in lowered.shared.items() if n not in self.shared_names]:
+        """Add a hand-written lowering's source and its shared kernels, each once (a shared kernel's
+        name determines its source: two products may permute an operand the same way)."""
+        for src in [lowered.source, *lowered.shared.values()]:
             if src not in self.sources:
                 self.sources.append(src)
-        self.shared_names.update(lowered.shared)
 
     def add_kernel(self, name: str, source: str) -> str:
         """Add a generated kernel, or return the name of an identical one added before (PoCL
@@ -334,7 +332,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if id(item) in absorbed:
                 continue
             g = item
-            if not _dtypes_ok(rt, g.eqns):
+            if _unfit_dtype(rt, g.eqns) is not None:
                 plan.steps.extend(HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns)
                 continue
             outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
@@ -361,7 +359,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             x = item.inputs[0]
             g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
             eqns = (list(g.eqns) if g is not None else []) + [item]
-            if not _dtypes_ok(rt, eqns):
+            if _unfit_dtype(rt, eqns) is not None:
                 plan.steps.extend(HostStep(e, _dtype_reason(rt, eqns)) for e in eqns)
                 continue
             n_out = _size(item.out_vars[0].aval.shape)
@@ -521,20 +519,21 @@ def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
     return BatchStep(name, steps, inputs, [v for v in args if v in made], args, scratch)
 
 
-def _dtypes_ok(rt, eqns) -> bool:
-    """Can generated kernels on ``rt`` hold every value these equations read and write?"""
-    return rt is None or all(_kernel_dtype_ok(rt, v.aval.dtype) for e in eqns
-                             for v in list(e.inputs) + e.out_vars if type(v) is not Literal)
+def _unfit_dtype(rt, eqns):
+    """The first dtype among the values these equations read and write that generated kernels on
+    ``rt`` cannot hold (None: all fit, or no runtime to ask)."""
+    if rt is None:
+        return None
+    return next((v.aval.dtype for e in eqns for v in list(e.inputs) + e.out_vars
+                 if type(v) is not Literal and not _kernel_dtype_ok(rt, v.aval.dtype)), None)
 
 
 def _dtype_reason(rt, eqns) -> str:
     """Why these equations run on the host: the first dtype kernels cannot hold, else no lowering."""
-    for e in eqns:
-        for v in list(e.inputs) + e.out_vars:
-            if type(v) is not Literal and not _kernel_dtype_ok(rt, v.aval.dtype):
-                d = v.aval.dtype
-                return _NO_FP64 if d == np.dtype(np.float64) else f"{d.name}: no type for it in generated kernels"
-    return "no OpenCL lowering"
+    d = _unfit_dtype(rt, eqns)
+    if d is None:
+        return "no OpenCL lowering"
+    return _NO_FP64 if d == np.dtype(np.float64) else f"{d.name}: no type for it in generated kernels"
 
 
 def _kernel_dtype_ok(rt, dtype) -> bool:

@@ -574,10 +574,9 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
         hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec)),
                 "reduce_prod": " * ".join(lane(k) for k in range(vec))}.get(kind)
+        fold = ""
         if hsum is None:  # max / min: lane by lane, NaN kept (fmax / fmin would drop it)
-            fold = " ".join(combine("h", lane(k), False) for k in range(1, vec))
-        else:
-            fold = ""
+            hsum, fold = lane(0), " ".join(combine("h", lane(k), False) for k in range(1, vec))
         vec_loop = f"""
     {ct}{vec} vacc = ({ct}{vec})({init});
     for (; r + {vec} <= r_end; r += {vec}) {{
@@ -585,7 +584,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
         {chr(10).join('        ' + l for l in v_lines).strip()}
         {combine('vacc', v_val, True)}
     }}
-    {{ {ct} h = {hsum or lane(0)}; {fold} {combine('acc', 'h', False)} }}"""
+    {{ {ct} h = {hsum}; {fold} {combine('acc', 'h', False)} }}"""
     src = f"""
 __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
     const long gid = get_global_id(0);
