@@ -23,7 +23,7 @@ import numpy as np
 
 from . import core
 from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
-from .errors import DtypeError, argnum_tuple as _argnum_tuple, check_callable
+from .errors import ConcretizationError, DtypeError, argnum_tuple as _argnum_tuple, check_callable
 from . import primitives as P
 from .primitives import add
 from . import tree_util
@@ -47,9 +47,11 @@ class JVPTracer(Tracer):
     def aval(self) -> ShapedArray:
         return get_aval(self.primal)
 
-    def concrete_value(self):
+    def concrete_value(self, numeric: bool = False):
+        if numeric and self.tangent is not None:
+            raise ConcretizationError(self, "", "derivative")
         p = self.primal
-        return p.concrete_value() if isinstance(p, Tracer) else p
+        return p.concrete_value(numeric) if isinstance(p, Tracer) else p
 
 
 def _missing_rule(primitive, mode: str):
@@ -67,13 +69,15 @@ class JVPTrace(Trace):
         if primitive.jvp_rule is not None:
             return self._process_general(primitive, primals, [t.tangent for t in tracers], params)
         ans = primitive.bind(*primals, **params)
+        if not primitive.differentiable:
+            return ans
         rules = primitive.jvp
         tangent = None
         for i, t in enumerate(tracers):
             if t.tangent is None:
                 continue
-            if rules is None:
-                break
+            if rules is None:  # a zero tangent here would be a silently wrong derivative
+                raise _missing_rule(primitive, "forward-mode")
             rule = rules[i]
             if rule is None:
                 continue
@@ -117,9 +121,11 @@ class VJPTracer(Tracer):
     def aval(self) -> ShapedArray:
         return get_aval(self.primal)
 
-    def concrete_value(self):
+    def concrete_value(self, numeric: bool = False):
+        if numeric and self.node is not None:
+            raise ConcretizationError(self, "", "derivative")
         p = self.primal
-        return p.concrete_value() if isinstance(p, Tracer) else p
+        return p.concrete_value(numeric) if isinstance(p, Tracer) else p
 
 
 class VJPTrace(Trace):
@@ -134,7 +140,7 @@ class VJPTrace(Trace):
         if primitive.vjp_rule is not None:
             return self._process_general(primitive, primals, nodes, params)
         ans = primitive.bind(*primals, **params)
-        if all(n is None for n in nodes) or not is_float_dtype(get_aval(ans).dtype):
+        if not primitive.differentiable or all(n is None for n in nodes) or not is_float_dtype(get_aval(ans).dtype):
             return ans
         tape: list = self.main.global_data
         tape.append((primitive, params, primals, nodes, ans))

@@ -36,11 +36,11 @@ class BatchTracer(Tracer):
         shape = a.shape[:self.batch_dim] + a.shape[self.batch_dim + 1:]
         return ShapedArray(shape, a.dtype, a.weak_type)
 
-    def concrete_value(self):
+    def concrete_value(self, numeric: bool = False):
         if self.batch_dim is None:
             v = self.val
-            return v.concrete_value() if isinstance(v, Tracer) else v
-        raise ConcretizationError(self, "")
+            return v.concrete_value(numeric) if isinstance(v, Tracer) else v
+        raise ConcretizationError(self, "", "batched")
 
 
 class BatchTrace(Trace):

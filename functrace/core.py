@@ -314,6 +314,9 @@ class Primitive:
         self.jvp_rule: Callable | None = None
         self.vjp_rule: Callable | None = None
         self.elementwise = False  # numpy-broadcasting elementwise op (fusable, simplifiable)
+        # False: its outputs never carry a derivative (comparisons, logic, indices, piecewise
+        # constants, stop_gradient); derivative rules are then neither needed nor looked up
+        self.differentiable = True
         # a call whose result is its body's (custom rules, checkpoint): the name of the param
         # holding that ClosedJaxpr, so a backend may inline it (``optimize.inline_calls``)
         self.inline_body: str | None = None
@@ -418,8 +421,11 @@ class Tracer:
     def aval(self) -> ShapedArray:
         raise NotImplementedError
 
-    def concrete_value(self):
-        """The concrete numpy value, when this trace knows it; else raise ConcretizationError."""
+    def concrete_value(self, numeric: bool = False):
+        """The concrete numpy value, when this trace knows it; else raise ConcretizationError.
+
+        ``numeric``: the value is wanted as a number (float(), .item(), ...) rather than for
+        control flow, so a value that carries a derivative raises too (a number would drop it)."""
         raise ConcretizationError(self, "")
 
     # shape attributes
@@ -449,18 +455,20 @@ class Tracer:
             raise TypeError("iteration over a 0-d tracer")
         return (self[i] for i in range(self.aval.shape[0]))
 
-    # conversion to Python values needs the concrete value
+    # Conversion to Python values needs the concrete value. bool() and int() (and indexing) serve
+    # Python control flow and are piecewise constant, so a derivative through them is zero;
+    # float(), complex(), .item() and .tolist() would silently drop a derivative, so they refuse one.
     def __bool__(self):
-        return bool(self._concrete("bool"))
+        return bool(self._concrete("bool()"))
 
     def __int__(self):
-        return int(self._concrete("int"))
+        return int(self._concrete("int()"))
 
     def __float__(self):
-        return float(self._concrete("float"))
+        return float(self._concrete("float()", numeric=True))
 
     def __complex__(self):
-        return complex(self._concrete("complex"))
+        return complex(self._concrete("complex()", numeric=True))
 
     def __index__(self):
         if self.aval.dtype.kind not in "iub":
@@ -470,17 +478,17 @@ class Tracer:
     def __array__(self, dtype=None, copy=None):
         raise TracerArrayConversionError(self)  # as in JAX: numpy would silently leave the trace
 
-    def _concrete(self, what: str):
+    def _concrete(self, what: str, numeric: bool = False):
         try:
-            return self.concrete_value()
-        except ConcretizationError:
-            raise ConcretizationError(self, what) from None
+            return self.concrete_value(numeric)
+        except ConcretizationError as e:
+            raise ConcretizationError(self, what, e.reason) from None
 
     def item(self):
-        return self._concrete("item").item()
+        return self._concrete(".item()", numeric=True).item()
 
     def tolist(self):
-        return np.asarray(self._concrete("tolist")).tolist()
+        return np.asarray(self._concrete(".tolist()", numeric=True)).tolist()
 
     def __hash__(self):
         raise TypeError("functrace tracers are unhashable")

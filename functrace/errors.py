@@ -28,17 +28,34 @@ class FunctraceError(Exception):
     """Base class of functrace's own errors."""
 
 
-class ConcretizationError(FunctraceError, TypeError):
-    """A traced value was needed as a concrete Python value (bool, int, numpy array)."""
+_CONCRETIZATION_ADVICE = {
+    "staged": "The value is only known when the compiled function runs (e.g. under ft.jit or "
+              "ft.make_jaxpr), so Python control flow cannot depend on it. Use ft.lax.cond / "
+              "ft.lax.while_loop for control flow, fnp.where for elementwise selection, or mark the "
+              "argument static with static_argnums.",
+    "batched": "Under ft.vmap the value holds one entry per batch member, so Python control flow "
+               "(if, while, bool(), int()) cannot depend on it. Use fnp.where(cond, x, y) for "
+               "elementwise selection, or ft.lax.cond / ft.lax.while_loop, which run per member.",
+    "derivative": "The value carries a derivative (it depends on an input of ft.grad / ft.jvp / "
+                  "ft.vjp) and a Python number cannot: the derivative through it would be silently "
+                  "lost. Keep it an array (compute on it with functrace.numpy), or, if no derivative "
+                  "should flow through it, convert ft.stop_gradient(x) instead.",
+}
 
-    def __init__(self, tracer, what: str):
+
+class ConcretizationError(FunctraceError, TypeError):
+    """A traced value was needed as a concrete Python value (bool, int, float, numpy array).
+
+    ``reason`` says why it has none: "staged" (only known when a compiled program runs),
+    "batched" (one value per vmap batch member) or "derivative" (a number would drop it)."""
+
+    def __init__(self, tracer, what: str, reason: str = "staged"):
         self.tracer = tracer
+        self.reason = reason
+        subject = "Traced value" if reason == "derivative" else "Abstract tracer value"
         super().__init__(
-            f"Abstract tracer value {_describe_tracer(tracer)} used where a concrete value is needed ({what}) "
-            f"{user_frame_description()}.\nThe value is only known when the compiled function runs "
-            "(e.g. under ft.jit or ft.make_jaxpr), so Python control flow cannot depend on it. "
-            "Use ft.lax.cond / ft.lax.while_loop for control flow, fnp.where for elementwise "
-            "selection, or mark the argument static with static_argnums.")
+            f"{subject} {_describe_tracer(tracer)} used where a concrete value is needed ({what}) "
+            f"{user_frame_description()}.\n{_CONCRETIZATION_ADVICE[reason]}")
 
 
 class TracerArrayConversionError(FunctraceError, TypeError):
@@ -52,6 +69,11 @@ class TracerArrayConversionError(FunctraceError, TypeError):
             "Under a transformation that would drop it from the trace: gradients through it would "
             "be zero and jit could not compile it. Use functrace.numpy on traced values "
             "(fnp.asarray, fnp.stack, fnp.sin, ...).")
+
+
+class NotInFunctrace(FunctraceError, AttributeError, NotImplementedError):
+    """A numpy function functrace.numpy does not implement: an AttributeError (``hasattr`` is
+    False) that is also a NotImplementedError."""
 
 
 class UnexpectedTracerError(FunctraceError):

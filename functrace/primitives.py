@@ -125,14 +125,18 @@ def elementwise(name: str, impl: Callable, partials: Sequence | None = (), out_d
 
     ``partials[i](ans, *args)`` is d ans / d args[i]; it yields both derivative modes:
     jvp contribution ``t * partial`` and vjp ``unbroadcast(g * partial)``.  ``None``
-    marks an argument with zero derivative (comparisons, sign, ...).
+    marks an argument with zero derivative; ``partials=None``, or all of them ``None``, a
+    primitive whose output carries no derivative (comparisons, logic, sign, floor, ...).
+    ``()``: the linear rules are set by hand after the declaration.
     """
     p = new_primitive(name)
     p.elementwise = True
     p.impl = impl
     p.abstract_eval = _elementwise_abstract(name, out_dtype)
     p.batch = _batch_elementwise(p)
-    if partials is not None:
+    if partials is None or (partials and all(d is None for d in partials)):
+        p.differentiable = False
+    else:
         p.jvp = [None if d is None else _scale_rule(d, None) for d in partials]
         p.vjp = [None if d is None else _scale_rule(d, i) for i, d in enumerate(partials)]
     return p
@@ -413,8 +417,7 @@ def _arg_reduction(name, impl):
         return ShapedArray(a.shape[:axis] + a.shape[axis + 1:], np.dtype(np.int64))
     p.abstract_eval = abstract
     p.batch = lambda vals, dims, *, axis: (p.bind(moveaxis(vals[0], dims[0], 0), axis=axis + 1), 0)
-    p.jvp = [None]
-    p.vjp = [None]
+    p.differentiable = False  # integer outputs
     return p
 
 
@@ -914,15 +917,13 @@ iota_p.impl = lambda *, dtype, shape, dimension: np.broadcast_to(
     np.arange(shape[dimension], dtype=dtype).reshape([-1 if i == dimension else 1 for i in range(len(shape))]),
     shape)
 iota_p.abstract_eval = lambda *, dtype, shape, dimension: ShapedArray(tuple(shape), dtype)
-iota_p.jvp = []
-iota_p.vjp = []
+iota_p.differentiable = False  # no operands, so no derivative and nothing to batch (no batching rule)
 
 
 stop_gradient_p = new_primitive("stop_gradient")  # identity whose derivatives are zero
 stop_gradient_p.impl = lambda x: x
 stop_gradient_p.abstract_eval = lambda a: a
-stop_gradient_p.jvp = [None]
-stop_gradient_p.vjp = [None]
+stop_gradient_p.differentiable = False  # its output is a constant for every derivative
 stop_gradient_p.batch = lambda vals, dims: (stop_gradient_p.bind(vals[0]), dims[0])
 
 

@@ -24,7 +24,7 @@ class StagingTracer(Tracer):
     def aval(self) -> ShapedArray:
         return self.ir_var.aval
 
-    def concrete_value(self):
+    def concrete_value(self, numeric: bool = False):
         if type(self.ir_var) is Literal:
             return self.ir_var.val
         raise ConcretizationError(self, "")

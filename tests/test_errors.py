@@ -239,3 +239,99 @@ def test_missing_array_features_raise_not_implemented_or_say_why():
 def test_conv2d_bad_stride_or_padding(stride, padding, error):
     with pytest.raises(error, match=r"conv2d: (stride|padding)"):
         ft.nn.conv2d(np.ones((1, 1, 4, 4)), np.ones((1, 1, 2, 2)), stride=stride, padding=padding)
+
+
+# --------------------------------------------------------------------------- conversions under transformations
+
+
+def to_float(v):
+    return v * float(v[0])
+
+
+def to_complex(v):
+    return v * complex(v[0]).real
+
+
+def to_item(v):
+    return fnp.sum(v * v).item() + v
+
+
+def to_list(v):
+    return fnp.asarray((v * v).tolist()) + v
+
+
+@pytest.mark.parametrize("convert", [to_float, to_complex, to_item, to_list])
+@pytest.mark.parametrize("transform", ["grad", "jvp", "vjp", "jacfwd", "hessian"])
+def test_number_of_a_differentiated_value_raises(convert, transform):
+    """float(), complex(), .item() and .tolist() of a value carrying a derivative would drop it:
+    ft.grad(lambda v: v * float(v))(1.5) returned 1.5 (the derivative is 3.0), jvp likewise."""
+    def loss(v):
+        return fnp.sum(convert(v))
+    x = np.array([1.5, 0.5])
+    run = {"grad": lambda: ft.grad(loss)(x), "jvp": lambda: ft.jvp(loss, (x,), (np.ones(2),)),
+           "vjp": lambda: ft.vjp(loss, x), "jacfwd": lambda: ft.jacfwd(loss)(x),
+           "hessian": lambda: ft.hessian(loss)(x)}[transform]
+    with pytest.raises(ft.ConcretizationError) as e:
+        run()
+    msg = str(e.value)
+    assert "carries a derivative" in msg and "ft.stop_gradient" in msg and "keep it an array" in msg.lower()
+    assert re.search(rf"in function `{convert.__name__}` at .*test_errors\.py:\d+", msg), msg
+
+
+def test_control_flow_and_stopped_values_stay_concrete_under_grad():
+    """bool() and int() (Python control flow; piecewise constant, so their derivative is zero),
+    indexing, and numbers of values that carry no derivative all work under eager grad."""
+    def f(v, table):
+        scale = float(ft.stop_gradient(v))  # a constant: no derivative flows through it
+        k = int(v)                          # int(1.5) == 1
+        picked = table[k]                   # __index__ of a concrete integer tracer
+        branch = v * v if v > 0 else -v
+        return branch * scale + picked * float(fnp.floor(v)) + table[fnp.argmax(table)]
+    table = np.array([3.0, 5.0, 4.0])
+    np.testing.assert_allclose(ft.grad(f)(1.5, table), 2 * 1.5 * 1.5)
+    assert ft.jvp(lambda v: v * float(ft.stop_gradient(v)), (2.0,), (1.0,))[1] == 2.0
+    assert ft.grad(lambda v, c: v * float(c))(2.0, np.float64(3.0)) == 3.0  # c is not differentiated
+
+
+def test_control_flow_on_a_batched_value_gets_a_vmap_message():
+    def branchy(v):
+        return v if v > 0 else -v
+    with pytest.raises(ft.ConcretizationError) as e:
+        ft.vmap(branchy)(np.ones(3))
+    msg = str(e.value)
+    assert "ft.vmap" in msg and "fnp.where" in msg and "ft.lax.cond" in msg and "static_argnums" not in msg
+    assert re.search(r"in function `branchy` at .*test_errors\.py:\d+", msg), msg
+    # an unbatched value under vmap is concrete: control flow on it works
+    out = ft.vmap(lambda v, s: v * 2 if s > 0 else v, in_axes=(0, None))(np.ones(3), np.float64(1.0))
+    np.testing.assert_allclose(out, 2.0)
+
+
+def test_forward_mode_without_a_rule_raises_like_reverse_mode():
+    """A primitive with no jvp rule gave a zero tangent in forward mode; both modes now raise."""
+    from functrace.core import Primitive
+    ruleless = Primitive("ruleless_identity")  # not in the registry: no coverage test sees it
+    ruleless.impl = lambda x: x
+    ruleless.abstract_eval = lambda a: a
+    f = lambda x: ruleless.bind(x) * 2.0
+    with pytest.raises(NotImplementedError, match="forward-mode.*ruleless_identity"):
+        ft.jvp(f, (1.0,), (1.0,))
+    with pytest.raises(NotImplementedError, match="forward-mode.*ruleless_identity"):
+        ft.jacfwd(f)(np.ones(2))
+    with pytest.raises(NotImplementedError, match="reverse-mode.*ruleless_identity"):
+        ft.grad(f)(1.0)
+    assert ft.jvp(lambda x: f(3.0) * x, (1.0,), (1.0,)) == (6.0, 6.0)  # no tangent reaches it: fine
+
+
+def test_none_operand_raises_at_trace_time_naming_the_function():
+    """A None leaf of a pytree is an empty node (as in JAX): the function receives None.  Using it
+    as an operand built a program of Python objects that failed when run ('float' + 'NoneType')."""
+    def add_none(a, b):
+        return a + b
+    for run in (ft.jit(add_none, backend="numpy"), ft.jit(add_none), ft.make_jaxpr(add_none)):
+        with pytest.raises(TypeError, match=r"got None \(a None in a pytree.*empty.*add_none"):
+            run(np.ones(2), None)
+    with pytest.raises(TypeError, match=r"got None.*in function `<lambda>`"):
+        ft.jit(lambda d: fnp.sum(fnp.asarray(d)))([1.0, None])
+    with pytest.raises(TypeError, match=r"got str"):
+        ft.jit(lambda a: fnp.multiply(a, "2"))(np.ones(2))
+    assert ft.jit(lambda a, b: a * 2.0)(np.ones(2), None).tolist() == [2.0, 2.0]  # an unused None is fine

@@ -1255,3 +1255,72 @@ def test_all_and_any_of_empty_axes_and_bitwise_not():
         fnp.max(np.zeros((0, 3)), axis=0)
     x = np.array([1, -2, 0], np.int32)
     np.testing.assert_array_equal(np.asarray(ft.jit(fnp.bitwise_not)(x)), np.bitwise_not(x))
+
+
+# --------------------------------------------------------------------------- the namespace
+
+
+def test_missing_names_are_attribute_errors():
+    """Feature detection: hasattr(fnp, "sort") raised NotImplementedError instead of being False."""
+    assert not hasattr(fnp, "sort") and not hasattr(fnp.linalg, "cholesky") and not hasattr(fnp, "no_such")
+    with pytest.raises(AttributeError, match=r"does not implement numpy\.sort .*fnp primitives"):
+        fnp.sort
+    with pytest.raises(NotImplementedError, match="sort"):  # also still a NotImplementedError
+        fnp.sort(np.ones(3))
+    with pytest.raises(AttributeError, match="has no attribute 'no_such'"):
+        fnp.no_such
+    assert getattr(fnp, "fft", None) is None
+    assert getattr(fnp.linalg, "__wrapped__", None) is None  # (inspect asks modules for dunders)
+
+
+def test_public_names_are_the_numpy_api():
+    """fnp.np, fnp.math, fnp.functools, fnp.P, ... (the modules and helpers it is written with)
+    leaked into the public namespace."""
+    import types
+    public = {n: getattr(fnp, n) for n in dir(fnp) if not n.startswith("_")}
+    modules = {n for n, v in public.items() if isinstance(v, types.ModuleType)}
+    assert modules == {"linalg"}, modules
+    extras = {n for n in public if not hasattr(np, n)}
+    assert extras == {"getitem", "round_", "sigmoid"}, extras  # functrace's own additions
+    assert [n for n in dir(fnp.linalg) if not n.startswith("_")] == ["norm"]
+    for helper in ("np", "P", "math", "functools", "builtins", "operator", "string", "shape_of", "Tracer",
+                   "importlib", "annotations", "user_frame_description"):
+        assert not hasattr(fnp, helper), helper
+
+
+@pytest.mark.parametrize("kwargs", [dict(num=5), dict(num=4, endpoint=False), dict(num=1), dict(num=0),
+                                    dict(num=6, axis=-1), dict(num=3, retstep=True), dict(num=5, dtype=np.int64),
+                                    dict(num=5, dtype=np.float32)])
+def test_linspace_with_traced_endpoints(kwargs):
+    """fnp.linspace with traced endpoints recursed until RecursionError; it is now traced like
+    numpy's (values, shapes, dtypes) and differentiable in start and stop."""
+    start, stop = np.array([0.5, -1.0]), np.array(2.0)
+    want = np.linspace(start, stop, **kwargs)
+    got = ft.jit(lambda a, b: fnp.linspace(a, b, **kwargs), backend="numpy")(start, stop)
+    for g, w in zip(ft.tree_util.tree_leaves(got), ft.tree_util.tree_leaves(want)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-15, atol=1e-15, equal_nan=True)
+    if kwargs.get("dtype") is None and kwargs["num"] > 0 and not kwargs.get("retstep"):
+        ft.test_util.check_grads(lambda a, b: fnp.linspace(a, b, **kwargs) ** 2, (start, stop), order=2,
+                                 modes=("fwd", "rev"))
+
+
+def test_linspace_keeps_float32_and_hits_the_endpoint():
+    a, b = np.float32(0.1), np.float32(0.7)
+    got = ft.jit(lambda a, b: fnp.linspace(a, b, 7), backend="numpy")(a, b)
+    assert got.dtype == np.float32 and got[-1] == b and got[0] == a
+
+
+def test_scalar_types_cast_traced_values_and_stay_dtypes():
+    """fnp.float32(tracer) raised; it now casts, while fnp.float32 is still a dtype everywhere."""
+    g = ft.grad(lambda x: fnp.sum(fnp.float32(x) * fnp.float32(2.0)))(np.ones(3))
+    assert g.dtype == np.float64 and g.tolist() == [2.0, 2.0, 2.0]
+    out = ft.jit(lambda x: (fnp.float32(x), fnp.int32(x * 2.6), fnp.bool_(x), fnp.float64([x, x])),
+                 backend="numpy")(np.float64(1.5))
+    assert [o.dtype for o in out] == [np.float32, np.int32, np.bool_, np.float64] and int(out[1]) == 3
+    assert fnp.zeros(3, fnp.float32).dtype == np.float32 and np.dtype(fnp.float32) == np.float32
+    assert ft.jit(lambda x: x.astype(fnp.float32), backend="numpy")(np.ones(2)).dtype == np.float32
+    assert np.ones(2).astype(fnp.int8).dtype == np.int8 and np.dtype("float16") == fnp.float16
+    assert type(fnp.float32(1.5)) is np.float32 and fnp.complex64(1j).dtype == np.complex64
+    assert isinstance(np.float32(1), fnp.float32) and issubclass(fnp.float32, np.floating)
+    assert fnp.float32.__name__ == "float32" and np.finfo(fnp.float32).eps == np.finfo(np.float32).eps

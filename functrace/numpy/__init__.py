@@ -4,48 +4,47 @@ Outside any transformation these functions compute eagerly with numpy and return
 arrays.  Broadcasting and dtype promotion follow numpy; Python scalars are *weakly typed*
 (``float32_array * 2.0`` stays float32).
 """
-from __future__ import annotations
+# Every helper name here starts with an underscore: the public names of this module are numpy's
+# (``dir(functrace.numpy)`` lists the API, not the modules it is written with).
+import builtins as _builtins
+import functools as _functools
+import math as _math
+import operator as _operator
+import string as _string
 
-import builtins
-import functools
-import math
-import operator
-import string
+import numpy as _np
 
-import numpy as np
-
-from ..core import PY_SCALAR_TYPES as _PY_SCALARS, Tracer
-from ..errors import ShapeError, user_frame_description
-from .. import primitives as P
-from ..primitives import shape_of
+from ..core import PY_SCALAR_TYPES as _PY_SCALARS, Tracer as _Tracer
+from ..errors import NotInFunctrace as _NotInFunctrace, ShapeError as _ShapeError, user_frame_description as _user_frame_description
+from .. import primitives as _P
+from ..primitives import shape_of as _shape_of
 
 # numpy names re-exported as they are (dtypes and constants)
-from numpy import (float16, float32, float64, int8, int16, int32, int64, uint8, uint32, bool_,
-                   complex64, complex128, dtype, pi, e, inf, nan, newaxis, ndarray)
+from numpy import dtype, pi, e, inf, nan, newaxis, ndarray
 
 _WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-_DEFAULT_DTYPE = {"b": np.dtype(bool), "i": np.dtype(np.int64), "f": np.dtype(np.float64),
-                  "c": np.dtype(np.complex128)}
-_F64 = np.dtype(np.float64)
-_C64 = np.dtype(np.complex64)
+_DEFAULT_DTYPE = {"b": _np.dtype(bool), "i": _np.dtype(_np.int64), "f": _np.dtype(_np.float64),
+                  "c": _np.dtype(_np.complex128)}
+_F64 = _np.dtype(_np.float64)
+_C64 = _np.dtype(_np.complex64)
 # numpy's default accumulator of sum/prod/cumsum for narrower integers and bools (by kind)
-_ACCUMULATOR = {"b": np.dtype(np.int_), "i": np.dtype(np.int_), "u": np.dtype(np.uint)}
+_ACCUMULATOR = {"b": _np.dtype(_np.int_), "i": _np.dtype(_np.int_), "u": _np.dtype(_np.uint)}
 
 
 def _dtype_info(x):
     """(dtype, weak) of an operand."""
-    if isinstance(x, Tracer):
+    if isinstance(x, _Tracer):
         a = x.aval
         return a.dtype, a.weak_type
     t = type(x)
     if t in _PY_SCALARS:
-        return P.get_aval(x).dtype, True
-    if isinstance(x, (np.ndarray, np.generic)):
+        return _P.get_aval(x).dtype, True
+    if isinstance(x, (_np.ndarray, _np.generic)):
         return x.dtype, False
-    return np.asarray(x).dtype, False
+    return _numeric_asarray(x).dtype, False
 
 
-@functools.lru_cache(maxsize=2048)
+@_functools.lru_cache(maxsize=2048)
 def _result_dtype(infos: tuple) -> tuple:
     """(dtype, weak) of combining operands given as (dtype, weak) pairs, by numpy 2 (NEP 50) rules.
 
@@ -56,15 +55,15 @@ def _result_dtype(infos: tuple) -> tuple:
     strong = [d for d, w in infos if not w]
     weak = [d for d, w in infos if w]
     if not strong:
-        return np.result_type(*weak), True
-    out = np.result_type(*strong)
+        return _np.result_type(*weak), True
+    out = _np.result_type(*strong)
     for d in weak:
         if _WEAK_KIND_ORDER[d.kind] > _WEAK_KIND_ORDER.get(out.kind, 3):
-            out = np.result_type(out, _DEFAULT_DTYPE[d.kind] if out.kind in "biu" else _C64)
+            out = _np.result_type(out, _DEFAULT_DTYPE[d.kind] if out.kind in "biu" else _C64)
     return out, False
 
 
-def _float_dtype(dtype: np.dtype, int_dtype=None) -> np.dtype:
+def _float_dtype(dtype: _np.dtype, int_dtype=None) -> _np.dtype:
     """The inexact dtype numpy computes a float function of ``dtype`` in.
 
     Inexact dtypes stay.  Integers and bools go to ``int_dtype`` when given (``true_divide``,
@@ -73,29 +72,58 @@ def _float_dtype(dtype: np.dtype, int_dtype=None) -> np.dtype:
     """
     if dtype.kind in "fc":
         return dtype
-    return np.dtype(int_dtype) if int_dtype is not None else np.promote_types(dtype, np.float16)
+    return _np.dtype(int_dtype) if int_dtype is not None else _np.promote_types(dtype, _np.float16)
 
 
 def _cast(x, dtype):
-    if isinstance(x, Tracer):
-        return x if x.aval.dtype == dtype else P.convert_element_type(x, dtype)
-    if isinstance(x, np.ndarray) and x.dtype == dtype:
+    if isinstance(x, _Tracer):
+        return x if x.aval.dtype == dtype else _P.convert_element_type(x, dtype)
+    if isinstance(x, _np.ndarray) and x.dtype == dtype:
         return x
-    return np.asarray(x, dtype=dtype)
+    return _np.asarray(x, dtype=dtype)
+
+
+class _ScalarType(type):
+    """The metaclass of ``fnp.float32`` and the other scalar types: subclasses of numpy's, so
+    they are dtypes wherever numpy takes one (``fnp.zeros(3, fnp.float32)``, ``np.dtype(...)``,
+    ``isinstance``), and calling one casts, traced values too (``fnp.float32(x)``, as in JAX)."""
+
+    def __call__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and _holds_tracer(args[0]):
+            return asarray(args[0], cls.numpy_type)
+        return cls.numpy_type(*args, **kwargs)
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls.numpy_type)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, cls.numpy_type)
+
+
+def _scalar_type(numpy_type: type) -> type:
+    return _ScalarType(numpy_type.__name__, (numpy_type,), {
+        "numpy_type": numpy_type, "__module__": __name__,
+        "__doc__": f"numpy.{numpy_type.__name__}; calling it casts, traced values too."})
+
+
+float16, float32, float64 = (_scalar_type(t) for t in (_np.float16, _np.float32, _np.float64))
+int8, int16, int32, int64 = (_scalar_type(t) for t in (_np.int8, _np.int16, _np.int32, _np.int64))
+uint8, uint32, bool_ = (_scalar_type(t) for t in (_np.uint8, _np.uint32, _np.bool_))
+complex64, complex128 = (_scalar_type(t) for t in (_np.complex64, _np.complex128))
 
 
 def _promote(*args):
     """Cast operands to their common numpy result dtype (respecting weak Python scalars)."""
     if len(args) == 2:
         x, y = args
-        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype:
+        if isinstance(x, _Tracer) and isinstance(y, _Tracer) and x.aval.dtype == y.aval.dtype:
             return args
     dt, _ = _result_dtype(tuple(_dtype_info(a) for a in args))
     return tuple(_cast(a, dt) for a in args)
 
 
-@functools.lru_cache(maxsize=1024)
-def _float_result_dtype(infos: tuple, int_dtype=None) -> np.dtype:
+@_functools.lru_cache(maxsize=1024)
+def _float_result_dtype(infos: tuple, int_dtype=None) -> _np.dtype:
     """The dtype of a float function (arctan2, hypot, ...) of operands given as (dtype, weak):
     their common result dtype when that is inexact, weak Python scalars respected
     (``hypot(float32_array, 1.5)`` is float32).  For integer and bool operands ``int_dtype`` if
@@ -106,8 +134,8 @@ def _float_result_dtype(infos: tuple, int_dtype=None) -> np.dtype:
     if dt.kind in "fc":
         return dt
     if int_dtype is not None:
-        return np.dtype(int_dtype)
-    return np.result_type(*(_float_dtype(dt if weak else d) for d, weak in infos))
+        return _np.dtype(int_dtype)
+    return _np.result_type(*(_float_dtype(dt if weak else d) for d, weak in infos))
 
 
 def _promote_float(*args, int_dtype=None):
@@ -121,12 +149,32 @@ def _promote_divide(x, y):
     return _promote_float(x, y, int_dtype=_F64)
 
 
+def _holds_tracer(x) -> bool:
+    """A tracer, or a (nested) list or tuple with one among its entries."""
+    return isinstance(x, _Tracer) or (
+        isinstance(x, (list, tuple)) and _builtins.any(isinstance(v, _Tracer) for v in _flat(x)))
+
+
 def _to_array(x):
-    if isinstance(x, Tracer) or isinstance(x, np.ndarray):
+    if isinstance(x, _Tracer) or isinstance(x, _np.ndarray):
         return x
-    if isinstance(x, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in _flat(x)):
+    if _holds_tracer(x):
         return stack([_to_array(v) for v in x])
-    return np.asarray(x)
+    return _numeric_asarray(x)
+
+
+def _numeric_asarray(x):
+    """``np.asarray(x)`` of a value that is no array yet; a non-numeric one (None, a string, ...)
+    raises TypeError naming the user's line, where numpy would make an object array (a jitted
+    program of objects that fails only when it runs)."""
+    arr = _np.asarray(x)
+    if arr.dtype.kind not in "biufc":
+        what = ("None (a None in a pytree argument of ft.jit, grad or vmap is an empty subtree, as in "
+                "JAX: the function receives None, not an array)" if x is None else
+                f"{type(x).__name__} {x!r:.60}")
+        raise TypeError(f"functrace.numpy operations take numbers and numeric arrays, got {what} "
+                        f"{_user_frame_description()}")
+    return arr
 
 
 def _flat(seq):
@@ -151,71 +199,99 @@ def _to_float(x, int_dtype=None):
 
 def asarray(a, dtype=None):
     x = _to_array(a)
-    return x if dtype is None else _cast(x, np.dtype(dtype))
+    return x if dtype is None else _cast(x, _np.dtype(dtype))
 
 
 def array(a, dtype=None, copy=True):
     x = _to_array(a)
-    if not isinstance(x, Tracer):
-        return np.array(x, dtype=dtype, copy=copy)
-    return x if dtype is None else _cast(x, np.dtype(dtype))
+    if not isinstance(x, _Tracer):
+        return _np.array(x, dtype=dtype, copy=copy)
+    return x if dtype is None else _cast(x, _np.dtype(dtype))
 
 
 def zeros(shape, dtype=float):
-    return np.zeros(shape, dtype=dtype)
+    return _np.zeros(shape, dtype=dtype)
 
 
 def ones(shape, dtype=float):
-    return np.ones(shape, dtype=dtype)
+    return _np.ones(shape, dtype=dtype)
 
 
 def full(shape, fill_value, dtype=None):
-    if isinstance(fill_value, Tracer):
+    if isinstance(fill_value, _Tracer):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        fv = fill_value if dtype is None else _cast(fill_value, np.dtype(dtype))
+        fv = fill_value if dtype is None else _cast(fill_value, _np.dtype(dtype))
         return broadcast_to(fv, shape)
-    return np.full(shape, fill_value, dtype=dtype)
+    return _np.full(shape, fill_value, dtype=dtype)
 
 
 def empty(shape, dtype=float):
-    return np.zeros(shape, dtype=dtype)
+    return _np.zeros(shape, dtype=dtype)
 
 
 def zeros_like(x, dtype=None):
-    return np.zeros(shape_of(x), dtype=dtype or _to_array(x).dtype)
+    return _np.zeros(_shape_of(x), dtype=dtype or _to_array(x).dtype)
 
 
 def ones_like(x, dtype=None):
-    return np.ones(shape_of(x), dtype=dtype or _to_array(x).dtype)
+    return _np.ones(_shape_of(x), dtype=dtype or _to_array(x).dtype)
 
 
 def full_like(x, fill_value, dtype=None):
-    return full(shape_of(x), fill_value, dtype=dtype or _to_array(x).dtype)
+    return full(_shape_of(x), fill_value, dtype=dtype or _to_array(x).dtype)
 
 
 def empty_like(x, dtype=None):
     return zeros_like(x, dtype)
 
 
-arange = np.arange
-linspace = np.linspace
-eye = np.eye
-identity = np.identity
-tri = np.tri
+arange = _np.arange
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """numpy.linspace; traced ``start`` / ``stop`` (scalars or arrays) give a differentiable result."""
+    if not (_holds_tracer(start) or _holds_tracer(stop)):
+        return _np.linspace(start, stop, num, endpoint, retstep, dtype, axis)
+    num = _operator.index(num)
+    if num < 0:
+        raise ValueError(f"linspace: number of samples, {num}, must be non-negative {_user_frame_description()}")
+    # numpy's dtype: result_type(start, stop, float(num)), a Python float being weak
+    dt, _ = _result_dtype((_dtype_info(start), _dtype_info(stop), (_F64, True)))
+    start, stop = _cast(_to_array(start), dt), _cast(_to_array(stop), dt)
+    start, stop = broadcast_arrays(start, stop)
+    div = num - 1 if endpoint else num
+    delta = subtract(stop, start)
+    steps = _P.iota(dt, (num,) + start.shape, 0)
+    if div > 0:
+        step = divide(delta, div)
+        y = add(multiply(steps, step), start)
+        if endpoint and num > 1:  # the last sample is ``stop`` exactly, as in numpy
+            y = where(_P.iota(_np.int64, y.shape, 0) == num - 1, stop, y)
+    else:  # num == 1 with the endpoint, or num == 0: no step (numpy's NaN)
+        step = multiply(delta, _np.nan)
+        y = add(multiply(steps, delta), start)
+    if dtype is not None:  # integers round down, as in numpy
+        dtype = _np.dtype(dtype)
+        y = _cast(floor(y) if dtype.kind in "iub" else y, dtype)
+    y = moveaxis(y, 0, axis) if axis != 0 else y
+    return (y, step) if retstep else y
+eye = _np.eye
+identity = _np.identity
+tri = _np.tri
 
 
 def _concrete_only(name):
     """numpy's ``name`` on concrete values (tracers that know theirs, e.g. under eager ``grad``;
     others raise ConcretizationError): its result does not depend differentiably on them."""
     def concrete(a):
-        if isinstance(a, Tracer):
+        if isinstance(a, _Tracer):
             return a._concrete(name)
         if isinstance(a, (list, tuple)):
             return type(a)(concrete(b) for b in a)
         return a
 
     def f(*args, **kwargs):
-        return getattr(np, name)(*map(concrete, args), **{k: concrete(v) for k, v in kwargs.items()})
+        return getattr(_np, name)(*map(concrete, args), **{k: concrete(v) for k, v in kwargs.items()})
     f.__name__ = name
     return f
 
@@ -227,7 +303,7 @@ def _unary(prim, float_only=True):
     bind = prim.bind
 
     def f(x):
-        if isinstance(x, Tracer) and (not float_only or x.aval.dtype.kind in "fc"):
+        if isinstance(x, _Tracer) and (not float_only or x.aval.dtype.kind in "fc"):
             return bind(x)  # hot path while tracing
         return bind(_to_float(x) if float_only else _to_array(x))
     f.__name__ = prim.name
@@ -243,22 +319,22 @@ def _integral_unary(prim):
     return f
 
 
-sin = _unary(P.sin_p)
-cos = _unary(P.cos_p)
-tan = _unary(P.tan_p)
-tanh = _unary(P.tanh_p)
-exp = _unary(P.exp_p)
-log = _unary(P.log_p)
-log1p = _unary(P.log1p_p)
-expm1 = _unary(P.expm1_p)
-sqrt = _unary(P.sqrt_p)
-floor = _integral_unary(P.floor_p)
-ceil = _integral_unary(P.ceil_p)
-rint = round_ = _unary(P.round_p)
-negative = _unary(P.neg_p, float_only=False)
-absolute = abs = _unary(P.abs_p, float_only=False)
-sign = _unary(P.sign_p, float_only=False)
-isfinite = _unary(P.is_finite_p)
+sin = _unary(_P.sin_p)
+cos = _unary(_P.cos_p)
+tan = _unary(_P.tan_p)
+tanh = _unary(_P.tanh_p)
+exp = _unary(_P.exp_p)
+log = _unary(_P.log_p)
+log1p = _unary(_P.log1p_p)
+expm1 = _unary(_P.expm1_p)
+sqrt = _unary(_P.sqrt_p)
+floor = _integral_unary(_P.floor_p)
+ceil = _integral_unary(_P.ceil_p)
+rint = round_ = _unary(_P.round_p)
+negative = _unary(_P.neg_p, float_only=False)
+absolute = abs = _unary(_P.abs_p, float_only=False)
+sign = _unary(_P.sign_p, float_only=False)
+isfinite = _unary(_P.is_finite_p)
 
 
 def round(x, decimals=0):
@@ -289,7 +365,7 @@ def _binary(prim, promote=_promote):
     keeps_dtype = promote is _promote  # else (true_divide, arctan2, ...) integers become floats
 
     def f(x, y):
-        if isinstance(x, Tracer) and isinstance(y, Tracer) and x.aval.dtype == y.aval.dtype \
+        if isinstance(x, _Tracer) and isinstance(y, _Tracer) and x.aval.dtype == y.aval.dtype \
                 and (keeps_dtype or x.aval.dtype.kind in "fc"):
             return bind(x, y)  # hot path while tracing: nothing to promote
         return bind(*promote(x, y))
@@ -297,47 +373,47 @@ def _binary(prim, promote=_promote):
     return f
 
 
-add = _binary(P.add_p)
-subtract = _binary(P.sub_p)
-multiply = _binary(P.mul_p)
-true_divide = divide = _binary(P.div_p, _promote_divide)
-floor_divide = _binary(P.floor_div_p)
-remainder = mod = _binary(P.rem_p)
-maximum = _binary(P.max_p)
-minimum = _binary(P.min_p)
-arctan2 = _binary(P.atan2_p, _promote_float)
-equal = _binary(P.eq_p)
-not_equal = _binary(P.ne_p)
-less = _binary(P.lt_p)
-less_equal = _binary(P.le_p)
-greater = _binary(P.gt_p)
-greater_equal = _binary(P.ge_p)
-bitwise_and = _binary(P.and_p)
-bitwise_or = _binary(P.or_p)
-bitwise_xor = _binary(P.xor_p)
+add = _binary(_P.add_p)
+subtract = _binary(_P.sub_p)
+multiply = _binary(_P.mul_p)
+true_divide = divide = _binary(_P.div_p, _promote_divide)
+floor_divide = _binary(_P.floor_div_p)
+remainder = mod = _binary(_P.rem_p)
+maximum = _binary(_P.max_p)
+minimum = _binary(_P.min_p)
+arctan2 = _binary(_P.atan2_p, _promote_float)
+equal = _binary(_P.eq_p)
+not_equal = _binary(_P.ne_p)
+less = _binary(_P.lt_p)
+less_equal = _binary(_P.le_p)
+greater = _binary(_P.gt_p)
+greater_equal = _binary(_P.ge_p)
+bitwise_and = _binary(_P.and_p)
+bitwise_or = _binary(_P.or_p)
+bitwise_xor = _binary(_P.xor_p)
 fmax, fmin = maximum, minimum
 
 
 def logical_and(x, y):
-    return P.and_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+    return _P.and_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
 
 
 def logical_or(x, y):
-    return P.or_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+    return _P.or_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
 
 
 def logical_xor(x, y):
-    return P.xor_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
+    return _P.xor_p.bind(*_promote(asarray(x, bool), asarray(y, bool)))
 
 
 def logical_not(x):
-    return P.not_p.bind(asarray(x, bool))
+    return _P.not_p.bind(asarray(x, bool))
 
 
 def invert(x):
     """Bitwise not, as xor with all bits set (right for signed, unsigned and bool dtypes alike)."""
     x = _to_array(x)
-    return bitwise_xor(x, np.invert(np.zeros((), x.dtype)))  # numpy's TypeError for floats
+    return bitwise_xor(x, _np.invert(_np.zeros((), x.dtype)))  # numpy's TypeError for floats
 
 
 bitwise_not = invert
@@ -345,19 +421,19 @@ bitwise_not = invert
 
 def power(x, y):
     """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
-    int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** np.int64(2)`` is
+    int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** _np.int64(2)`` is
     float64).  Integers to a negative integer power raise ValueError, as numpy's."""
-    if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
+    if isinstance(y, (int, _np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
         dt, _ = _result_dtype((_dtype_info(x), _dtype_info(y)))
         if dt.kind not in "fc" and y < 0:
             raise ValueError(f"Integers to negative integer powers are not allowed ({dt.name} ** {y}; as "
-                             f"numpy) {user_frame_description()}")
-        return P.integer_pow(_cast(_to_array(x), dt), int(y))
-    return P.pow_p.bind(*_promote(x, y))
+                             f"numpy) {_user_frame_description()}")
+        return _P.integer_pow(_cast(_to_array(x), dt), int(y))
+    return _P.pow_p.bind(*_promote(x, y))
 
 
 def square(x):
-    return P.integer_pow(_to_array(x), 2)
+    return _P.integer_pow(_to_array(x), 2)
 
 
 def reciprocal(x):
@@ -365,19 +441,19 @@ def reciprocal(x):
 
 
 def sigmoid(x):
-    return P.logistic_p.bind(_to_float(x))
+    return _P.logistic_p.bind(_to_float(x))
 
 
 def log2(x):
-    return log(x) / math.log(2)
+    return log(x) / _math.log(2)
 
 
 def log10(x):
-    return log(x) / math.log(10)
+    return log(x) / _math.log(10)
 
 
 def exp2(x):
-    return exp(multiply(_to_float(x), math.log(2)))
+    return exp(multiply(_to_float(x), _math.log(2)))
 
 
 def sinh(x):
@@ -427,7 +503,7 @@ def hypot(x, y):
 
 def logaddexp(x, y):
     x, y = _promote_float(x, y)
-    m = P.stop_gradient(maximum(x, y))  # the shift cancels exactly; only its value matters
+    m = _P.stop_gradient(maximum(x, y))  # the shift cancels exactly; only its value matters
     m = where(isfinite(m), m, zeros_like(m))
     return m + log(exp(x - m) + exp(y - m))
 
@@ -446,7 +522,7 @@ def where(condition, x=None, y=None):
     if x is None and y is None:
         return nonzero(condition)
     x, y = _promote(x, y)
-    return P.select(asarray(condition, bool), x, y)
+    return _P.select(asarray(condition, bool), x, y)
 
 
 def clip(a, a_min=None, a_max=None):
@@ -458,9 +534,9 @@ def clip(a, a_min=None, a_max=None):
 
 
 def nonzero(x):
-    if isinstance(x, Tracer):
+    if isinstance(x, _Tracer):
         x._concrete("nonzero (its output shape depends on the values)")
-    return np.nonzero(x)
+    return _np.nonzero(x)
 
 
 argwhere = _concrete_only("argwhere")
@@ -475,16 +551,16 @@ def _axis(a, ndim: int, fname: str) -> int:
     """Axis ``a`` of an array of ``ndim`` dimensions, made non-negative; out of range: ShapeError
     (numpy's AxisError; wrapping it around would silently pick another axis)."""
     if not -ndim <= a < ndim:
-        raise ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
-                         f"{user_frame_description()}")
+        raise _ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
+                         f"{_user_frame_description()}")
     return int(a) % ndim
 
 
 def _axis_list(axes, ndim: int, fname: str) -> list:
     """Distinct axes (an int or a sequence), each checked by ``_axis``."""
-    out = [_axis(a, ndim, fname) for a in ((axes,) if isinstance(axes, (int, np.integer)) else axes)]
+    out = [_axis(a, ndim, fname) for a in ((axes,) if isinstance(axes, (int, _np.integer)) else axes)]
     if len(set(out)) != len(out):
-        raise ShapeError(f"{fname}: repeated axis in {axes} {user_frame_description()}")
+        raise _ShapeError(f"{fname}: repeated axis in {axes} {_user_frame_description()}")
     return out
 
 
@@ -497,7 +573,7 @@ def _norm_axes(axis, ndim, fname="reduction"):
 def _keep(out, x_shape, axes, keepdims):
     if not keepdims:
         return out
-    return P.reshape(out, tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
+    return _P.reshape(out, tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
 
 
 def _accumulate_as(a, dtype):
@@ -505,7 +581,7 @@ def _accumulate_as(a, dtype):
     (bools and narrower signed integers -> int64, narrower unsigned -> uint64; others stay)."""
     x = _to_array(a)
     if dtype is not None:
-        return _cast(x, np.dtype(dtype))
+        return _cast(x, _np.dtype(dtype))
     acc = _ACCUMULATOR.get(x.dtype.kind)
     return x if acc is None or x.dtype.itemsize >= acc.itemsize else _cast(x, acc)
 
@@ -513,13 +589,13 @@ def _accumulate_as(a, dtype):
 def sum(a, axis=None, dtype=None, keepdims=False):
     x = _accumulate_as(a, dtype)
     axes = _norm_axes(axis, x.ndim, "sum")
-    return _keep(P.reduce_sum(x, axes), x.shape, axes, keepdims)
+    return _keep(_P.reduce_sum(x, axes), x.shape, axes, keepdims)
 
 
 def prod(a, axis=None, dtype=None, keepdims=False):
     x = _accumulate_as(a, dtype)
     axes = _norm_axes(axis, x.ndim, "prod")
-    return _keep(P.reduce_prod(x, axes), x.shape, axes, keepdims)
+    return _keep(_P.reduce_prod(x, axes), x.shape, axes, keepdims)
 
 
 def _extremum(prim, name: str, a, axis, keepdims, empty_ok: bool = False):
@@ -527,41 +603,41 @@ def _extremum(prim, name: str, a, axis, keepdims, empty_ok: bool = False):
     for ``all`` / ``any`` (``empty_ok``: bool min / max, whose identities are True / False)."""
     x = _to_array(a)
     axes = _norm_axes(axis, x.ndim, name)
-    if not empty_ok and builtins.any(x.shape[i] == 0 for i in axes):
+    if not empty_ok and _builtins.any(x.shape[i] == 0 for i in axes):
         raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
     return _keep(prim.bind(x, axes=axes), x.shape, axes, keepdims)
 
 
 def max(a, axis=None, keepdims=False):
-    return _extremum(P.reduce_max_p, "max", a, axis, keepdims)
+    return _extremum(_P.reduce_max_p, "max", a, axis, keepdims)
 
 
 def min(a, axis=None, keepdims=False):
-    return _extremum(P.reduce_min_p, "min", a, axis, keepdims)
+    return _extremum(_P.reduce_min_p, "min", a, axis, keepdims)
 
 
 amax, amin = max, min
 
 
 def all(a, axis=None, keepdims=False):
-    return _extremum(P.reduce_min_p, "all", asarray(a, bool), axis, keepdims, empty_ok=True)
+    return _extremum(_P.reduce_min_p, "all", asarray(a, bool), axis, keepdims, empty_ok=True)
 
 
 def any(a, axis=None, keepdims=False):
-    return _extremum(P.reduce_max_p, "any", asarray(a, bool), axis, keepdims, empty_ok=True)
+    return _extremum(_P.reduce_max_p, "any", asarray(a, bool), axis, keepdims, empty_ok=True)
 
 
 def mean(a, axis=None, dtype=None, keepdims=False):
     x = _to_float(a, _F64) if dtype is None else asarray(a, dtype)
     axes = _norm_axes(axis, x.ndim, "mean")
-    n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    n = int(_np.prod([x.shape[i] for i in axes], dtype=_np.int64))
     return divide(sum(x, axes, keepdims=keepdims), n)
 
 
 def var(a, axis=None, ddof=0, keepdims=False):
     x = _to_float(a, _F64)
     axes = _norm_axes(axis, x.ndim, "var")
-    n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    n = int(_np.prod([x.shape[i] for i in axes], dtype=_np.int64))
     centered = x - mean(x, axes, keepdims=True)
     return divide(sum(centered * centered, axes, keepdims=keepdims), n - ddof)
 
@@ -575,7 +651,7 @@ def average(a, axis=None, weights=None):
         return mean(a, axis)
     a, w = _promote(_to_float(a, _F64), _to_array(weights))  # numpy: float64 for integer ``a``
     if w.ndim != a.ndim:  # numpy: 1-D weights of length a.shape[axis]
-        if not isinstance(axis, (int, np.integer)) or w.ndim != 1:
+        if not isinstance(axis, (int, _np.integer)) or w.ndim != 1:
             raise TypeError("average: weights must have the shape of a, or be 1-D with an int axis")
         ax = _axis(axis, a.ndim, "average")
         w = broadcast_to(reshape(w, tuple(n if d == ax else 1 for d, n in enumerate(a.shape))), a.shape)
@@ -586,25 +662,25 @@ def _arg_reduce(prim, a, axis, keepdims):
     x = _to_array(a)
     if axis is None:  # over the flattened array; keepdims keeps every axis, with size 1
         out = prim.bind(ravel(x), axis=0)
-        return P.reshape(out, (1,) * x.ndim) if keepdims else out
+        return _P.reshape(out, (1,) * x.ndim) if keepdims else out
     axis = _norm_axes(axis, x.ndim)[0]
     out = prim.bind(x, axis=axis)
-    return P.expand_dims(out, (axis,)) if keepdims else out
+    return _P.expand_dims(out, (axis,)) if keepdims else out
 
 
 def argmax(a, axis=None, keepdims=False):
-    return _arg_reduce(P.argmax_p, a, axis, keepdims)
+    return _arg_reduce(_P.argmax_p, a, axis, keepdims)
 
 
 def argmin(a, axis=None, keepdims=False):
-    return _arg_reduce(P.argmin_p, a, axis, keepdims)
+    return _arg_reduce(_P.argmin_p, a, axis, keepdims)
 
 
 def cumsum(a, axis=None, dtype=None):
     x = _accumulate_as(a, dtype)
     if axis is None:
         x, axis = ravel(x), 0
-    return P.cumsum(x, _norm_axes(axis, x.ndim, "cumsum")[0])
+    return _P.cumsum(x, _norm_axes(axis, x.ndim, "cumsum")[0])
 
 
 def trace(a, offset=0, axis1=0, axis2=1):
@@ -615,35 +691,35 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     x = _to_array(a)
     x = moveaxis(x, (axis1, axis2), (-2, -1))
     n, m = x.shape[-2], x.shape[-1]
-    rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
+    rows = _np.arange(_builtins.max(0, -offset), _builtins.min(n, m - offset))
     flat = reshape(x, x.shape[:-2] + (n * m,))
-    return P.take(flat, (rows * m + rows + offset).astype(np.int64), x.ndim - 2)
+    return _P.take(flat, (rows * m + rows + offset).astype(_np.int64), x.ndim - 2)
 
 
 def diag(v, k=0):
     x = _to_array(v)
     if x.ndim == 2:
         return diagonal(x, k)
-    n = x.shape[0] + builtins.abs(k)
-    idx = np.arange(x.shape[0])
-    flat_idx = ((idx + builtins.max(0, -k)) * n + idx + builtins.max(0, k)).astype(np.int64)
-    zeros_flat = P.broadcast_in_dim(P.scalar_like(x, 0), (n * n,), ())
-    return reshape(P.scatter_add(zeros_flat, flat_idx, x, 0), (n, n))
+    n = x.shape[0] + _builtins.abs(k)
+    idx = _np.arange(x.shape[0])
+    flat_idx = ((idx + _builtins.max(0, -k)) * n + idx + _builtins.max(0, k)).astype(_np.int64)
+    zeros_flat = _P.broadcast_in_dim(_P.scalar_like(x, 0), (n * n,), ())
+    return reshape(_P.scatter_add(zeros_flat, flat_idx, x, 0), (n, n))
 
 
 # --------------------------------------------------------------------------- shapes
 
 
 def shape(a):
-    return shape_of(a)
+    return _shape_of(a)
 
 
 def ndim(a):
-    return len(shape_of(a))
+    return len(_shape_of(a))
 
 
 def size(a):
-    return int(np.prod(shape_of(a), dtype=np.int64))
+    return int(_np.prod(_shape_of(a), dtype=_np.int64))
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
@@ -657,19 +733,19 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     if order != "C":
         raise NotImplementedError("functrace.numpy.reshape supports only order='C'")
     x = _to_array(a)
-    newshape = (newshape,) if isinstance(newshape, (int, np.integer)) else tuple(int(n) for n in newshape)
-    if builtins.sum(1 for n in newshape if n == -1) > 1:
-        raise ShapeError(f"reshape: can only specify one unknown dimension, got {newshape} "
-                         f"{user_frame_description()}")
+    newshape = (newshape,) if isinstance(newshape, (int, _np.integer)) else tuple(int(n) for n in newshape)
+    if _builtins.sum(1 for n in newshape if n == -1) > 1:
+        raise _ShapeError(f"reshape: can only specify one unknown dimension, got {newshape} "
+                         f"{_user_frame_description()}")
     if -1 in newshape:
-        known = int(np.prod([n for n in newshape if n != -1], dtype=np.int64))
+        known = int(_np.prod([n for n in newshape if n != -1], dtype=_np.int64))
         if known == 0 or x.size % known:
-            raise ShapeError(f"reshape: cannot reshape array of shape {x.shape} into shape {newshape} "
-                             f"{user_frame_description()}")
+            raise _ShapeError(f"reshape: cannot reshape array of shape {x.shape} into shape {newshape} "
+                             f"{_user_frame_description()}")
         newshape = tuple(x.size // known if n == -1 else n for n in newshape)
     if newshape == x.shape:
         return x
-    return P.reshape(x, newshape)
+    return _P.reshape(x, newshape)
 
 
 def ravel(a):
@@ -679,7 +755,7 @@ def ravel(a):
 def transpose(a, axes=None):
     x = _to_array(a)
     axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(_axis_list(axes, x.ndim, "transpose"))
-    return P.transpose(x, axes)
+    return _P.transpose(x, axes)
 
 
 def swapaxes(a, axis1, axis2):
@@ -687,26 +763,26 @@ def swapaxes(a, axis1, axis2):
     perm = list(range(x.ndim))
     a1, a2 = _axis(axis1, x.ndim, "swapaxes"), _axis(axis2, x.ndim, "swapaxes")
     perm[a1], perm[a2] = perm[a2], perm[a1]
-    return P.transpose(x, perm)
+    return _P.transpose(x, perm)
 
 
 def moveaxis(a, source, destination):
     x = _to_array(a)
     src, dst = _axis_list(source, x.ndim, "moveaxis"), _axis_list(destination, x.ndim, "moveaxis")
     if len(src) != len(dst):
-        raise ShapeError(f"moveaxis: source {source} and destination {destination} differ in length "
-                         f"{user_frame_description()}")
+        raise _ShapeError(f"moveaxis: source {source} and destination {destination} differ in length "
+                         f"{_user_frame_description()}")
     perm = [i for i in range(x.ndim) if i not in src]
     for d, s in sorted(zip(dst, src)):
         perm.insert(d, s)
-    return P.transpose(x, perm)
+    return _P.transpose(x, perm)
 
 
 def expand_dims(a, axis):
     x = _to_array(a)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     out_ndim = x.ndim + len(axes)
-    return P.expand_dims(x, tuple(sorted(_axis_list(axes, out_ndim, "expand_dims"))))
+    return _P.expand_dims(x, tuple(sorted(_axis_list(axes, out_ndim, "expand_dims"))))
 
 
 def squeeze(a, axis=None):
@@ -715,21 +791,21 @@ def squeeze(a, axis=None):
         axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
     else:
         axes = _norm_axes(axis, x.ndim, "squeeze")
-    return P.squeeze(x, axes) if axes else x
+    return _P.squeeze(x, axes) if axes else x
 
 
 def broadcast_to(a, shape):
     x = _to_array(a)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    P.broadcast_shapes("broadcast_to", x.shape, shape)
-    if len(shape) < x.ndim or P.broadcast_shapes("broadcast_to", x.shape, shape) != shape:
-        raise ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape} {user_frame_description()}")
-    return P.broadcast_to(x, shape)
+    _P.broadcast_shapes("broadcast_to", x.shape, shape)
+    if len(shape) < x.ndim or _P.broadcast_shapes("broadcast_to", x.shape, shape) != shape:
+        raise _ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape} {_user_frame_description()}")
+    return _P.broadcast_to(x, shape)
 
 
 def broadcast_arrays(*args):
     arrs = [_to_array(a) for a in args]
-    shp = P.broadcast_shapes("broadcast_arrays", *(a.shape for a in arrs))
+    shp = _P.broadcast_shapes("broadcast_arrays", *(a.shape for a in arrs))
     return [broadcast_to(a, shp) for a in arrs]
 
 
@@ -750,15 +826,15 @@ def concatenate(arrays, axis=0):
     nd = arrs[0].ndim
     for a in arrs:
         if a.ndim != nd:
-            raise ShapeError("concatenate: all inputs must have the same number of dimensions, got shapes "
-                             f"{[x.shape for x in arrs]} {user_frame_description()}")
-    return P.concatenate(list(arrs), _axis(axis, nd, "concatenate"))
+            raise _ShapeError("concatenate: all inputs must have the same number of dimensions, got shapes "
+                             f"{[x.shape for x in arrs]} {_user_frame_description()}")
+    return _P.concatenate(list(arrs), _axis(axis, nd, "concatenate"))
 
 
 def stack(arrays, axis=0):
     arrs = [_to_array(a) for a in arrays]
     axis = _axis(axis, arrs[0].ndim + 1, "stack")
-    return concatenate([P.expand_dims(a, (axis,)) for a in arrs], axis)
+    return concatenate([_P.expand_dims(a, (axis,)) for a in arrs], axis)
 
 
 def hstack(arrays):
@@ -774,20 +850,20 @@ def split(a, indices_or_sections, axis=0):
     x = _to_array(a)
     axis = _axis(axis, x.ndim, "split")
     n = x.shape[axis]
-    if isinstance(indices_or_sections, (int, np.integer)):
+    if isinstance(indices_or_sections, (int, _np.integer)):
         if n % indices_or_sections:
-            raise ShapeError(f"split: array split does not result in an equal division ({n} into "
-                             f"{indices_or_sections}) {user_frame_description()}")
+            raise _ShapeError(f"split: array split does not result in an equal division ({n} into "
+                             f"{indices_or_sections}) {_user_frame_description()}")
         step = n // indices_or_sections
         bounds = list(range(0, n + 1, step))
     else:
-        bounds = [0] + [operator.index(i) for i in indices_or_sections] + [n]
+        bounds = [0] + [_operator.index(i) for i in indices_or_sections] + [n]
     out = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         lo, hi, _ = slice(lo, hi).indices(n)  # numpy slices x[lo:hi]: negatives wrap, the rest clamps
         start = tuple(lo if d == axis else 0 for d in range(x.ndim))
-        limit = tuple(builtins.max(hi, lo) if d == axis else m for d, m in enumerate(x.shape))
-        out.append(P.slice_op(x, start, limit))
+        limit = tuple(_builtins.max(hi, lo) if d == axis else m for d, m in enumerate(x.shape))
+        out.append(_P.slice_op(x, start, limit))
     return out
 
 
@@ -796,18 +872,18 @@ def array_split(a, sections, axis=0):
     n = x.shape[axis]
     q, r = divmod(n, sections)
     sizes = [q + 1] * r + [q] * (sections - r)
-    return split(x, np.cumsum(sizes)[:-1].tolist(), axis)
+    return split(x, _np.cumsum(sizes)[:-1].tolist(), axis)
 
 
 def tile(a, reps):
     x = _to_array(a)
     reps = (reps,) if isinstance(reps, int) else tuple(reps)
-    nd = builtins.max(x.ndim, len(reps))
+    nd = _builtins.max(x.ndim, len(reps))
     x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
     reps = (1,) * (nd - len(reps)) + reps
     # broadcast to (r0, n0, r1, n1, ...) then merge pairs
     big = tuple(v for r, n in zip(reps, x.shape) for v in (r, n))
-    y = P.broadcast_in_dim(x, big, tuple(range(1, 2 * nd, 2)))
+    y = _P.broadcast_in_dim(x, big, tuple(range(1, 2 * nd, 2)))
     return reshape(y, tuple(r * n for r, n in zip(reps, x.shape)))
 
 
@@ -816,17 +892,17 @@ def repeat(a, repeats, axis=None):
     if axis is None:
         x, axis = ravel(x), 0
     axis = _axis(axis, x.ndim, "repeat")
-    if isinstance(repeats, (int, np.integer)):
+    if isinstance(repeats, (int, _np.integer)):
         shp = x.shape[:axis + 1] + (int(repeats),) + x.shape[axis + 1:]
-        y = P.broadcast_in_dim(x, shp, tuple(d if d <= axis else d + 1 for d in range(x.ndim)))
+        y = _P.broadcast_in_dim(x, shp, tuple(d if d <= axis else d + 1 for d in range(x.ndim)))
         return reshape(y, x.shape[:axis] + (x.shape[axis] * int(repeats),) + x.shape[axis + 1:])
-    idx = np.repeat(np.arange(x.shape[axis]), np.asarray(repeats))
-    return P.take(x, idx.astype(np.int64), axis)
+    idx = _np.repeat(_np.arange(x.shape[axis]), _np.asarray(repeats))
+    return _P.take(x, idx.astype(_np.int64), axis)
 
 
 def flip(a, axis=None):
     x = _to_array(a)
-    return P.rev(x, _norm_axes(axis, x.ndim, "flip"))
+    return _P.rev(x, _norm_axes(axis, x.ndim, "flip"))
 
 
 def fliplr(a):
@@ -844,17 +920,17 @@ def pad(a, pad_width, mode="constant", constant_values=0):
     if mode != "constant":
         raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (only 'constant')")
     x = _to_array(a)
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (x.ndim, 2))
     values = _to_array(constant_values)
     if size(values) == 1:
-        return P.pad(x, _cast(reshape(values, ()), x.dtype), tuple((int(lo), int(hi), 0) for lo, hi in pw))
+        return _P.pad(x, _cast(reshape(values, ()), x.dtype), tuple((int(lo), int(hi), 0) for lo, hi in pw))
     values = broadcast_to(values, (x.ndim, 2))
     for d in range(x.ndim):
         for side, width in enumerate(pw[d]):
             if width:
                 config = [(0, 0, 0)] * x.ndim
                 config[d] = (int(width), 0, 0) if side == 0 else (0, int(width), 0)
-                x = P.pad(x, _cast(getitem(values, (d, side)), x.dtype), config)
+                x = _P.pad(x, _cast(getitem(values, (d, side)), x.dtype), config)
     return x
 
 
@@ -863,7 +939,7 @@ def take(a, indices, axis=None):
     if axis is None:
         x, axis = ravel(x), 0
     axis = _axis(axis, x.ndim, "take")
-    return P.take(x, _normalize_index(indices, x.shape[axis]), axis)
+    return _P.take(x, _normalize_index(indices, x.shape[axis]), axis)
 
 
 def take_along_axis(arr, indices, axis):
@@ -871,18 +947,18 @@ def take_along_axis(arr, indices, axis):
     axis = _axis(axis, x.ndim, "take_along_axis")
     idx = _normalize_index(indices, x.shape[axis])
     # flat gather: linear index over the broadcast of the other axes
-    shp = P.broadcast_shapes("take_along_axis", tuple(1 if d == axis else n for d, n in enumerate(x.shape)),
-                             tuple(1 if d == axis else n for d, n in enumerate(shape_of(idx))))
-    full_shape = tuple(shape_of(idx)[d] if d == axis else shp[d] for d in range(x.ndim))
+    shp = _P.broadcast_shapes("take_along_axis", tuple(1 if d == axis else n for d, n in enumerate(x.shape)),
+                             tuple(1 if d == axis else n for d, n in enumerate(_shape_of(idx))))
+    full_shape = tuple(_shape_of(idx)[d] if d == axis else shp[d] for d in range(x.ndim))
     idx = broadcast_to(idx, full_shape)
     xb = broadcast_to(x, tuple(x.shape[d] if d == axis else shp[d] for d in range(x.ndim)))
-    strides = np.cumprod((shape_of(xb)[1:] + (1,))[::-1])[::-1]
+    strides = _np.cumprod((_shape_of(xb)[1:] + (1,))[::-1])[::-1]
     lin = None
     for d in range(x.ndim):
-        term = idx if d == axis else P.iota(np.int64, full_shape, d)
+        term = idx if d == axis else _P.iota(_np.int64, full_shape, d)
         term = multiply(term, int(strides[d]))
         lin = term if lin is None else add(lin, term)
-    return P.take(ravel(xb), lin, 0)
+    return _P.take(ravel(xb), lin, 0)
 
 
 # --------------------------------------------------------------------------- linear algebra
@@ -893,28 +969,28 @@ def dot(a, b):
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
     _check_contract("dot", a.shape[-1], b.shape[0 if b.ndim == 1 else -2], a.shape, b.shape)
-    return P.dot_general(a, b, (((a.ndim - 1,), (builtins.max(b.ndim - 2, 0),)), ((), ())))
+    return _P.dot_general(a, b, (((a.ndim - 1,), (_builtins.max(b.ndim - 2, 0),)), ((), ())))
 
 
 def _check_contract(name, n, m, sa, sb):
     if n != m:
-        raise ShapeError(f"{name}: shapes {sa} and {sb} are not aligned ({n} != {m}) {user_frame_description()}")
+        raise _ShapeError(f"{name}: shapes {sa} and {sb} are not aligned ({n} != {m}) {_user_frame_description()}")
 
 
 def matmul(a, b):
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: operands must not be scalars {user_frame_description()}")
+        raise ValueError(f"matmul: operands must not be scalars {_user_frame_description()}")
     _check_contract("matmul", a.shape[-1], b.shape[0 if b.ndim == 1 else -2], a.shape, b.shape)
     if b.ndim <= 2:
-        return P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())))
+        return _P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())))
     if a.ndim == 1:
-        return P.dot_general(a, b, (((0,), (b.ndim - 2,)), ((), ())))
-    batch = P.broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+        return _P.dot_general(a, b, (((0,), (b.ndim - 2,)), ((), ())))
+    batch = _P.broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
     a = broadcast_to(a, batch + a.shape[-2:])
     b = broadcast_to(b, batch + b.shape[-2:])
     nb = len(batch)
-    return P.dot_general(a, b, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
+    return _P.dot_general(a, b, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
 
 
 def vdot(a, b):
@@ -926,7 +1002,7 @@ def inner(a, b):
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
     _check_contract("inner", a.shape[-1], b.shape[-1], a.shape, b.shape)
-    return P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())))
+    return _P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())))
 
 
 def outer(a, b):
@@ -936,7 +1012,7 @@ def outer(a, b):
 
 def tensordot(a, b, axes=2):
     a, b = _promote(_to_array(a), _to_array(b))
-    if isinstance(axes, (int, np.integer)):
+    if isinstance(axes, (int, _np.integer)):
         ax_a = tuple(range(a.ndim - axes, a.ndim))
         ax_b = tuple(range(axes))
     else:
@@ -946,7 +1022,7 @@ def tensordot(a, b, axes=2):
     ax_a, ax_b = tuple(_axis_list(ax_a, a.ndim, "tensordot")), tuple(_axis_list(ax_b, b.ndim, "tensordot"))
     for i, j in zip(ax_a, ax_b):
         _check_contract("tensordot", a.shape[i], b.shape[j], a.shape, b.shape)
-    return P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
+    return _P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
 
 
 def einsum(subscripts: str, *operands):
@@ -960,9 +1036,9 @@ def einsum(subscripts: str, *operands):
     terms = lhs.split(",")
     if len(terms) != len(ops):
         raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(ops)} operands")
-    unused = iter(c for c in string.ascii_uppercase[::-1] if c not in subscripts)
+    unused = iter(c for c in _string.ascii_uppercase[::-1] if c not in subscripts)
     if "..." in subscripts:
-        ell_nd = builtins.max(o.ndim - (len(t) - 3) for t, o in zip(terms, ops) if "..." in t)
+        ell_nd = _builtins.max(o.ndim - (len(t) - 3) for t, o in zip(terms, ops) if "..." in t)
         ell = "".join(next(unused) for _ in range(ell_nd))
         terms = [t.replace("...", ell[ell_nd - (o.ndim - (len(t) - 3)):]) if "..." in t else t
                  for t, o in zip(terms, ops)]
@@ -973,12 +1049,12 @@ def einsum(subscripts: str, *operands):
         for t in terms:
             for c in t:
                 counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c in string.ascii_lowercase))
+        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c in _string.ascii_lowercase))
         if "..." in subscripts:
             out = ell + out
     for t, o in zip(terms, ops):
         if len(t) != o.ndim:
-            raise ShapeError(f"einsum: subscripts '{t}' do not match operand shape {o.shape}")
+            raise _ShapeError(f"einsum: subscripts '{t}' do not match operand shape {o.shape}")
         if len(set(t)) != len(t):
             raise NotImplementedError("einsum with a repeated index within one operand (a trace/diagonal) "
                                       "is not implemented; use fnp.diagonal / fnp.trace")
@@ -988,15 +1064,15 @@ def einsum(subscripts: str, *operands):
         for c, n in zip(t, o.shape):
             if n != 1:
                 if sizes.get(c, n) != n:
-                    raise ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {n}")
+                    raise _ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {n}")
                 sizes[c] = n
-    ops = [broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) if builtins.any(
+    ops = [broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) if _builtins.any(
         n == 1 and sizes.get(c, 1) != 1 for c, n in zip(t, o.shape)) else o for t, o in zip(terms, ops)]
 
     def sum_unique(t, o, keep):
         axes = tuple(i for i, c in enumerate(t) if c not in keep)
         if axes:
-            o = P.reduce_sum(o, axes)
+            o = _P.reduce_sum(o, axes)
             t = "".join(c for c in t if c in keep)
         return t, o
 
@@ -1011,11 +1087,11 @@ def einsum(subscripts: str, *operands):
         contract = [c for c in shared if c not in later]
         dn = ((tuple(cur_t.index(c) for c in contract), tuple(t2.index(c) for c in contract)),
               (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
-        cur = P.dot_general(cur, o2, dn)
+        cur = _P.dot_general(cur, o2, dn)
         cur_t = "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(
             c for c in t2 if c not in shared)
     cur_t, cur = sum_unique(cur_t, cur, set(out))
-    return P.transpose(cur, tuple(cur_t.index(c) for c in out))
+    return _P.transpose(cur, tuple(cur_t.index(c) for c in out))
 
 
 # --------------------------------------------------------------------------- indexing
@@ -1024,35 +1100,35 @@ def einsum(subscripts: str, *operands):
 def _normalize_index(idx, n: int):
     """Integer index array with negative entries wrapped; out-of-range concrete indices raise."""
     arr = _to_array(idx)
-    if isinstance(arr, Tracer):
+    if isinstance(arr, _Tracer):
         if arr.dtype.kind not in "iu":
             raise IndexError(f"arrays used as indices must be of integer type, got {arr.dtype.name} "
-                             f"{user_frame_description()}")
-        arr = _cast(arr, np.dtype(np.int64))
-        return P.select(P.lt_p.bind(arr, np.array(0, np.int64)), P.add(arr, np.array(n, np.int64)), arr)
+                             f"{_user_frame_description()}")
+        arr = _cast(arr, _np.dtype(_np.int64))
+        return _P.select(_P.lt_p.bind(arr, _np.array(0, _np.int64)), _P.add(arr, _np.array(n, _np.int64)), arr)
     if arr.dtype.kind not in "iu":
         raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
-                         f"{user_frame_description()}")
+                         f"{_user_frame_description()}")
     if arr.size and (arr.max() >= n or arr.min() < -n):
         raise IndexError(f"index {int(arr.max() if arr.max() >= n else arr.min())} is out of bounds for axis "
-                         f"with size {n} {user_frame_description()}")
-    return np.where(arr < 0, arr + n, arr).astype(np.int64)
+                         f"with size {n} {_user_frame_description()}")
+    return _np.where(arr < 0, arr + n, arr).astype(_np.int64)
 
 
 def _is_array_index(i) -> bool:
     """An advanced (integer-array) index entry, once sequences are arrays: 0-d arrays included."""
-    return isinstance(i, (np.ndarray, Tracer))
+    return isinstance(i, (_np.ndarray, _Tracer))
 
 
 def _int_index(i) -> int:
     """A basic integer index; anything else (a float, a string, ...) raises IndexError like numpy,
     never truncates."""
     try:
-        return operator.index(i)
+        return _operator.index(i)
     except TypeError:
         raise IndexError("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer "
                          f"or boolean arrays are valid indices, got {i!r} of type {type(i).__name__} "
-                         f"{user_frame_description()}") from None
+                         f"{_user_frame_description()}") from None
 
 
 def _index_entry(i):
@@ -1060,7 +1136,7 @@ def _index_entry(i):
     if not isinstance(i, (list, tuple)):
         return i
     arr = _to_array(i)
-    return arr.astype(np.int64) if isinstance(arr, np.ndarray) and arr.size == 0 else arr
+    return arr.astype(_np.int64) if isinstance(arr, _np.ndarray) and arr.size == 0 else arr
 
 
 def _expand_bool_indices(idx: tuple) -> list:
@@ -1068,15 +1144,15 @@ def _expand_bool_indices(idx: tuple) -> list:
     integer arrays (one per masked axis); a traced mask (a value-dependent shape) raises."""
     out = []
     for i in map(_index_entry, idx):
-        if isinstance(i, (bool, np.bool_)) or (isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype == bool):
+        if isinstance(i, (bool, _np.bool_)) or (isinstance(i, _np.ndarray) and i.ndim == 0 and i.dtype == bool):
             if not bool(i):
                 raise IndexError("a scalar False index (an empty result) is not supported")
             out.append(None)
-        elif _is_array_index(i) and i.dtype == np.dtype(bool):
-            if isinstance(i, Tracer):
+        elif _is_array_index(i) and i.dtype == _np.dtype(bool):
+            if isinstance(i, _Tracer):
                 raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
-                                 f"use fnp.where(mask, x, 0) instead {user_frame_description()}")
-            out.extend(np.nonzero(i))
+                                 f"use fnp.where(mask, x, 0) instead {_user_frame_description()}")
+            out.extend(_np.nonzero(i))
         else:
             out.append(i)
     return out
@@ -1087,10 +1163,10 @@ def _expand_ellipsis(idx: list, ndim: int) -> list:
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]  # by identity: == on index arrays is elementwise
     if len(ellipses) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
+    consumed = _builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
     if consumed > ndim:
         raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {consumed} "
-                         f"were indexed {user_frame_description()}")
+                         f"were indexed {_user_frame_description()}")
     fill = [slice(None)] * (ndim - consumed)
     if not ellipses:
         return idx + fill
@@ -1109,13 +1185,13 @@ def _basic_index(x, idx: list):
                 flips.append(d)
                 # reversed axis: element k of the result is x[s + k*st] == rev(x)[n-1-s - k*st]
                 s, e, st = n - 1 - s, n - 1 - e, -st
-            length = builtins.max(0, -(-(e - s) // st))
+            length = _builtins.max(0, -(-(e - s) // st))
             starts.append(s if length else 0)
             limits.append(s + (length - 1) * st + 1 if length else 0)
             strides.append(st)
         elif isinstance(i, int):
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {d} with size {n} {user_frame_description()}")
+                raise IndexError(f"index {i} is out of bounds for axis {d} with size {n} {_user_frame_description()}")
             starts.append(i % n)
             limits.append(i % n + 1)
             strides.append(1)
@@ -1125,9 +1201,9 @@ def _basic_index(x, idx: list):
             limits.append(n)
             strides.append(1)
     if flips:
-        x = P.rev(x, tuple(flips))
-    x = P.slice_op(x, tuple(starts), tuple(limits), tuple(strides))
-    return P.squeeze(x, tuple(squeeze_axes)) if squeeze_axes else x
+        x = _P.rev(x, tuple(flips))
+    x = _P.slice_op(x, tuple(starts), tuple(limits), tuple(strides))
+    return _P.squeeze(x, tuple(squeeze_axes)) if squeeze_axes else x
 
 
 def _advanced_index(x, indices: list, positions: list):
@@ -1135,18 +1211,18 @@ def _advanced_index(x, indices: list, positions: list):
     broadcast together, and their axes replace the indexed ones where those are adjacent, else
     come first.  One ``take`` along the indexed axes merged into one, at the linear index."""
     arrays = [_normalize_index(i, x.shape[p]) for i, p in zip(indices, positions)]
-    bshape = P.broadcast_shapes("indexing", *(shape_of(a) for a in arrays))
-    arrays = [a if shape_of(a) == bshape else broadcast_to(a, bshape) for a in arrays]
+    bshape = _P.broadcast_shapes("indexing", *(_shape_of(a) for a in arrays))
+    arrays = [a if _shape_of(a) == bshape else broadcast_to(a, bshape) for a in arrays]
     if positions != list(range(positions[0], positions[0] + len(positions))):
-        x = P.transpose(x, positions + [p for p in range(x.ndim) if p not in positions])
+        x = _P.transpose(x, positions + [p for p in range(x.ndim) if p not in positions])
         positions = list(range(len(positions)))
     first = positions[0]
     dims = [x.shape[p] for p in positions]
     lin = arrays[0]
     for a, n in zip(arrays[1:], dims[1:]):
         lin = add(multiply(lin, n), a)
-    merged = x.shape[:first] + (int(np.prod(dims, dtype=np.int64)),) + x.shape[first + len(dims):]
-    return P.take(reshape(x, merged), lin, first)
+    merged = x.shape[:first] + (int(_np.prod(dims, dtype=_np.int64)),) + x.shape[first + len(dims):]
+    return _P.take(reshape(x, merged), lin, first)
 
 
 def getitem(x, idx):
@@ -1154,12 +1230,12 @@ def getitem(x, idx):
     x = _to_array(x)
     idx = _expand_ellipsis(_expand_bool_indices(idx if isinstance(idx, tuple) else (idx,)), x.ndim)
     # numpy: alongside array indices an integer is a 0-d array index (x[0, :, [0, 1]] has shape (2, 6))
-    as_array = builtins.any(_is_array_index(i) for i in idx)
+    as_array = _builtins.any(_is_array_index(i) for i in idx)
     idx = [i if i is None or isinstance(i, slice) or _is_array_index(i) else
-           np.asarray(_int_index(i), np.int64) if as_array else _int_index(i) for i in idx]
+           _np.asarray(_int_index(i), _np.int64) if as_array else _int_index(i) for i in idx]
     new_axes = tuple(p for p, i in enumerate(idx) if i is None)
     if new_axes:  # insert unit axes, then index them with full slices
-        x = P.expand_dims(x, new_axes)
+        x = _P.expand_dims(x, new_axes)
         idx = [slice(None) if i is None else i for i in idx]
     x = _basic_index(x, idx)  # integers are squeezed only when there are no array indices
     positions = [d for d, i in enumerate(idx) if _is_array_index(i)]
@@ -1173,15 +1249,16 @@ _NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate"
 
 
 def __getattr__(name: str):
-    if name.startswith("_"):
-        raise AttributeError(name)
+    """A name this module lacks raises AttributeError (so ``hasattr`` and feature detection work);
+    for a numpy name it is also a NotImplementedError saying what to do instead."""
+    if name.startswith("_") or not hasattr(_np, name):
+        raise AttributeError(f"module 'functrace.numpy' has no attribute {name!r}", name=name)
     hint = " (it has no differentiable primitive yet)" if name in _NOT_IMPLEMENTED else ""
-    raise NotImplementedError(f"functrace.numpy does not implement numpy.{name}{hint}. "
-                              "Compute it outside the transformed function, or build it from fnp primitives.")
+    raise _NotInFunctrace(f"functrace.numpy does not implement numpy.{name}{hint}. Compute it outside the "
+                         "transformed function, or build it from fnp primitives.", name=name)
 
 
 # --------------------------------------------------------------------------- tracer methods
 
-import importlib  # noqa: E402
-linalg = importlib.import_module(".linalg", __name__)
-importlib.import_module("._tracer_methods", __name__)  # installs operators on Tracer
+from . import linalg  # noqa: E402  (it uses the functions above)
+from . import _tracer_methods  # noqa: E402,F401  (installs operators on Tracer)
