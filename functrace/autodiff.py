@@ -26,6 +26,7 @@ from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
 from .errors import ConcretizationError, DtypeError, argnum_tuple as _argnum_tuple, check_callable
 from . import primitives as P
 from .primitives import add
+from .staging import check_output
 from . import tree_util
 
 # --------------------------------------------------------------------------- forward mode
@@ -60,6 +61,7 @@ def _missing_rule(primitive, mode: str):
 
 class JVPTrace(Trace):
     __slots__ = ()
+    transform = "ft.jvp (forward mode)"
 
     def pure(self, val):
         return JVPTracer(self, val, None)
@@ -130,6 +132,7 @@ class VJPTracer(Tracer):
 
 class VJPTrace(Trace):
     __slots__ = ()
+    transform = "ft.grad / ft.vjp (reverse mode)"
 
     def pure(self, val):
         return VJPTracer(self, val, None)
@@ -224,7 +227,7 @@ def _check_float_inputs(leaves, fname: str, transform: str):
 def _vjp_flat(fun: Callable, primal_leaves: list, fname: str):
     """Run ``fun`` on the tape; returns (out leaves, out tree, aux, backward function)."""
     tape: list = []
-    with new_main(VJPTrace, tape) as main:
+    with new_main(VJPTrace, tape, fname) as main:
         trace = main.trace
         inputs = []
         for i, x in enumerate(primal_leaves):
@@ -376,7 +379,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         if P.shape_of(p) != P.shape_of(t):
             raise ValueError(f"jvp of `{fname}`: primal shape {P.shape_of(p)} and tangent shape "
                              f"{P.shape_of(t)} differ")
-    with new_main(JVPTrace) as main:
+    with new_main(JVPTrace, None, fname) as main:
         trace = main.trace
         ins = [JVPTracer(trace, p, t if is_float_dtype(get_aval(p).dtype) else None)
                for p, t in zip(p_leaves, t_leaves)]
@@ -391,6 +394,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
                 primal_out.append(o.primal)
                 tangent_out.append(P.zeros_like(o.primal) if o.tangent is None else o.tangent)
             else:
+                check_output(o, fname, "ft.jvp")
                 primal_out.append(o)
                 tangent_out.append(P.zeros_like(o))
     res = (tree_util.tree_unflatten(o_tree, primal_out), tree_util.tree_unflatten(o_tree, tangent_out))

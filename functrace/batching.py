@@ -9,6 +9,7 @@ import numpy as np
 from .core import ShapedArray, Trace, Tracer, get_aval, new_main
 from .errors import ConcretizationError, check_callable
 from . import primitives as P
+from .staging import check_output
 from . import tree_util
 
 
@@ -45,6 +46,7 @@ class BatchTracer(Tracer):
 
 class BatchTrace(Trace):
     __slots__ = ()
+    transform = "ft.vmap"
 
     def pure(self, val):
         return BatchTracer(self, val, None)
@@ -106,7 +108,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
         if len(sizes) != 1:
             raise ValueError(f"vmap of `{fname}`: mapped axes have inconsistent or no sizes {sorted(sizes)}")
         size = sizes.pop()
-        with new_main(BatchTrace) as main:
+        with new_main(BatchTrace, None, fname) as main:
             trace = main.trace
             ins = [BatchTracer(trace, x if isinstance(x, Tracer) else np.asarray(x), ax)
                    if ax is not None else x for x, ax in zip(leaves, norm_axes)]
@@ -115,6 +117,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
             o_axes = _broadcast_prefix(out_axes, out, "out_axes", fname)
             results = []
             for o, oax in zip(o_leaves, o_axes):
+                check_output(o, fname, "ft.vmap")
                 if isinstance(o, BatchTracer) and o._trace.main is main:
                     val, bd = o.val, o.batch_dim
                 else:

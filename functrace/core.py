@@ -339,29 +339,39 @@ class Primitive:
                     check_nans(self.name, o)
             return out
         if not top.main.alive:
-            raise UnexpectedTracerError(
-                f"A tracer from a finished transformation ({type(top).__name__}) was used in "
-                f"{self.name} {user_frame_description()}. This is a leaked tracer: a value computed "
-                "inside a transformed function escaped it (e.g. stored in a global or closure). "
-                "Return it from the function instead.")
+            raise leaked_tracer_error(top.main, f"'{self.name}'")
         return top.process_primitive(
-            self, [x if isinstance(x, Tracer) and x._trace is top else top.full_raise(x) for x in args], params)
+            self, [x if isinstance(x, Tracer) and x._trace is top else top.full_raise(x, self) for x in args], params)
 
 
 # --------------------------------------------------------------------------- traces
 
 
 class MainTrace:
-    """One active transformation on the trace stack; ``trace`` is its (single) Trace object."""
+    """One active transformation on the trace stack; ``trace`` is its (single) Trace object;
+    ``fun_name`` names the function it transforms (for errors about its tracers)."""
 
-    __slots__ = ("level", "trace_type", "global_data", "alive", "trace")
+    __slots__ = ("level", "trace_type", "global_data", "alive", "trace", "fun_name")
 
-    def __init__(self, level: int, trace_type: type, global_data=None):
+    def __init__(self, level: int, trace_type: type, global_data=None, fun_name: str | None = None):
         self.level = level
         self.trace_type = trace_type
         self.global_data = global_data
         self.alive = True
         self.trace = trace_type(self)
+        self.fun_name = fun_name
+
+
+def leaked_tracer_error(main: MainTrace, used_in: str) -> UnexpectedTracerError:
+    """The error for a tracer of the finished transformation ``main`` used again."""
+    origin = f"`{main.fun_name}`" if main.fun_name else "a function"
+    return UnexpectedTracerError(
+        f"A leaked tracer was used in {used_in} {user_frame_description()}: it was created while "
+        f"{main.trace_type.transform} traced {origin}, which has finished. A leaked tracer is a value "
+        "computed inside a transformed function that escaped it (stored in a global, a list, an "
+        "object attribute or a closure) and was used after the transformation returned: outside it "
+        f"the value does not exist. Return the value from {origin} as an output instead, and pass it "
+        "back in as an argument where it is needed.")
 
 
 trace_stack: list[MainTrace] = []
@@ -370,8 +380,8 @@ trace_stack: list[MainTrace] = []
 class new_main:
     """Context manager pushing a new transformation level onto the trace stack."""
 
-    def __init__(self, trace_type: type, global_data=None):
-        self.main = MainTrace(len(trace_stack), trace_type, global_data)
+    def __init__(self, trace_type: type, global_data=None, fun_name: str | None = None):
+        self.main = MainTrace(len(trace_stack), trace_type, global_data, fun_name)
 
     def __enter__(self) -> MainTrace:
         trace_stack.append(self.main)
@@ -387,21 +397,26 @@ class Trace:
     """A view of a transformation level; subclasses implement ``pure``/``process_primitive``."""
 
     __slots__ = ("main", "level")
+    transform = "a transformation"  # for messages: which API made this trace
 
     def __init__(self, main: MainTrace):
         self.main = main
         self.level = main.level
 
-    def full_raise(self, val):
-        """Wrap ``val`` as a tracer of this trace (arrays and lower-level tracers are lifted)."""
+    def full_raise(self, val, primitive: Primitive | None = None):
+        """Wrap ``val`` as a tracer of this trace (arrays and lower-level tracers are lifted);
+        ``primitive``, the operation it is an operand of, is named in errors."""
         if isinstance(val, Tracer):
             if val._trace is self:
                 return val
+            if not val._trace.main.alive:
+                raise leaked_tracer_error(val._trace.main, f"'{primitive.name}'" if primitive else "an operation")
             if val._trace.level < self.level:
                 return self.pure(val)
             raise UnexpectedTracerError(
-                f"A tracer of a transformation at level {val._trace.level} reached level {self.level}; "
-                "this means a tracer escaped its transformation (leaked tracer).")
+                f"A tracer of {val._trace.transform} (level {val._trace.level}) reached a "
+                f"{self.transform} trace of the same or a lower level {user_frame_description()}: it "
+                "belongs to a transformation that is not enclosing this one (e.g. of another thread).")
         return self.pure(val)
 
     def pure(self, val):
@@ -479,6 +494,8 @@ class Tracer:
         raise TracerArrayConversionError(self)  # as in JAX: numpy would silently leave the trace
 
     def _concrete(self, what: str, numeric: bool = False):
+        if not self._trace.main.alive:
+            raise leaked_tracer_error(self._trace.main, what)
         try:
             return self.concrete_value(numeric)
         except ConcretizationError as e:

@@ -242,7 +242,7 @@ class Jitted:
             out_tree_box.append(out_tree)
             return out_leaves
 
-        raw = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves])
+        raw = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], self.__name__)
         closed, report = optimize(raw)
         entry = _Entry(raw, closed, report, out_tree_box[0], self.backend, key)
         # A program that closed over tracers of an enclosing transformation is only valid

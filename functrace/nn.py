@@ -152,19 +152,28 @@ def _rms_norm_reference(x, w, *, eps):
     return x * P.rsqrt_p.bind(ms + np.asarray(eps, dtype=get_aval(x).dtype)) * w
 
 
+def _mean_last(a):
+    """The mean over the last axis, kept; over an empty axis 0 (its results are empty anyway),
+    not numpy's NaN with a warning."""
+    return np.sum(a, axis=-1, keepdims=True, dtype=a.dtype) / max(a.shape[-1], 1)
+
+
+def _rstd(x, eps):
+    return 1.0 / np.sqrt(_mean_last(x * x) + x.dtype.type(eps))
+
+
 def _rms_norm_impl(x, w, *, eps):
     x = np.asarray(x)
-    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True, dtype=x.dtype) + x.dtype.type(eps))
-    return (x * rstd * w).astype(x.dtype)
+    return (x * _rstd(x, eps) * w).astype(x.dtype)
 
 
 def _rms_norm_bwd_impl(x, w, g, *, eps):
     """dx = rstd * (g*w - x * rstd^2 * mean(g*w*x)), dw = sum over leading axes of g * x * rstd."""
     x, w, g = np.asarray(x), np.asarray(w), np.asarray(g)
-    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True, dtype=x.dtype) + x.dtype.type(eps))
+    rstd = _rstd(x, eps)
     gw = g * w
-    dx = rstd * (gw - x * (rstd * rstd) * np.mean(gw * x, axis=-1, keepdims=True, dtype=x.dtype))
-    dw = np.sum((g * x * rstd).reshape(-1, x.shape[-1]), axis=0, dtype=x.dtype)
+    dx = rstd * (gw - x * (rstd * rstd) * _mean_last(gw * x))
+    dw = np.sum(g * x * rstd, axis=tuple(range(x.ndim - 1)), dtype=x.dtype)
     return [dx.astype(x.dtype), dw.astype(x.dtype)]
 
 

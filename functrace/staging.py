@@ -47,6 +47,7 @@ class JaxprBuilder:
 
 class StagingTrace(Trace):
     __slots__ = ()
+    transform = "ft.jit / ft.make_jaxpr (staging)"
 
     def pure(self, val) -> StagingTracer:
         builder: JaxprBuilder = self.main.global_data
@@ -91,13 +92,31 @@ class StagingTrace(Trace):
         return result
 
 
-def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:
-    """Stage ``fun`` (taking and returning flat lists of arrays) into a ClosedJaxpr."""
+def check_output(x, fun_name: str | None, transform: str) -> None:
+    """A transformed function's output leaf must be an array (or a Python scalar): say so, naming
+    the function, rather than fail later as if an input were wrong."""
+    if not isinstance(x, Tracer):
+        try:
+            aval = get_aval(x)
+        except TypeError:
+            aval = None
+        if aval is None or aval.dtype.kind not in "biufc":
+            raise TypeError(f"{transform}: the output of `{fun_name or 'the function'}` is not an array: it "
+                            f"returned {type(x).__name__} {x!r:.60} (as a pytree leaf). Transformed functions "
+                            "return arrays, Python scalars, or pytrees (tuples, lists, dicts) of them; "
+                            "return other values from outside the transformed function.")
+
+
+def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], fun_name: str | None = None) -> ClosedJaxpr:
+    """Stage ``fun`` (taking and returning flat lists of arrays) into a ClosedJaxpr; ``fun_name``
+    names the user's function in errors about its tracers."""
     builder = JaxprBuilder()
-    with new_main(StagingTrace, builder) as main:
+    with new_main(StagingTrace, builder, fun_name) as main:
         trace = main.trace
         in_vars = [Var(a) for a in in_avals]
         outs = fun(*[StagingTracer(trace, v) for v in in_vars])
+        for o in outs:
+            check_output(o, fun_name, "ft.jit / ft.make_jaxpr")
         out_atoms = [trace.full_raise(o).ir_var for o in outs]
     # Constants that are lower-level tracers would escape; they are real inputs of the caller.
     return builder.build(in_vars, out_atoms)
@@ -123,7 +142,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             out_tree_box.append(out_tree)
             return out_leaves
 
-        closed = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves])
+        closed = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], getattr(fun, "__qualname__", None))
         closed = dce(closed)
         closed.in_tree, closed.out_tree = in_tree, out_tree_box[0]
         return closed

@@ -223,3 +223,36 @@ def test_grad_of_closure_over_outer_tracer_in_hessian():
     x = np.array([1.0, 2.0])
     # f(x) = sum(2 x^2) -> grad = 4x
     np.testing.assert_allclose(ft.grad(f)(x), 4 * x)
+
+
+def test_deeply_nested_pytrees():
+    """A pytree nested 5,000 deep hit RecursionError in tree_flatten; every walk is a loop now."""
+    deep = np.ones(2)
+    for _ in range(5000):
+        deep = [deep]
+
+    def innermost(t):
+        while isinstance(t, list):
+            t = t[0]
+        return t
+    leaves, tree = ft.tree_util.tree_flatten(deep)
+    assert len(leaves) == 1 and tree == ft.tree_util.tree_structure(deep) and hash(tree) == hash(
+        ft.tree_util.tree_structure(deep)) and repr(tree).startswith("PyTreeDef(list[None](PyTreeDef(")
+    assert innermost(ft.tree_util.tree_unflatten(tree, [3.0])) == 3.0
+    assert innermost(ft.tree_util.tree_map(lambda v: v * 2, deep)).tolist() == [2.0, 2.0]
+    assert float(ft.jit(lambda t: fnp.sum(innermost(t)), backend="numpy")(deep)) == 2.0
+    g = ft.grad(lambda t: fnp.sum(innermost(t) ** 2))(deep)
+    assert innermost(g).tolist() == [2.0, 2.0]
+
+
+def test_pytree_structures_compare_and_print():
+    Pair = collections.namedtuple("Pair", "x y")
+    Other = collections.namedtuple("Other", "x y")
+    s = ft.tree_util.tree_structure
+    assert s((1, [2, None])) == s((5, [6, None])) and s((1, [2, None])) != s((1, [2]))
+    assert s(Pair(1, 2)) != s(Other(1, 2)) and s({"a": 1}) != s({"b": 1}) and s(1) != s((1,))
+    assert repr(s((1, [2, None], {"k": 3}))) == ("PyTreeDef(tuple[None](*, PyTreeDef(list[None](*, "
+                                                 "PyTreeDef(NoneType[None]()))), PyTreeDef(dict[('k',)](*))))")
+    assert repr(s(1)) == "*"
+    with pytest.raises(ValueError, match="has 2 leaves, got 3"):
+        ft.tree_util.tree_unflatten(s((1, 2)), [1, 2, 3])

@@ -335,3 +335,42 @@ def test_none_operand_raises_at_trace_time_naming_the_function():
     with pytest.raises(TypeError, match=r"got str"):
         ft.jit(lambda a: fnp.multiply(a, "2"))(np.ones(2))
     assert ft.jit(lambda a, b: a * 2.0)(np.ones(2), None).tolist() == [2.0, 2.0]  # an unused None is fine
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap", "jvp", "make_jaxpr"])
+def test_leaked_tracer_says_what_it_is_where_it_came_from_and_the_fix(transform):
+    """It said 'A tracer of a transformation at level 0 reached level 0'."""
+    box = []
+
+    def leaky_fn(x):
+        box.append(x * 2.0)
+        return fnp.sum(x)
+    x = np.ones(2)
+    {"jit": lambda: ft.jit(leaky_fn, backend="numpy")(x), "grad": lambda: ft.grad(leaky_fn)(x),
+     "vmap": lambda: ft.vmap(leaky_fn)(np.ones((3, 2))), "jvp": lambda: ft.jvp(leaky_fn, (x,), (x,)),
+     "make_jaxpr": lambda: ft.make_jaxpr(leaky_fn)(x)}[transform]()
+
+    def user_of_leak(y):
+        return y * box[0]
+    for run in (lambda: user_of_leak(x), lambda: ft.jit(user_of_leak, backend="numpy")(x),
+                lambda: ft.grad(lambda y: fnp.sum(user_of_leak(y)))(x), lambda: float(box[0][0])):
+        with pytest.raises(ft.UnexpectedTracerError) as e:
+            run()
+        msg = str(e.value)
+        assert "A leaked tracer was used in" in msg and "level" not in msg, msg
+        assert re.search(r"test_errors\.py:\d+", msg) and "is a value computed inside a transformed function" in msg
+        assert f"ft.{transform}" in msg and "traced `" in msg and "leaky_fn`" in msg, msg
+        assert "Return the value from" in msg and "leaky_fn" in msg
+
+
+def test_non_array_output_is_named_as_the_output():
+    """A jitted function returning a string got 'str is not a valid array type ... pass numpy
+    arrays', which reads as if an input were wrong."""
+    def labelled(a):
+        return {"x": a * 2, "label": "hello"}
+    for run in (ft.jit(labelled), ft.jit(labelled, backend="numpy"), ft.make_jaxpr(labelled), ft.vmap(labelled),
+                lambda a: ft.jvp(labelled, (a,), (a,))):
+        with pytest.raises(TypeError, match=r"the output of `(\S*\.)?labelled` is not an array: it returned str 'hello'"):
+            run(np.ones(2))
+    with pytest.raises(TypeError, match=r"output of `<lambda>` is not an array: it returned ndarray"):
+        ft.jit(lambda a: np.array(["a"]))(np.ones(1))

@@ -227,3 +227,18 @@ def test_float32_preserved():
     assert ft.nn.attention(x, x, x).dtype == np.float32
     assert ft.grad(lambda x: fnp.sum(ft.nn.attention(x, x, x)))(x).dtype == np.float32
     assert ft.nn.softmax(x).dtype == np.float32 and ft.nn.gelu(x).dtype == np.float32
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 4), (2, 0, 0)])
+def test_rms_norm_grad_with_empty_axes(shape):
+    """grad through rms_norm with an empty last axis raised numpy's reshape error from inside the
+    fused backward; now empty gradients, as in JAX, eager and jitted, with no warnings."""
+    import warnings
+    x, w = np.ones(shape, np.float32), np.ones(shape[-1:], np.float32)
+    g = ft.grad(lambda x, w: fnp.sum(ft.nn.rms_norm(x, w)), argnums=(0, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" included
+        for run in (g, ft.jit(g, backend="numpy"), ft.jit(g)):
+            dx, dw = run(x, w)
+            assert np.shape(dx) == shape and np.shape(dw) == shape[-1:]
+            assert np.asarray(dx).dtype == np.float32 and not np.asarray(dw).any()
