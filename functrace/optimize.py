@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
-from .primitives import reshape_p
+from .primitives import broadcast_in_dim_p, convert_element_type_p, mul_p, reduce_sum_p, repeat_dtype, reshape_p
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
 
@@ -332,6 +332,53 @@ def _implicit_broadcasts(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list
     return new_inputs
 
 
+def _sum_of_broadcast(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list):
+    """``reduce_sum(broadcast_in_dim(y))`` over broadcast axes is ``count * reduce_sum(y)``: an
+    atom or equation computing that (its helper equations appended to ``eqns``), else None.
+
+    Summing the ``count`` copies one by one costs O(count) and, in float32, loses the sum: a
+    kernel's per-lane accumulators stop growing at 2^24 additions (a 1e12-element broadcast summed
+    to 2^36).  The product is rounded once: in float64 when ``count`` is not exact in the dtype."""
+    prev = producer.get(inputs[0]) if type(inputs[0]) is not Literal else None
+    if prev is None or prev.primitive.name != "broadcast_in_dim":
+        return None
+    y, shape, dims = prev.inputs[0], prev.params["shape"], prev.params["broadcast_dimensions"]
+    axes, out = eqn.params["axes"], eqn.out_vars[0]
+    dtype = out.aval.dtype
+    source = {d: i for i, d in enumerate(dims)}
+    count = math.prod(shape[d] for d in axes if d not in source or y.aval.shape[source[d]] != shape[d])
+    if count <= 1 or dtype.kind not in "fciu":
+        return None
+    wide = repeat_dtype(dtype)
+    factor = np.array(count).astype(wide)
+
+    def add_eqn(prim, ins, params, aval):
+        var = Var(aval)
+        new = JaxprEqn(prim, ins, params, [var], eqn.phase)
+        producer[var] = new
+        eqns.append(new)
+        return var
+    reduced = tuple(i for i, d in enumerate(dims) if d in axes)
+    kept_shape = tuple(n for i, n in enumerate(y.aval.shape) if i not in reduced)
+    if type(y) is Literal:  # a broadcast scalar: the product is a literal
+        scaled = Literal(np.asarray(np.asarray(y.val, wide) * factor).astype(dtype)[()])
+    else:
+        part = add_eqn(reduce_sum_p, [y], {"axes": reduced}, ShapedArray(kept_shape, dtype, y.aval.weak_type)) \
+            if reduced else y
+        if factor.astype(dtype) == factor:  # exact in the dtype: one correctly rounded product
+            scaled = add_eqn(mul_p, [part, Literal(factor.astype(dtype)[()])], {}, part.aval)
+        else:
+            wide_part = add_eqn(convert_element_type_p, [part], {"new_dtype": wide}, ShapedArray(kept_shape, wide))
+            product = add_eqn(mul_p, [wide_part, Literal(factor[()])], {}, wide_part.aval)
+            scaled = add_eqn(convert_element_type_p, [product], {"new_dtype": dtype}, part.aval)
+    position = {d: d - sum(a < d for a in axes) for d in range(len(shape)) if d not in axes}
+    new_dims = tuple(position[d] for i, d in enumerate(dims) if i not in reduced)
+    if kept_shape == out.aval.shape and new_dims == tuple(range(len(new_dims))):
+        return scaled
+    return JaxprEqn(broadcast_in_dim_p, [scaled], {"shape": out.aval.shape, "broadcast_dimensions": new_dims},
+                    eqn.out_vars, eqn.phase)
+
+
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Algebraic simplification of the zeros, ones, reshapes and transposes autodiff leaves."""
     rename = _Renamer()
@@ -354,6 +401,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         if eqn.primitive.elementwise:
             inputs = _implicit_broadcasts(eqn, inputs, producer, eqns)
         result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer, uses)
+        if result is None and eqn.primitive.name == "reduce_sum":
+            result = _sum_of_broadcast(eqn, inputs, producer, eqns)
         if isinstance(result, JaxprEqn):
             eqn, inputs = result, result.inputs
             result = None

@@ -657,7 +657,8 @@ def test_grads(f, args):
     ft.test_util.check_grads(f, args, order=2, modes=("fwd", "rev"))
 
 
-# Primitives with no (nonzero) derivative: they need no gradient coverage.
+# Primitives with no (nonzero) derivative: they need no gradient coverage, and the registry marks
+# them (``differentiable = False``: their outputs carry no derivative).
 NON_DIFFERENTIABLE = {
     "eq", "ne", "lt", "le", "gt", "ge",  # comparisons: boolean outputs
     "and", "or", "xor", "not",           # logical / bitwise ops
@@ -668,6 +669,41 @@ NON_DIFFERENTIABLE = {
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
 }
+
+
+# Rules a primitive legitimately lacks, with the reason.
+NO_RULE = {("iota", "batch"): "no operands: a batched value never reaches it"}
+
+
+def test_every_primitive_has_jvp_vjp_and_batching_rules():
+    """Registry coverage: a rule per transformation, or the explicit non-differentiable marking
+    (forward mode with a missing rule gave a zero tangent, silently)."""
+    missing = set()
+    for name, p in P.registry.items():
+        if p.differentiable:
+            missing |= {(name, "jvp")} if p.jvp is None and p.jvp_rule is None else set()
+            missing |= {(name, "vjp")} if p.vjp is None and p.vjp_rule is None else set()
+        missing |= {(name, "batch")} if p.batch is None else set()
+    assert missing == set(NO_RULE), sorted(missing ^ set(NO_RULE))
+    marked = {name for name, p in P.registry.items() if not p.differentiable}
+    assert marked == NON_DIFFERENTIABLE, sorted(marked ^ NON_DIFFERENTIABLE)
+
+
+@pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota"}))
+def test_non_differentiable_primitives_carry_no_derivative(name):
+    """Their outputs are constants to every derivative: float() of one works under grad, and
+    forward and reverse mode give the zero derivative."""
+    p = P.registry[name]
+    x = distinct(4) + 0.3
+    arity = 2 if name in {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "floor_div"} else 1
+
+    def f(v):
+        ops = [v > 0] * arity if name in {"and", "or", "xor", "not"} else [v] * arity
+        params = {"axis": 0} if name in {"argmax", "argmin"} else {}
+        out = p.bind(*ops, **params)
+        return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))
+    np.testing.assert_array_equal(ft.grad(f)(x), np.zeros(4))
+    assert ft.jvp(f, (x,), (np.ones(4),))[1] == 0.0
 
 
 def test_every_differentiable_primitive_is_covered():

@@ -190,3 +190,45 @@ def test_python_int_argument_out_of_range_for_the_array_dtype_raises():
     with pytest.raises(OverflowError, match=r"scale.*-1.*uint8"):
         ft.jit(scale)(np.ones(3, np.uint8), -1)
     np.testing.assert_array_equal(np.asarray(ft.jit(scale)(np.ones(3, np.int32), 5)), [5, 5, 5])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_constant_outputs_are_returned_by_value(backend):
+    """A constant output was returned by reference: changing the returned array changed every
+    later call's result (and the captured array itself)."""
+    c = np.arange(3.0)
+    programs = [lambda x: c, lambda x: (x * 2, fnp.reshape(c, (3, 1))), lambda x: fnp.zeros_like(x) + 1.0,
+                lambda x: fnp.asarray(np.float64(5.0))]
+    for f in programs:
+        jf = ft.jit(f, backend=backend)
+        first = [np.asarray(v) for v in ft.tree_util.tree_leaves(jf(np.ones(3)))]
+        want = [v.copy() for v in first]
+        for v in first:
+            v[...] = -7.0
+        for got, w in zip(ft.tree_util.tree_leaves(jf(np.ones(3))), want):
+            np.testing.assert_array_equal(np.asarray(got), w)
+    assert c.tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "numpy", "opencl"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_sum_of_a_huge_broadcast_is_exact_and_instant(backend, dtype):
+    """A float32 sum over a 1e12-element broadcast saturated at 2^36 on OpenCL (per-lane float32
+    accumulators stop growing at 2^24 additions) and took minutes; it is count * value, rounded
+    once (numpy's pairwise sum is within an ulp of that), on every backend and in reverse mode."""
+    import time
+    x = np.array([0.1, 0.2, 0.3]).astype(dtype) if dtype != np.int64 else np.array([1, -2, 3 << 20])
+    huge = (10 ** 6, 10 ** 6, 3)
+    total = lambda v: fnp.sum(fnp.broadcast_to(v, huge), axis=(0, 1))
+    mean = lambda v: fnp.mean(fnp.broadcast_to(v[1:], huge[:2] + (2,)))
+    run = (lambda f: f) if backend == "eager" else (lambda f: ft.jit(f, backend=backend))
+    start = time.perf_counter()
+    got = np.asarray(run(total)(x))
+    want = (x.astype(np.float64) * 1e12).astype(dtype) if dtype != np.int64 else x * 10 ** 12
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == dtype
+    if dtype != np.int64:
+        assert np.asarray(run(mean)(x)) == np.asarray(x[1:].mean(dtype=dtype))
+        g = np.asarray(run(ft.grad(lambda v: fnp.sum(total(v))))(x))
+        np.testing.assert_array_equal(g, np.full(3, 1e12, dtype))
+    assert time.perf_counter() - start < 5.0

@@ -53,6 +53,9 @@ class NumpyExecutable:
                           eqn.primitive.multiple_results, frees))
         self.steps = steps
         self.out_slots = [slot(a) for a in jaxpr.outs]
+        # outputs that are constants of the program: returned by value (a copy per call), else a
+        # caller changing one would change every later call's result (and the constant itself)
+        self._const_outs = [k for k, s in enumerate(self.out_slots) if isinstance(template[s], np.ndarray)]
         self.template = template
         self.num_steps = len(steps)
         self._run = self._generate(slots, jaxpr)
@@ -82,9 +85,10 @@ class NumpyExecutable:
     num_kernel_launches = 0
 
     def __call__(self, *args):
-        if config.debug_nans:
-            return _owned(self._run_checking_nans(args), args)
-        return _owned(self._run(*args), args)
+        results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
+        for k in self._const_outs:
+            results[k] = np.array(results[k])
+        return _owned(results, args)
 
     def _run_checking_nans(self, args):
         """The slow path of ``debug_nans``: check every step's outputs."""
