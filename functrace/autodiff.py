@@ -143,7 +143,7 @@ class VJPTrace(Trace):
         if primitive.vjp_rule is not None:
             return self._process_general(primitive, primals, nodes, params)
         ans = primitive.bind(*primals, **params)
-        if not primitive.differentiable or all(n is None for n in nodes) or not is_float_dtype(get_aval(ans).dtype):
+        if not (primitive.differentiable and is_float_dtype(get_aval(ans).dtype)) or all(n is None for n in nodes):
             return ans
         tape: list = self.main.global_data
         tape.append((primitive, params, primals, nodes, ans))

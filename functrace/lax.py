@@ -51,13 +51,14 @@ def _run(closed: ClosedJaxpr, args: Sequence) -> list:
     return exe(*args)
 
 
-def _stage(fun: Callable, in_avals: Sequence) -> ClosedJaxpr:
+def _stage(fun: Callable, in_avals: Sequence, fun_name: str | None = None) -> ClosedJaxpr:
     """Trace ``fun`` (flat lists in and out) into a sub-program, without dead equations.
 
     Sub-programs built by the rules below often contain work nothing reads (e.g. the forward
     half of ``vjp_of_closed`` where the backward pass does not need it); the jit optimizer
-    does not look inside sub-programs, so dead code is dropped here, where they are made."""
-    return dce(trace_to_jaxpr(fun, in_avals))
+    does not look inside sub-programs, so dead code is dropped here, where they are made.
+    ``fun_name``: the user's function, for errors."""
+    return dce(trace_to_jaxpr(fun, in_avals, fun_name))
 
 
 def _hoist_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
@@ -80,7 +81,7 @@ def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
         out_tree_box.append(tree)
         return leaves
 
-    opened, consts = _hoist_consts(_stage(flat, in_avals))
+    opened, consts = _hoist_consts(_stage(flat, in_avals, _fname(fun)))
     return opened, consts, out_tree_box[0]
 
 
@@ -587,11 +588,11 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         out_tree_box.append(yt)
         return cl + yl
 
-    closed = _stage(flat, c_avals + x_avals)
+    closed = _stage(flat, c_avals + x_avals, fname)
     promoted = _promote_weak_carry(c_leaves, c_avals, closed.out_avals)
     if promoted is not None:
         c_leaves, c_avals = promoted
-        closed = _stage(flat, c_avals + x_avals)
+        closed = _stage(flat, c_avals + x_avals, fname)
     _check_same_avals("scan carry", closed.out_avals[:len(c_leaves)], c_avals, fname)
     body, consts = _hoist_consts(closed)
     outs = scan_p.bind(*consts, *c_leaves, *x_leaves, jaxpr=body, num_consts=len(consts),

@@ -92,16 +92,17 @@ class StagingTrace(Trace):
         return result
 
 
-def check_output(x, fun_name: str | None, transform: str) -> None:
+def check_output(x, fun_name: str | None, transform: str | None = None) -> None:
     """A transformed function's output leaf must be an array (or a Python scalar): say so, naming
-    the function, rather than fail later as if an input were wrong."""
+    the function (and the transformation), rather than fail later as if an input were wrong."""
     if not isinstance(x, Tracer):
         try:
             aval = get_aval(x)
         except TypeError:
             aval = None
         if aval is None or aval.dtype.kind not in "biufc":
-            raise TypeError(f"{transform}: the output of `{fun_name or 'the function'}` is not an array: it "
+            raise TypeError(f"{transform + ': ' if transform else ''}the output of `{fun_name or 'a traced function'}` "
+                            "is not an array: it "
                             f"returned {type(x).__name__} {x!r:.60} (as a pytree leaf). Transformed functions "
                             "return arrays, Python scalars, or pytrees (tuples, lists, dicts) of them; "
                             "return other values from outside the transformed function.")
@@ -116,7 +117,7 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], fun_name: str
         in_vars = [Var(a) for a in in_avals]
         outs = fun(*[StagingTracer(trace, v) for v in in_vars])
         for o in outs:
-            check_output(o, fun_name, "ft.jit / ft.make_jaxpr")
+            check_output(o, fun_name)
         out_atoms = [trace.full_raise(o).ir_var for o in outs]
     # Constants that are lower-level tracers would escape; they are real inputs of the caller.
     return builder.build(in_vars, out_atoms)

@@ -15,7 +15,8 @@ import string as _string
 import numpy as _np
 
 from ..core import PY_SCALAR_TYPES as _PY_SCALARS, Tracer as _Tracer
-from ..errors import NotInFunctrace as _NotInFunctrace, ShapeError as _ShapeError, user_frame_description as _user_frame_description
+from ..errors import (NotInFunctrace as _NotInFunctrace, ShapeError as _ShapeError,
+                      user_frame_description as _user_frame_description)
 from .. import primitives as _P
 from ..primitives import shape_of as _shape_of
 
