@@ -262,6 +262,47 @@ def test_control_flow_runs_its_bodies_as_kernels(dtype):
     np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-11, atol=1e-5)
 
 
+def test_control_flow_outputs_that_alias_inputs_or_each_other():
+    """A body or branch may return its x row as the carry, an input, a constant, or one value
+    twice: the scan kept recycling the row its carry held ('ft.Array' object has no attribute
+    'buffer'; for a length-1 scan the output's storage was gone), and two outputs sharing one
+    array were recycled at the first one's last use.  Each output consumed, then the buffers
+    reused, then the other output read (the order that exposed the sharing)."""
+    lax = ft.lax
+    n = 8
+    w = (RNG.standard_normal((n, n)) / 3).astype(np.float32)
+    c = RNG.standard_normal(n).astype(np.float32)
+    init = RNG.standard_normal(n).astype(np.float32)
+    xs = RNG.standard_normal((3, n)).astype(np.float32)
+    twice = lambda v: (v, v)
+
+    def use(a, b):  # a's last use, then allocations of its size, then b
+        return fnp.tanh(a @ w) @ w + b * 3.0
+
+    def f(init, xs):
+        return [
+            lax.scan(lambda h, x: (x, h * 2.0), init, xs),
+            lax.scan(lambda h, x: (x, h * 2.0), init, xs[:1]),
+            lax.scan(lambda h, x: (x, x), init, xs),
+            use(*lax.scan(lambda h, x: ((x, x), h[0] * 2.0), (init, init), xs)[0]),
+            use(*lax.scan(lambda h, x: (twice(x * 2.0 + h[0]), h[1]), (init, init), xs)[0]),
+            lax.scan(lambda h, x: (init, h + x), init * 3.0, xs),
+            lax.scan(lambda h, x: (fnp.asarray(c), h + x), init, xs),
+            use(*lax.cond(init[0] > -100, lambda v: twice(v * 2.0), twice, init)),
+            use(*lax.cond(init[0] > 100, lambda v: twice(v * 2.0), twice, init)),
+            use(*lax.cond(init[0] > -100, lambda v: twice(fnp.asarray(c)), twice, init)),
+            use(*lax.while_loop(lambda h: h[0][0] < 100, lambda h: twice(h[0] * 2.0 + 1.0),
+                                (fnp.abs(init) + 1.0, init))),
+            use(*lax.while_loop(lambda h: h[0][0] < 100, lambda h: (h[0] * 2.0 + 1.0, h[1]),
+                                (fnp.abs(init) + 1.0, init))),
+            use(*lax.fori_loop(0, 3, lambda i, h: twice(h[1] + 1.0), (init, init))),
+        ]
+    jf = ft.jit(f, backend="opencl")
+    want = ft.jit(f, backend="numpy")(init, xs)
+    for _ in range(2):  # the second call runs on pooled buffers
+        assert_close(ft.tree_util.tree_map(np.asarray, jf(init, xs)), want, np.float32)
+
+
 def test_device_put_keeps_a_training_loop_on_the_device():
     params = {"w": RNG.standard_normal((5, 3)), "b": np.zeros(3)}
     x = RNG.standard_normal((8, 5))
