@@ -289,6 +289,21 @@ def test_programs_fuse_bias_and_activation_into_the_matmul(impl):
             assert len(lines) == 1 and label in lines[0], lines
 
 
+@pytest.mark.parametrize("impl", ["opencl", "blas"])
+def test_a_literal_operand_is_not_fused_into_a_bias_epilogue(impl):
+    """The gradient of dot(x, y) * 2.5 + sum(x * w) is dot_general(2.5, y) + w (the constant
+    cotangent folded into a literal): the bias fusion accepted the literal operand, which steps
+    receive as None ('NoneType' object has no attribute 'reshape' in the host BLAS; fuzz seed
+    3037 on PoCL's basic device).  Like an unfused dot_general with a literal, it is no matmul."""
+    x, y, w = (rand((5,), np.float32) for _ in range(3))
+    g = ft.grad(lambda x, y: fnp.dot(x, y) * 2.5 + fnp.sum(x * w))
+    with mm.forced_mode(impl):
+        jg = ft.jit(g, backend="opencl")
+        got = np.asarray(jg(x, y))
+        assert [line.split()[0] for line in labels(jg.lower(x, y).compile())] == ["host"]
+    np.testing.assert_allclose(got, 2.5 * y + w, rtol=1e-6)
+
+
 def test_saved_decisions_are_per_blas_thread_budget(monkeypatch):
     """OpenCL-vs-BLAS choices measured under one host-BLAS thread count do not carry over."""
     for v in mm._BLAS_THREAD_VARIABLES:

@@ -558,17 +558,29 @@ def _matmul_layout(xs: tuple, ys: tuple, dn, dtype) -> tuple:
     return None, (None, None)
 
 
-def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
-    """``act(dot_general(x, y) + bias)`` (bias along the last output axis) as one matmul with a
-    fused epilogue, when the operands are already in a matmul layout (else None: no fusion)."""
+def _dot_layout(dot, rt):
+    """(spec, perms) of a ``dot_general`` the matmul kernels can run, else None: operands of the
+    output's dtype (float64 only where the device has it), no literal operand (``run`` receives
+    None for a literal), a non-empty contraction."""
+    from ...core import Literal
     x, y = dot.inputs
     dtype = np.dtype(dot.out_vars[0].aval.dtype)
-    if x.aval.dtype != dtype or y.aval.dtype != dtype or bias.aval.dtype != dtype:
+    if type(x) is Literal or type(y) is Literal or x.aval.dtype != dtype or y.aval.dtype != dtype:
         return None
     if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
         return None
     spec, perms = _matmul_layout(x.aval.shape, y.aval.shape, dot.params["dimension_numbers"], dtype)
-    if spec is None or spec.K == 0 or perms != (None, None) or bias.aval.shape != (spec.N,):
+    return None if spec is None or spec.K == 0 else (spec, perms)
+
+
+def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
+    """``act(dot_general(x, y) + bias)`` (bias along the last output axis) as one matmul with a
+    fused epilogue, when the operands are already in a matmul layout (else None: no fusion)."""
+    layout = _dot_layout(dot, rt)
+    if layout is None or bias.aval.dtype != layout[0].dtype:
+        return None
+    spec, perms = layout
+    if perms != (None, None) or bias.aval.shape != (spec.N,):
         return None
     lowered = lower_matmul(spec, rt, bias=True, act=act)
     lowered.extra["out_shape"] = tuple(dot.out_vars[0].aval.shape)
@@ -579,20 +591,13 @@ def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
 def lower(eqn, rt) -> Lowered | None:
     """Any ``dot_general``: operands whose layout is not a (transposed) batched matmul are first
     copied into canonical order by a permuting kernel (the output order is then already right)."""
-    from ...core import Literal
-    if any(type(a) is Literal for a in eqn.inputs):
+    layout = _dot_layout(eqn, rt)
+    if layout is None:
         return None
-    x, y = eqn.inputs
+    spec, perms = layout
     out = eqn.out_vars[0]
-    dtype = np.dtype(out.aval.dtype)
-    if x.aval.dtype != dtype or y.aval.dtype != dtype:
-        return None
-    if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
-        return None
-    xs, ys, dn = x.aval.shape, y.aval.shape, eqn.params["dimension_numbers"]
-    spec, perms = _matmul_layout(xs, ys, dn, dtype)
-    if spec is None or spec.K == 0:
-        return None
+    dtype = spec.dtype
+    xs, ys = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape
     lowered = lower_matmul(spec, rt)
     lowered.extra["out_shape"] = tuple(out.aval.shape)
     if perms == (None, None):
