@@ -8,6 +8,9 @@
 * Code is explicitly vectorized: each work-item handles 8 consecutive elements with vector
   types (PoCL does not vectorize scalar kernels well) and a scalar tail; ``a*b+c`` is
   written as such (no ``fma()``).
+* Bounds by construction: an input is read a vector at a time only where the whole vector
+  lies in one contiguous run of the view it reads (``vector_readable``), else lane by lane;
+  every kernel starts its vectors on vector boundaries of its rows to make that decidable.
 
 Only numbers and fixed identifiers are spliced into generated source: no user string ever is.
 """
