@@ -16,7 +16,10 @@ class Config:
                  "opencl_small_program_elements": 16384,
                  # ... and, inside larger programs, kernels over fewer elements than this (None: by
                  # the device's launch latency, see backends/opencl/executable.host_step_elements)
-                 "opencl_host_step_elements": None}
+                 "opencl_host_step_elements": None,
+                 # a test mode: every device buffer sits between guard regions of canary bytes
+                 # (NaN for floats), checked after each kernel launch (see backends/opencl/runtime)
+                 "opencl_debug_canaries": False}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():

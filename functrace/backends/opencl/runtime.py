@@ -10,6 +10,12 @@
   device binaries (written atomically; an unreadable or foreign entry is rebuilt).  On PoCL,
   whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a binary is written
   only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
+* Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
+  allocated from then on lies between two guard regions, and it and they start filled with
+  canary bytes (NaN for floats, a huge value for integers), so a read outside a buffer, or of
+  an element no kernel wrote, shows in the results; after every launch the guard regions of
+  the kernel's buffer arguments are checked, and a write outside a buffer raises
+  ``CanaryError`` naming the kernel.
 """
 from __future__ import annotations
 
@@ -383,6 +389,8 @@ class Runtime:
 
     def empty(self, shape: tuple, dtype) -> "Array":
         dtype = np.dtype(dtype)
+        if config.opencl_debug_canaries:
+            return self._guarded_empty(shape, dtype)
         if self.unified:
             return Array(self, None, shape, dtype, _aligned_empty(shape, dtype))
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
@@ -403,12 +411,39 @@ class Runtime:
         allows (contiguous, writable, page-aligned), else a copy (OpenCL has no empty buffers:
         an empty array gets one byte)."""
         mf = self.cl.mem_flags
+        if config.opencl_debug_canaries:  # a guarded copy: host memory has no guard regions
+            arr = self._guarded_empty(host.shape, host.dtype)
+            self.write(arr, host)
+            return arr.buffer
         if not host.size:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
         if self.unified and host.flags.c_contiguous and host.flags.writeable \
                 and host.ctypes.data % _HOST_ALIGN == 0:
             return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
+
+    def _guarded_empty(self, shape: tuple, dtype: np.dtype) -> "Array":
+        """``empty`` in canary mode: the buffer lies between two guard regions of
+        ``_GUARD_BYTES``, all three filled with the dtype's canary byte (see the module's
+        docstring).  On unified memory the buffer wraps the middle of one host allocation; else
+        it is a sub-buffer of one device allocation (an empty array's buffer holds the first
+        byte of the upper guard region: OpenCL has no empty buffers)."""
+        cl, mf = self.cl, self.cl.mem_flags
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        fill = _canary_byte(dtype)
+        span, data = nbytes + 2 * _GUARD_BYTES, slice(_GUARD_BYTES, _GUARD_BYTES + max(nbytes, 1))
+        if self.unified:
+            raw = _aligned_empty((span,), np.dtype(np.uint8))  # page-aligned, so its data is too
+            raw.fill(fill)
+            buffer = cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=raw[data])
+            buffer.ft_canaries = _Canaries(fill, nbytes, raw=raw)
+            host = raw[_GUARD_BYTES:_GUARD_BYTES + nbytes].view(dtype).reshape(shape)
+            return Array(self, buffer, shape, dtype, host)
+        whole = cl.Buffer(self.context, mf.READ_WRITE, span)
+        cl.enqueue_fill_buffer(self.queue, whole, np.uint8(fill), 0, span)
+        buffer = whole.get_sub_region(data.start, data.stop - data.start)
+        buffer.ft_canaries = _Canaries(fill, nbytes, whole=whole)
+        return Array(self, buffer, shape, dtype)
 
     def write(self, out: "Array", x) -> None:
         """Copy host data into an existing device array."""
@@ -422,6 +457,58 @@ class Runtime:
 
 
 _HOST_ALIGN = 4096  # zero-copy host pointers: page-aligned (what strict CPU drivers require)
+_GUARD_BYTES = 4096  # canary mode: guard region on each side of a buffer (a multiple of _HOST_ALIGN)
+
+
+class CanaryError(RuntimeError):
+    """Canary mode found a kernel that wrote outside one of its buffers."""
+
+
+def _canary_byte(dtype: np.dtype) -> int:
+    """The canary byte for buffers of ``dtype``: all-one bytes are NaN as float32 and float64;
+    0x7f bytes are a huge integer (and a true bool)."""
+    return 0xFF if dtype.kind == "f" else 0x7F
+
+
+class _Canaries:
+    """The guard regions around one buffer in canary mode: ``raw`` (a host allocation) or
+    ``whole`` (a device buffer) holds _GUARD_BYTES of ``fill``, the buffer's ``nbytes``, then
+    _GUARD_BYTES of ``fill`` again."""
+
+    __slots__ = ("fill", "nbytes", "raw", "whole")
+
+    def __init__(self, fill: int, nbytes: int, raw: np.ndarray | None = None, whole=None):
+        self.fill, self.nbytes, self.raw, self.whole = fill, nbytes, raw, whole
+
+    def guards(self, queue) -> np.ndarray:
+        """The bytes of both guard regions as they are now (the queue has finished)."""
+        g, end = _GUARD_BYTES, _GUARD_BYTES + self.nbytes
+        if self.raw is not None:
+            return np.concatenate([self.raw[:g], self.raw[end:]])
+        out = np.empty(2 * g, np.uint8)
+        cl = _cl()
+        cl.enqueue_copy(queue, out[:g], self.whole, src_offset=0)
+        cl.enqueue_copy(queue, out[g:], self.whole, src_offset=end)
+        return out
+
+
+def check_canaries(queue, kernel: str, args) -> None:
+    """Canary mode, after a launch of ``kernel`` with ``args``: raise ``CanaryError`` if a guard
+    region of one of its buffer arguments changed (the kernel wrote outside that buffer)."""
+    guarded = [(i, getattr(a, "ft_canaries", None)) for i, a in enumerate(args)]
+    guarded = [(i, c) for i, c in guarded if c is not None]
+    if not guarded:
+        return
+    queue.finish()
+    for i, c in guarded:
+        bad = np.flatnonzero(c.guards(queue) != c.fill)
+        if bad.size:
+            first = int(bad[0])
+            where = (f"{_GUARD_BYTES - first} bytes before its start" if first < _GUARD_BYTES
+                     else f"{first - _GUARD_BYTES} bytes after its end")
+            raise CanaryError(f"OpenCL kernel {kernel!r} wrote outside buffer argument {i} ({c.nbytes} bytes): "
+                              f"{bad.size} guard byte(s) changed, the first {where} "
+                              f"(ft.config.opencl_debug_canaries is on)")
 
 
 def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -475,7 +562,10 @@ class Kernel:
         return kernel(queue, global_size, local_size, *args)
 
     def __call__(self, queue, global_size, local_size, *args):
-        return self._launch(queue, global_size, local_size, *args)
+        event = self._launch(queue, global_size, local_size, *args)
+        if config.opencl_debug_canaries:
+            check_canaries(queue, self._name, args)
+        return event
 
 
 class Array:
