@@ -331,7 +331,7 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
         monkeypatch.setattr(rt, "_matmul_choices_loaded", False)
         mm._load_decisions(rt)
         assert (mm._DECISIONS, mm._TIMINGS) == (measured if saved is valid else ({}, {}))
-        assert (tmp_path / "opencl").exists() and os.path.exists(path) == (saved is valid)
+        assert os.path.exists(path) == (saved is valid)  # a bad file is deleted
 
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
