@@ -5,6 +5,8 @@ the host-BLAS alternative cannot hide them.  Sizes 1, 7, 127 and ~1000 in every 
 and float64, the four transpose variants, batches, matrix-vector products, gradients, the fused
 bias/activation epilogue, and the BLAS / auto modes.  The functions share one program source per
 dtype, so the kernels compile once per dtype (and come from the disk caches afterwards)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -316,8 +318,9 @@ def test_saved_decisions_are_per_blas_thread_budget(monkeypatch):
     assert len(paths) == 3
 
 def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, tmp_path):
-    """What one process measured, the next loads (same keys, same timings); an unreadable file
-    only costs a new measurement."""
+    """What one process measured, the next loads (same keys, same timings); a file that does not
+    verify against its checksum (garbage, truncated, a flipped bit, the older plain-text format)
+    only costs a new measurement, and is deleted."""
     monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     monkeypatch.setattr(mm, "_DECISIONS", {})
@@ -330,15 +333,20 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
             g(x, w)
     measured = (dict(mm._DECISIONS), dict(mm._TIMINGS))
     assert len(measured[0]) == 1
-    for saved in (None, "{not a literal", "[1, 2]", "{('float32',): ('opencl',)}"):
-        if saved is not None:
-            with open(mm._decisions_path(rt), "w") as f:
-                f.write(saved)
+    path = mm._decisions_path(rt)
+    with open(path, "rb") as f:
+        valid = f.read()
+    old_format = repr({k: (impl, *measured[1][k]) for k, impl in measured[0].items()}).encode()
+    for saved in (valid, b"{not a literal", b"[1, 2]", old_format, valid[:-3], valid[:20],
+                  valid[:-1] + bytes([valid[-1] ^ 1])):
+        with open(path, "wb") as f:
+            f.write(saved)
         monkeypatch.setattr(mm, "_DECISIONS", {})
         monkeypatch.setattr(mm, "_TIMINGS", {})
         monkeypatch.setattr(rt, "_matmul_choices_loaded", False)
         mm._load_decisions(rt)
-        assert (mm._DECISIONS, mm._TIMINGS) == (measured if saved is None else ({}, {}))
+        assert (mm._DECISIONS, mm._TIMINGS) == (measured if saved is valid else ({}, {}))
+        assert os.path.exists(path) == (saved is valid)  # a bad file is deleted
 
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)

@@ -741,11 +741,20 @@ class OpenCLExecutable:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *args):
+        env: dict = {}
+        try:
+            return self._run(env, args)
+        except BaseException:
+            # e.g. a Ctrl-C between launches: kernels already queued still read and write the
+            # memory of env's arrays (on unified memory, numpy's), which must outlive them
+            self.rt.hold(self, env)
+            raise
+
+    def _run(self, env: dict, args) -> list:
         self._calls += 1
         if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
             self.rt.keep_binary(self.program)
         jaxpr = self.closed.jaxpr
-        env: dict = {}
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
                                    for c in self.closed.consts]

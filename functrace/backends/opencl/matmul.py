@@ -409,41 +409,43 @@ def _code_version() -> str:
     return hashlib.sha256((kernel_source("matmul.cl") + code).encode()).hexdigest()
 
 
-def _decisions_path(rt) -> str:
+def _decisions_key(rt) -> str:
     """Per device, host-BLAS thread budget, and version of the kernels and of this module's launch
     code (a change to any of them is measured afresh)."""
+    return rt.fingerprint + _thread_budget() + _code_version()
+
+
+def _decisions_path(rt) -> str:
     from .runtime import cache_dir
-    digest = hashlib.sha256((rt.fingerprint + _thread_budget() + _code_version()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(_decisions_key(rt).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
 
 def _load_decisions(rt) -> None:
     """The per-shape OpenCL-vs-BLAS decisions measured by earlier processes on this device (so a
-    warm start neither measures nor builds kernels it will not use).  Unreadable: ignored.  The
-    file is a Python literal (``{key: (impl, opencl s, blas s)}``), read without importing json
-    (~1.5 ms of a warm first call)."""
+    warm start neither measures nor builds kernels it will not use).  Absent, or not verifying
+    against its checksum (so not written by this code): ignored, measured again.  The payload is
+    a Python literal (``{key: (impl, opencl s, blas s)}``), read without importing json (~1.5 ms
+    of a warm first call)."""
     if rt is None or getattr(rt, "_matmul_choices_loaded", False):
         return
     rt._matmul_choices_loaded = True
     import ast
-    try:
-        with open(_decisions_path(rt), encoding="utf-8") as f:
-            saved = ast.literal_eval(f.read())
-        for key, (impl, t_cl, t_blas) in saved.items():
-            if impl in ("opencl", "blas") and isinstance(key, tuple):
-                timing = (float(t_cl), float(t_blas))
-                _DECISIONS.setdefault(key, impl)
-                _TIMINGS.setdefault(key, timing)
-    except (OSError, ValueError, TypeError, SyntaxError, AttributeError, MemoryError, RecursionError):
-        pass
+    from .runtime import _read_entry
+    payload = _read_entry(_decisions_path(rt), _decisions_key(rt))
+    if payload is None:
+        return
+    for key, (impl, t_cl, t_blas) in ast.literal_eval(payload.decode("utf-8")).items():  # as _save_decisions wrote it
+        _DECISIONS.setdefault(key, impl)
+        _TIMINGS.setdefault(key, (t_cl, t_blas))
 
 
 def _save_decisions(rt) -> None:
-    from .runtime import _atomic_write
+    from .runtime import _write_entry
     plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
     data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in _DECISIONS.items()}
     try:
-        _atomic_write(_decisions_path(rt), repr(data).encode())
+        _write_entry(_decisions_path(rt), _decisions_key(rt), repr(data).encode())
     except OSError:
         pass  # a cache we cannot write only costs a measurement
 
