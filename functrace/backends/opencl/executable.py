@@ -8,6 +8,8 @@ view of the buffers (CPU devices) or on host copies; ``report()`` lists them.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -650,6 +652,21 @@ class HostExecutable:
                 f"peak live intermediate bytes: {self.peak_bytes}")
 
 
+def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
+    """An array for ``shape``/``dtype``: a buffer of ``pool`` when one is free (reusing memory that
+    is already mapped avoids page faults on large outputs), else a new one.  When the array
+    object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
+    key = (tuple(shape), np.dtype(dtype))
+    free = pool.get(key)
+    if free:
+        buffer, host = free.pop()
+        arr = Array(rt, buffer, shape, dtype, host)
+    else:
+        arr = rt.empty(shape, dtype)
+    arr._recycle = pool.setdefault(key, [])
+    return arr
+
+
 class OpenCLExecutable:
     """A compiled program on an OpenCL device: ``exe(*flat_args) -> list of ft.Array``."""
 
@@ -674,13 +691,21 @@ class OpenCLExecutable:
                         self.kernels[name] = rt.kernel(self.program, name)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
+        # (not a bound method: no reference cycle, so a dropped executable frees its program at once)
+        self._alloc = functools.partial(_pooled_alloc, rt, self._pool)
         self._calls = 0
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
         # each batch's private values: the in-order queue runs one call's batch after the last's
         self._scratch = {s.name: rt.empty((s.scratch,), np.uint8) for s in self.plan.steps
                          if isinstance(s, BatchStep) and s.scratch}
-        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
+        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, Array.recycle)
+        # One call at a time launches: a cl.Kernel keeps the arguments set for its next launch
+        # (another thread's arguments would interleave: wrong results, or a launch naming a freed
+        # buffer, which aborts PoCL), and the pool and batch scratch serve one call's launches.
+        # The in-order queue then runs calls one after another, so a buffer a call returned to the
+        # pool is rewritten only after the kernels that read it.  Waiting for results is outside.
+        self._lock = threading.Lock()
         self.num_host_steps = sum(len(s.eqns) for s in self.plan.steps if isinstance(s, HostSegment))
 
     @property
@@ -717,23 +742,6 @@ class OpenCLExecutable:
 
     # ------------------------------------------------------------------ buffers
 
-    def _alloc(self, shape, dtype) -> Array:
-        """An array for ``shape``/``dtype``: a pooled buffer when one is free (reusing memory that
-        is already mapped avoids page faults on large outputs), else a new one.  When the array
-        object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
-        key = (tuple(shape), np.dtype(dtype))
-        free = self._pool.get(key)
-        if free:
-            buffer, host = free.pop()
-            arr = Array(self.rt, buffer, shape, dtype, host)
-        else:
-            arr = self.rt.empty(shape, dtype)
-        arr._recycle = self._pool.setdefault(key, [])
-        return arr
-
-    def _release(self, arr: Array) -> None:
-        arr.recycle()
-
     def _as_device(self, x) -> Array:
         if isinstance(x, Array):
             return x
@@ -758,6 +766,15 @@ class OpenCLExecutable:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *args):
+        """Run the program; any number of threads may call at once (see ``_lock``)."""
+        with self._lock:
+            outs = self._launch(args)
+        if config.debug_nans:
+            self._check_nans(args, outs)
+        return outs
+
+    def _launch(self, args) -> list:
+        """Enqueue one call's kernels (and run its host steps); the outputs are being computed."""
         self._calls += 1
         if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
             self.rt.keep_binary(self.program)
@@ -795,7 +812,7 @@ class OpenCLExecutable:
                     partial = self._alloc((step.items,), step.output.aval.dtype)
                     kernels[step.name](queue, (step.items,), _LOCAL, *bufs, partial.buffer)
                     kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
-                    self._release(partial)
+                    partial.recycle()
                 env[step.output] = out
             elif isinstance(step, BatchStep):
                 for v in step.outputs:
@@ -812,11 +829,9 @@ class OpenCLExecutable:
                     env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
             for v in dead:  # last read: a pooled buffer serves later allocations of its size
                 if env[v]._recycle is not None:
-                    self._release(env.pop(v))
+                    env.pop(v).recycle()
         outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
         self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
-        if config.debug_nans:
-            self._check_nans(args, outs)
         return outs
 
     def _check_nans(self, args, outs) -> None:
