@@ -45,4 +45,4 @@ def test_deep_chain_gradient_compiles_in_near_linear_time():
     for backend in ("opencl", "numpy"):
         _compile_seconds(small, backend)  # imports and device set-up out of the measurement
         ratio = _compile_seconds(large, backend) / _compile_seconds(small, backend)
-        assert ratio < 10, f"{backend}: 4x the equations took {ratio:.1f}x the compile time"
+        assert ratio < 12, f"{backend}: 4x the equations took {ratio:.1f}x the compile time (linear: ~4-7x)"
