@@ -64,6 +64,7 @@ _mode_override: str | None = None
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
 _RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
+_DECIDING = threading.Lock()  # one thread at a time counts runs and measures (the dicts, the file)
 
 
 def mode() -> str:
@@ -443,7 +444,7 @@ def _load_decisions(rt) -> None:
 def _save_decisions(rt) -> None:
     from .runtime import _write_entry
     plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
-    data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in _DECISIONS.items()}
+    data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in list(_DECISIONS.items())}
     try:
         _write_entry(_decisions_path(rt), _decisions_key(rt), repr(data).encode())
     except OSError:
@@ -503,17 +504,18 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         """Auto mode, undecided shape: count the run; at ``MEASURE_AT_RUN`` measure (the
         measurement writes ``out``: returns True).  The decision may come from another program."""
         key = _key(plan)
-        impl = _DECISIONS.get(key)
         measured = False
-        if impl is None:
-            _RUNS[key] = _RUNS.get(key, 0) + 1
-            if _RUNS[key] < MEASURE_AT_RUN:
-                return False
-            impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
-            if impl == "opencl":
-                keep_shared_binary(ctx.rt, spec.dtype, bias, act)
-            _save_decisions(ctx.rt)
-            measured = True
+        with _DECIDING:
+            impl = _DECISIONS.get(key)
+            if impl is None:
+                _RUNS[key] = _RUNS.get(key, 0) + 1
+                if _RUNS[key] < MEASURE_AT_RUN:
+                    return False
+                impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
+                if impl == "opencl":
+                    keep_shared_binary(ctx.rt, spec.dtype, bias, act)
+                _save_decisions(ctx.rt)
+                measured = True
         state["impl"] = lowered.extra["impl"] = impl
         lowered.launches = (plan.launches if impl == "opencl" else 0) + lowered.extra.get("copy_launches", 0)
         lowered.label = _label(plan, impl, _how(plan, impl, True))

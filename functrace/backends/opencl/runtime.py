@@ -6,12 +6,13 @@
   On CPU devices with unified host memory every array *is* a page-aligned numpy array and its
   buffer wraps that memory (``USE_HOST_PTR``): host steps, host BLAS and ``np.asarray`` read it
   after a queue ``finish()``, without copies or map calls.
-* Programs are cached by a hash of their source, device and driver: in memory, and on disk as
-  device binaries.  Every file of the disk cache (binaries, device verdicts, matmul choices) is
-  written atomically and carries a checksum of its payload bound to its key: a truncated,
-  bit-flipped or foreign entry is deleted and rebuilt, never handed to the driver.  On PoCL,
-  whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a binary is written
-  only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
+* Programs are cached by a hash of their source, device and driver: in memory while an
+  executable uses them (and the ``config.opencl_program_cache_size`` most recently asked for,
+  after that), and on disk as device binaries.  Every file of the disk cache (binaries, device
+  verdicts, matmul choices) is written atomically and carries a checksum of its payload bound to
+  its key: a truncated, bit-flipped or foreign entry is deleted and rebuilt, never handed to the
+  driver.  On PoCL, whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a
+  binary is written only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
 * Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
   allocated from then on lies between two guard regions, and it and they start filled with
   canary bytes (NaN for floats, a huge value for integers), so a read outside a buffer, or of
@@ -26,6 +27,8 @@ import os
 import tempfile
 import threading
 import warnings
+import weakref
+from collections import OrderedDict
 
 
 import numpy as np
@@ -361,7 +364,12 @@ class Runtime:
         self.name = device.name
         self.fingerprint = _fingerprint(device)
         self.supports_fp64 = _supports_fp64(device)
-        self._programs: dict = {}
+        # every live program by key (one build for the same source, however many executables
+        # use it; freed with the last of them) and the most recently asked for, kept alive (LRU)
+        self._programs = weakref.WeakValueDictionary()
+        self._recent: OrderedDict = OrderedDict()
+        self._key_of = weakref.WeakKeyDictionary()  # program -> its key
+        self._program_lock = threading.Lock()  # one build per key, however many threads ask
         self._binary_saved: set = set()  # program keys whose binary is in the disk cache
         # PoCL keeps its own disk cache of built programs (keyed by source, options and device);
         # asking it for binaries compiles every kernel of the program up front (see keep_binary)
@@ -372,10 +380,16 @@ class Runtime:
     def program(self, source: str, options: str = ""):
         """A built program for ``source``: from memory, else from the disk cache, else compiled."""
         key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
-        prog = self._programs.get(key)
-        if prog is None:
-            prog = self._load_or_build(key, source, options)
-            self._programs[key] = prog
+        with self._program_lock:
+            prog = self._programs.get(key)
+            if prog is None:
+                prog = self._load_or_build(key, source, options)
+                self._programs[key] = prog
+                self._key_of[prog] = key
+            self._recent[key] = prog
+            self._recent.move_to_end(key)
+            while len(self._recent) > config.opencl_program_cache_size:
+                self._recent.popitem(last=False)
         return prog
 
     def _load_or_build(self, key: str, source: str, options: str):
@@ -411,7 +425,7 @@ class Runtime:
         PoCL's own cache takes ~22 ms to rebuild from source.  On PoCL asking for the binary
         compiles every kernel once more (~0.2 s for a training step's program), so executables
         ask only from their second call: programs that run again are worth it."""
-        key = next((k for k, p in self._programs.items() if p is prog), None)
+        key = self._key_of.get(prog)
         if key is not None and key not in self._binary_saved:
             self._save_binary(key, prog)
 
@@ -442,9 +456,11 @@ class Runtime:
     # ------------------------------------------------------------------ synchronization
 
     def finish(self) -> None:
-        """Wait for every enqueued command; host memory held for them may then be freed."""
+        """Wait for every enqueued command; host memory held for them may then be freed (only
+        what was held before the wait began: another thread may enqueue and hold meanwhile)."""
+        held, self._in_flight = self._in_flight, []
         self.queue.finish()
-        self._in_flight.clear()
+        del held
 
     def host_views(self, *arrays) -> list:
         """``a.host_view()`` of each array (None stays None), waiting for the queue once."""
@@ -661,22 +677,25 @@ class Kernel:
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
     16-argument matmul launch 104 -> 5 us)."""
 
-    __slots__ = ("_cl", "_program", "_name", "_launch")
+    __slots__ = ("_cl", "_program", "_name", "_kernel")
 
     def __init__(self, cl, program, name: str):
         self._cl, self._program, self._name = cl, program, name
-        self._launch = self._first_launch
+        self._kernel = None
 
-    def _first_launch(self, queue, global_size, local_size, *args):
+    def _make(self, args: tuple):
         kernel = self._cl.Kernel(self._program, self._name)
         scalar_types = [a.dtype if isinstance(a, np.generic) else None for a in args]
         if any(t is not None for t in scalar_types):  # (buffers alone: the generic code is as fast)
             kernel.set_scalar_arg_dtypes(scalar_types)
-        self._launch = kernel
-        return kernel(queue, global_size, local_size, *args)
+        self._kernel = kernel
+        return kernel
 
     def __call__(self, queue, global_size, local_size, *args):
-        event = self._launch(queue, global_size, local_size, *args)
+        kernel = self._kernel
+        if kernel is None:
+            kernel = self._make(args)
+        event = kernel(queue, global_size, local_size, *args)
         if config.opencl_debug_canaries:
             check_canaries(queue, self._name, args)
         return event
