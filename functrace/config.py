@@ -16,7 +16,16 @@ class Config:
                  "opencl_small_program_elements": 16384,
                  # ... and, inside larger programs, kernels over fewer elements than this (None: by
                  # the device's launch latency, see backends/opencl/executable.host_step_elements)
-                 "opencl_host_step_elements": None}
+                 "opencl_host_step_elements": None,
+                 # a test mode: every device buffer sits between guard regions of canary bytes
+                 # (NaN for floats), checked after each kernel launch (see backends/opencl/runtime)
+                 "opencl_debug_canaries": False,
+                 # signatures each jitted function keeps traced and compiled (least recently used
+                 # evicted: each may hold a compiled program, ~0.4 MB on PoCL)
+                 "jit_cache_size": 64,
+                 # compiled OpenCL programs kept after their last jitted function is gone (least
+                 # recently used first out), so a re-created function does not rebuild its program
+                 "opencl_program_cache_size": 32}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():
@@ -32,8 +41,12 @@ class Config:
             raise KeyError(f"unknown functrace option {name!r}; options: {sorted(self._DEFAULTS)}")
         if name == "default_backend" and value is not None and value not in BACKENDS:
             raise ValueError(f"default_backend must be None or one of {list(BACKENDS)}, got {value!r}")
+        if name in _CACHE_SIZES and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
+
+_CACHE_SIZES = ("jit_cache_size", "opencl_program_cache_size")
 
 config = Config()
 

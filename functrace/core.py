@@ -9,13 +9,15 @@ Design (autodidax-style, kept small):
 * A ``Primitive`` is declared once (see ``primitives.py``) and carries its shape rule,
   numpy implementation, derivative rules and batching rule.
 * Transformations are ``Trace`` subclasses.  Each active transformation owns a
-  ``MainTrace`` on the global trace stack with a unique *level*; ``bind`` routes an
+  ``MainTrace`` on its thread's trace stack with a unique *level*; ``bind`` routes an
   operation to the highest-level trace among its arguments, so tracers of nested
-  transformations never mix ("perturbation confusion" cannot happen).
+  transformations never mix ("perturbation confusion" cannot happen).  The trace stack and
+  the phase tag are per thread: threads trace and differentiate independently.
 """
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -128,7 +130,15 @@ class JaxprEqn:
         self.phase = phase
 
 
-_phase = ["forward"]
+class _TraceState(threading.local):
+    """The tracing state of one thread: its stack of active transformations and phase tags."""
+
+    def __init__(self):
+        self.stack: list[MainTrace] = []
+        self.phase: list[str] = ["forward"]
+
+
+_state = _TraceState()
 
 
 class phase:
@@ -138,15 +148,16 @@ class phase:
         self.name = name
 
     def __enter__(self):
-        _phase.append(self.name)
+        _state.phase.append(self.name)
 
     def __exit__(self, *exc):
-        _phase.pop()
+        _state.phase.pop()
         return False
 
 
 def current_phase() -> str:
-    return _phase[-1]
+    """The phase tag (``"forward"`` / ``"backward"``) of equations staged now in this thread."""
+    return _state.phase[-1]
 
 
 class Jaxpr:
@@ -374,21 +385,19 @@ def leaked_tracer_error(main: MainTrace, used_in: str) -> UnexpectedTracerError:
         "back in as an argument where it is needed.")
 
 
-trace_stack: list[MainTrace] = []
-
-
 class new_main:
-    """Context manager pushing a new transformation level onto the trace stack."""
+    """Context manager pushing a new transformation level onto this thread's trace stack."""
 
     def __init__(self, trace_type: type, global_data=None, fun_name: str | None = None):
-        self.main = MainTrace(len(trace_stack), trace_type, global_data, fun_name)
+        self.stack = _state.stack
+        self.main = MainTrace(len(self.stack), trace_type, global_data, fun_name)
 
     def __enter__(self) -> MainTrace:
-        trace_stack.append(self.main)
+        self.stack.append(self.main)
         return self.main
 
     def __exit__(self, *exc):
-        trace_stack.pop()
+        self.stack.pop()
         self.main.alive = False
         return False
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
@@ -146,16 +149,26 @@ class _Entry:
         self.closes_over_tracers = any(isinstance(c, Tracer) for c in closed.consts)
         self.int_ranges = _narrowed_python_ints(closed, key[1])
         self._exe = None
+        self._compiling = threading.Lock()  # threads calling a new signature at once compile it once
 
     def executable(self):
-        if self._exe is None:
-            from .backends import compile_for
-            self._exe = compile_for(self.backend, self.closed)
-        return self._exe
+        exe = self._exe
+        if exe is None:
+            with self._compiling:
+                if self._exe is None:
+                    from .backends import compile_for
+                    self._exe = compile_for(self.backend, self.closed)
+                exe = self._exe
+        return exe
 
 
 class Jitted:
-    """A function compiled per input signature (pytree structure, shapes, dtypes, static args)."""
+    """A function compiled per input signature (pytree structure, shapes, dtypes, static args).
+
+    The signatures are an LRU cache of ``config.jit_cache_size`` entries; an entry owns its
+    compiled program, so dropping the function (or evicting the signature) frees it.  Any number
+    of threads may call at once: a new signature is traced and compiled once, by the first
+    thread to call it, while the others wait for it."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), backend: str | None = None):
         functools.update_wrapper(self, fun, updated=())  # name and docs only: never the wrapped __dict__
@@ -167,7 +180,9 @@ class Jitted:
             self._signature = inspect.signature(fun)
         except (TypeError, ValueError):
             self._signature = None
-        self._cache: dict = {}
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()  # guards _cache's insertions and evictions, and _tracing
+        self._tracing: dict = {}  # key -> the lock held while that signature is traced
         self.__name__ = getattr(fun, "__name__", "jitted")
         self._check_static_argnums()
 
@@ -226,7 +241,26 @@ class Jitted:
         key, leaves, static_pos, statics, in_tree = self._key(args, kwargs)
         entry = self._cache.get(key)
         if entry is not None:
+            try:
+                self._cache.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile: still valid for this call
+                pass
             return entry, leaves
+        with self._lock:
+            tracing = self._tracing.setdefault(key, threading.RLock())  # reentrant: a recursive trace
+        try:
+            with tracing:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._trace(key, args, static_pos, statics, in_tree, leaves)
+        finally:
+            with self._lock:
+                if self._tracing.get(key) is tracing:
+                    del self._tracing[key]
+        return entry, leaves
+
+    def _trace(self, key, args: tuple, static_pos: tuple, statics: tuple, in_tree, leaves: list) -> _Entry:
+        """Trace and optimize a new signature, and cache it (evicting the least recently used)."""
         try:
             _check_dtypes(key[1])
         except TypeError as e:
@@ -248,8 +282,11 @@ class Jitted:
         # A program that closed over tracers of an enclosing transformation is only valid
         # inside that transformation: it is used once and not cached.
         if not entry.closes_over_tracers:
-            self._cache[key] = entry
-        return entry, leaves
+            with self._lock:
+                self._cache[key] = entry
+                while len(self._cache) > config.jit_cache_size:
+                    self._cache.popitem(last=False)
+        return entry
 
     def __call__(self, *args, **kwargs):
         entry, leaves = self._entry(args, kwargs)

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 
 from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
-                   get_aval, new_main, _phase)
+                   current_phase, get_aval, new_main)
 from .errors import ConcretizationError
 from . import tree_util
 
@@ -81,11 +81,11 @@ class StagingTrace(Trace):
         out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)
         if primitive.multiple_results:
             outs = [Var(a) for a in out_aval]
-            builder.eqns.append(JaxprEqn(primitive, in_vars, params, outs, _phase[-1]))
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, outs, current_phase()))
             result = [StagingTracer(self, v) for v in outs]
         else:
             out = Var(out_aval)
-            builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out], _phase[-1]))
+            builder.eqns.append(JaxprEqn(primitive, in_vars, params, [out], current_phase()))
             result = StagingTracer(self, out)
         if key is not None:
             memo[key] = result

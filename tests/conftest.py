@@ -4,17 +4,25 @@ import pytest
 import functrace as ft
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_canaries: an OpenCL test about asynchronous buffer lifetimes, "
+                                       "which canary mode's wait after every launch would hide")
+
+
 @pytest.fixture(autouse=True)
 def opencl_kernels_for_small_programs(request):
     """OpenCL tests use small shapes but must exercise the kernels: the CPU-device shortcut that
-    runs small programs on the host is switched off for them (test_opencl checks it separately)."""
+    runs small programs on the host is switched off for them (test_opencl checks it separately).
+    They run in canary mode (``opencl_debug_canaries``): every buffer between guard regions, so
+    a kernel reading outside a buffer gives NaN and one writing outside it raises."""
     if not request.module.__name__.startswith("test_opencl"):
         yield
         return
-    names = ("opencl_small_program_elements", "opencl_host_step_elements")
-    saved = {n: getattr(ft.config, n) for n in names}
-    for n in names:
-        ft.config.update(n, 0)
+    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0,
+                "opencl_debug_canaries": request.node.get_closest_marker("no_canaries") is None}
+    saved = {n: getattr(ft.config, n) for n in settings}
+    for n, v in settings.items():
+        ft.config.update(n, v)
     yield
     for n, v in saved.items():
         ft.config.update(n, v)

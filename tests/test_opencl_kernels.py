@@ -208,6 +208,33 @@ def test_attention_forward_lse_and_grads(dtype):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_attention_grad_keeps_float32_precision_with_huge_scores():
+    """The backward recomputes P = exp(logit - lse) with the logit rounded as the forward rounded
+    it: a fused dot * scale - lse (one fma) moved P by up to half an ulp of the logit, dv off by
+    5e-2 at |logit| ~ 1e6 and 6e-5 at 1e3.  Against the numpy backend at every scale, and against
+    float64 where float32 logits determine P exactly (small logits; one-hot rows at 1e6).
+    T = 17 and S = 19 run the 16-wide tiles and the tails of both backward kernels."""
+    rng = np.random.default_rng(6)
+    T, S = 17, 19
+    k, v = (rng.standard_normal((S, 2, 8)).astype(np.float32) for _ in range(2))
+    cot = rng.standard_normal((T, 2, 8)).astype(np.float32)
+    scales = (1.0, 1e3, 1e6)
+    qs = [(rng.standard_normal((T, 2, 8)) * scale).astype(np.float32) for scale in scales]
+
+    def f(qs, k, v):
+        return [ft.grad(lambda v: fnp.sum(nn.attention(q, k, v, causal=causal) * cot))(v)
+                for q in qs for causal in (False, True)]
+
+    got, want, report = run_both(f, qs, k, v)
+    ref = f(*ft.tree_util.tree_map(lambda a: a.astype(np.float64), (qs, k, v)))  # eager, float64
+    for i, (g, w, r) in enumerate(zip(got, want, ref)):
+        size = np.abs(w).max()
+        assert np.abs(g - w).max() <= 5e-6 * size, (scales[i // 2], np.abs(g - w).max() / size)
+        if scales[i // 2] != 1e3:
+            assert np.abs(g - np.asarray(r)).max() <= 1e-6 * size, (scales[i // 2], "float64")
+    assert_kernels(report, ["attention", "attention_bwd"])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_keeps_nan_like_numpy(dtype):
     """A NaN in q makes its row's scores all NaN (the running max stays -inf, as in a fully

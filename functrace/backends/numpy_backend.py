@@ -80,7 +80,7 @@ class NumpyExecutable:
                 lines.append(f"    del {', '.join(dead)}")
         lines.append(f"    return [{', '.join(names[s] for s in self.out_slots)}]")
         exec(compile("\n".join(lines), "<functrace numpy program>", "exec"), namespace)
-        return namespace["run"]
+        return namespace.pop("run")  # (kept in its own globals, it would be a reference cycle)
 
     num_kernel_launches = 0
 

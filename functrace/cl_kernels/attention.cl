@@ -160,6 +160,16 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
     }
 }
 
+/* P = exp(logit - lse) in the backward, the logit (q . k) * scale rounded before the subtraction
+ * as the forward rounds it: FP_CONTRACT would otherwise fuse "dot * scale - lse" into one fma,
+ * whose unrounded product differs from the forward's logit by up to half its ulp -- P off by 3%
+ * at |logit| ~ 1e6 (exactly 1 becomes 0.97). */
+inline AT_RW AT_KN(at_prob)(const AT_RW dot, const AT_REAL scale, const AT_RW lse)
+{
+    #pragma OPENCL FP_CONTRACT OFF
+    return exp(dot * scale - lse);
+}
+
 /* ------------------------------------------------------------------ backward: dQ (and delta)
  * Work-item (tb, bn): query rows t0 ... t0+AT_W-1 as lanes; streams over key tiles.
  * Also writes delta = rowsum(g * out) for the dK/dV kernel (enqueued after this one). */
@@ -221,7 +231,7 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             for (int j = 0; j < AT_BK; j++) p[j] = qh * kt[j * AT_RS + h] + p[j];
         }
         #pragma unroll
-        for (int j = 0; j < AT_BK; j++) p[j] = exp(p[j] * scale - lv);
+        for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv);
         if (!all(allv)) {
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) {
@@ -256,7 +266,7 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
         }
         uchar mk[AT_W];
         for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
-        const AT_RW p = select(exp(sv * scale - lv), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
+        const AT_RW p = select(AT_KN(at_prob)(sv, scale, lv), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
         const AT_RW d = p * (dp - dlt) * scale;
         for (int h = 0; h < AT_HD; h++) dqa[h] = d * kr[h] + dqa[h];
     }
@@ -335,7 +345,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             for (int r = 0; r < AT_BK; r++) p[r] = kh * qt[r * AT_RS + h] + p[r];
         }
         #pragma unroll
-        for (int r = 0; r < AT_BK; r++) p[r] = exp(p[r] * scale - lb[t0 + r]);
+        for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]));
         if (!all(allv)) {
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) p[r] = select(p[r], (AT_RW)(0), AT_MASKED(mt[r]));
@@ -373,7 +383,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             sv = AT_VLOADW(h, ks) * qr[h] + sv;
             dp = AT_VLOADW(h, vs) * gr[h] + dp;
         }
-        const AT_RW p = select(exp(sv * scale - lb[t]), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, tmp)));
+        const AT_RW p = select(AT_KN(at_prob)(sv, scale, (AT_RW)(lb[t])), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, tmp)));
         const AT_RW d = p * (dp - db[t]) * scale;
         for (int h = 0; h < AT_HD; h++) {
             dva[h] = p * gr[h] + dva[h];

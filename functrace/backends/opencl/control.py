@@ -20,9 +20,14 @@ def _compile(closed):
 
 
 def _own(ctx, outs, inputs) -> list:
-    """Outputs that are one of the step's inputs (a branch or body passing a value through) are
-    copied: the executable recycles each value's buffer after its own last use."""
-    return [_copy(ctx, o) if any(o is x for x in inputs) else o for o in outs]
+    """Outputs that are one of the step's inputs (a branch or body passing a value through) or
+    repeat an earlier output (a body returning one value twice) are copied: the executable
+    recycles each value's buffer after that value's own last use, so no two may share one."""
+    owned, seen = [], list(inputs)
+    for o in outs:
+        owned.append(_copy(ctx, o) if any(o is x for x in seen) else o)
+        seen.append(o)
+    return owned
 
 
 def _copy(ctx, arr):
@@ -93,7 +98,8 @@ def lower_scan(eqn, rt) -> Lowered:
                 if nbytes:
                     copy(ctx.queue, dst.buffer, y.buffer, byte_count=nbytes, dst_offset=i * nbytes)
             for row in rows:  # the in-order queue runs later users of these buffers after this step
-                ctx.release(row)
+                if not any(row is c for c in carry):  # a body returning its x row as the carry keeps it
+                    ctx.release(row)
         return _own(ctx, carry, inputs) + ys
 
     per_step = body.num_kernel_launches + len(y_avals) + len(p["jaxpr"].in_avals) - n_consts - n_carry

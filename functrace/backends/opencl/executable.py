@@ -8,7 +8,10 @@ view of the buffers (CPU devices) or on host copies; ``report()`` lists them.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -137,12 +140,15 @@ def _is_view(eqn) -> bool:
 
 def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     """Partition equations into fused elementwise kernels, reductions (absorbing their producers),
-    views and host steps, in an order that respects every dependency."""
+    views and host steps, in an order that respects every dependency.  Work is O(N log N) in the
+    number of equations (a deep chain's gradient has tens of thousands)."""
     jaxpr = closed.jaxpr
     plan = Plan()
+    position = {e: i for i, e in enumerate(jaxpr.eqns)}
     group_of: dict = {}
-    groups: list = []
-    order: list = []  # ("group", Group) | ("eqn", eqn) in program order of their last equation
+    # id(item) -> ("group", Group) | ("eqn", eqn) | ("lowered", (eqn, Lowered)), in program order of
+    # their last equation (a dict: a group that grows moves to the end in O(1))
+    order: dict = {}
 
     def seal_inputs(eqn):
         for a in eqn.inputs:
@@ -156,7 +162,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
             continue
         if eqn in fused_at:
             seal_inputs(fused_at[eqn][0])
-            order.append(("lowered", fused_at[eqn]))
+            order[id(fused_at[eqn])] = ("lowered", fused_at[eqn])
             continue
         if _is_view(eqn):
             plan.view_eqns[eqn.out_vars[0]] = eqn
@@ -166,7 +172,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
                 plan.views[eqn.out_vars[0]] = view
             else:
                 seal_inputs(eqn)
-                order.append(("eqn", eqn))
+                order[id(eqn)] = ("eqn", eqn)
                 continue
             g = group_of.get(src)
             if g is not None:
@@ -180,29 +186,35 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
                 if g is None:
                     continue
                 if g.shape == shape and not g.sealed:
-                    if g not in cands:
+                    if all(c is not g for c in cands):
                         cands.append(g)
                 else:
                     g.sealed = True
             if cands:
-                g = cands[0]
-                for other in cands[1:]:  # merge: both are open, so no outside step reads them yet
-                    g.eqns = sorted(g.eqns + other.eqns, key=jaxpr.eqns.index)
-                    for v in other.produced():
-                        group_of[v] = g
-                    order.remove(("group", other))
-                    groups.remove(other)
-                order.remove(("group", g))
+                # merge the smaller groups into the largest (both open: no outside step reads them
+                # yet); equations are put in program order once, when planning is done
+                g = max(cands, key=lambda c: len(c.eqns))
+                for other in cands:
+                    if other is not g:
+                        g.eqns += other.eqns
+                        for e in other.eqns:
+                            for v in e.out_vars:
+                                group_of[v] = g
+                        del order[id(other)]
+                del order[id(g)]
             else:
                 g = Group(shape)
-                groups.append(g)
             g.eqns.append(eqn)
             for v in eqn.out_vars:
                 group_of[v] = g
-            order.append(("group", g))
+            order[id(g)] = ("group", g)
             continue
         seal_inputs(eqn)
-        order.append(("eqn", eqn))
+        order[id(eqn)] = ("eqn", eqn)
+    order = list(order.values())
+    for kind, item in order:
+        if kind == "group":
+            item.eqns.sort(key=position.__getitem__)
     # which group values are needed outside their group
     consumers: dict = {}
     for kind, item in order:
@@ -219,14 +231,14 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
         if kind == "eqn" and item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE:
             x = item.inputs[0]
             g = group_of.get(x)
-            if g is None or id(g) in absorbed or x in plan.views:
+            if g is None or id(g) in absorbed or x in plan.views or x in program_outs \
+                    or consumers.get(x) != {id(item)}:
                 continue
-            needed = {v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs}
-            if needed == {x} and consumers.get(x) == {id(item)} and x not in program_outs:
+            if all(v is x or not (consumers.get(v, set()) - {id(g)} or v in program_outs) for v in g.produced()):
                 absorbed.add(id(g))
     _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
     _batch_small_steps(plan, rt, program_outs)
-    plan.steps = _host_segments(plan.steps, program_outs, plan, {e: i for i, e in enumerate(jaxpr.eqns)})
+    plan.steps = _host_segments(plan.steps, program_outs, plan, position)
     return plan
 
 
@@ -275,14 +287,17 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
     numpy function, with ``Array`` wrapping only at its boundary."""
     from ..numpy_backend import NumpyExecutable
     views = plan.views
-    reads_after: list = [set() for _ in steps]  # values read by steps after index i
-    later: set = set(program_outs)
-    for i in range(len(steps) - 1, -1, -1):
-        reads_after[i] = later | {views[v].base for v in later if v in views}
-        s = steps[i]
-        eqns = [s.eqn] if isinstance(s, (HostStep, LoweredStep)) else s.eqns
-        later.update(a for e in eqns for a in e.inputs if type(a) is not Literal)
-        later.update(getattr(s, "inputs", ()))
+    last_read: dict = {}  # value -> index of the last step reading it (or a view of it)
+    for i, s in enumerate(steps + [None]):
+        if s is None:
+            reads = program_outs
+        else:
+            eqns = [s.eqn] if isinstance(s, (HostStep, LoweredStep)) else s.eqns
+            reads = [a for e in eqns for a in e.inputs if type(a) is not Literal] + list(getattr(s, "inputs", ()))
+        for a in reads:
+            last_read[a] = i
+            if a in views:
+                last_read[views[a].base] = i
     out, run = [], []
     for i, s in enumerate(steps + [None]):
         if isinstance(s, HostStep):
@@ -306,7 +321,7 @@ def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -
             produced = [v for e in eqns for v in e.out_vars]
             inputs = list(dict.fromkeys(a for e in eqns for a in e.inputs
                                         if type(a) is not Literal and a not in made))
-            outputs = [v for v in produced if v in reads_after[run[-1]]]
+            outputs = [v for v in produced if last_read.get(v, -1) > run[-1]]
             sub = ClosedJaxpr(Jaxpr([], inputs, eqns, outputs), [])
             out.append(HostSegment(eqns, [reason[e] for e in eqns], inputs, outputs, NumpyExecutable(sub)))
             run = []
@@ -335,8 +350,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if _unfit_dtype(rt, g.eqns) is not None:
                 plan.steps.extend(HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns)
                 continue
-            outputs = [v for v in g.produced() if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
-            outputs.sort(key=lambda v: [e.out_vars[0] for e in g.eqns].index(v))
+            outputs = [v for e in g.eqns for v in e.out_vars
+                       if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
             if not outputs:
                 continue
             from .fusion import group_inputs
@@ -345,10 +360,10 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
             name = f"fused{k}_{ops}"
             vec = _vector_width(rt, g.eqns)
-            src, inputs = elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))
             n = _size(g.shape)
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
-            plan.steps.append(_kernel_step(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), src, n))
+            source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]
+            plan.steps += _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n)
             k += 1
         elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
             eqn, lowered = item
@@ -378,9 +393,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             items = n_out * chunks
             if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
                 chunks, items = 1, -(-n_out // vec)
-                src, _ = column_reduction_kernel(name, item, g, accesses, vec)
+                source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
             else:
-                src, _ = reduction_kernel(name, item, g, accesses, chunks, vec)
+                source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
             if chunks > 1 and _host_is_cheaper(rt, _size(x.aval.shape)):  # two launches: not batched
                 plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
                 continue
@@ -388,7 +403,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
                 finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
             step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
-            plan.steps.append(_kernel_step(plan, rt, step, src, _size(x.aval.shape)))
+            plan.steps += _kernel_steps(plan, rt, step, source, _size(x.aval.shape))
             k += 1
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             n = _size(item.out_vars[0].aval.shape)
@@ -401,7 +416,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             run = run_length(item, accesses)
             items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
             step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
-            plan.steps.append(_kernel_step(plan, rt, step, layout_kernel(name, item, accesses, run), n))
+            plan.steps += _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)
             k += 1
         else:
             lowered = lower(item, rt) if rt is not None else None
@@ -428,14 +443,18 @@ def cache_bytes(rt) -> int:
     return int(getattr(rt.device, "global_mem_cache_size", 0) or 0)
 
 
-def _kernel_step(plan: Plan, rt, step, source: str, elements: int):
-    """``step`` running the kernel ``source``: in the program, or, for a step too small to be
-    worth a launch of its own on a CPU device, held back for ``_batch_small_steps``."""
-    if _host_is_cheaper(rt, elements):
-        step.source = source
+def _kernel_steps(plan: Plan, rt, step, source: Callable[[], str], elements: int) -> list:
+    """``step`` running the kernel ``source()``: in the program, or, for a step too small to be
+    worth a launch of its own on a CPU device, held back for ``_batch_small_steps`` -- or, on a
+    driver that does not batch small steps, host steps at once (the kernel source, a third of the
+    compile time of a deep chain of small steps, is then never generated)."""
+    if not _host_is_cheaper(rt, elements):
+        step.name = plan.add_kernel(step.name, source())
+    elif _batch_min_eqns(rt) == float("inf"):
+        return [HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in step.eqns]
     else:
-        step.name = plan.add_kernel(step.name, source)
-    return step
+        step.source = source()
+    return [step]
 
 
 def _batch_min_eqns(rt) -> float:
@@ -451,17 +470,16 @@ def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
     """Each run of consecutive small steps becomes one ``BatchStep`` (a single launch); a run with
     too little work for even one launch runs on the host instead."""
     base = lambda v: plan.views[v].base if v in plan.views else v
-    read_later: list = [set() for _ in range(len(plan.steps) + 1)]  # buffers read at step i or after
-    read_later[-1] = {base(v) for v in program_outs}
-    for i in range(len(plan.steps) - 1, -1, -1):
-        step = plan.steps[i]
+    last_read: dict = {}  # buffer -> the last step reading it (the outputs: one past the end)
+    for i, step in enumerate(plan.steps):
         reads = step.inputs if isinstance(step, (KernelStep, ReduceStep)) else step.eqn.inputs
-        read_later[i] = read_later[i + 1] | {base(a) for a in reads if type(a) is not Literal}
+        last_read.update((base(a), i) for a in reads if type(a) is not Literal)
+    last_read.update((base(v), len(plan.steps)) for v in program_outs)
     out, run = [], []
 
     def flush(end: int):
         if sum(len(s.eqns) for s in run) >= _batch_min_eqns(rt):
-            out.append(_batch(plan, list(run), len(out), read_later[end]))
+            out.append(_batch(plan, list(run), len(out), lambda v: last_read.get(v, -1) >= end))
         else:
             reason = _TOO_SMALL.format(host_step_elements(rt))
             out.extend(HostStep(e, reason) for s in run for e in s.eqns)
@@ -482,10 +500,11 @@ def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
 _SCRATCH_ALIGN = 128  # bytes: each value a batch keeps to itself starts on a vector-load boundary
 
 
-def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
+def _batch(plan: Plan, steps: list, index: int, needed: Callable) -> BatchStep:
     """One kernel calling each step's kernel body, as a function of its work-item id, over the
     step's whole range: the steps' kernels with ``__kernel`` and ``get_global_id(0)`` rewritten.
-    Values no later step reads live at fixed offsets of one scratch buffer (no allocations)."""
+    Values no later step reads (``needed(v)`` is false) live at fixed offsets of one scratch
+    buffer (no allocations)."""
     made = {v for s in steps for v in s.outputs}
     ptr, args, params, scratch = {}, [], [], 0
     for s in steps:
@@ -493,7 +512,7 @@ def _batch(plan: Plan, steps: list, index: int, needed: set) -> BatchStep:
             if v in ptr:
                 continue
             ct = CTYPE[v.aval.dtype]
-            if v in made and v not in needed:
+            if v in made and not needed(v):
                 ptr[v] = f"((__global {ct}*)(scratch + {scratch}))"
                 # (an empty value still gets a distinct, in-bounds place: the parameter must exist)
                 scratch += max(-(-_nbytes(v.aval) // _SCRATCH_ALIGN), 1) * _SCRATCH_ALIGN
@@ -633,6 +652,21 @@ class HostExecutable:
                 f"peak live intermediate bytes: {self.peak_bytes}")
 
 
+def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
+    """An array for ``shape``/``dtype``: a buffer of ``pool`` when one is free (reusing memory that
+    is already mapped avoids page faults on large outputs), else a new one.  When the array
+    object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
+    key = (tuple(shape), np.dtype(dtype))
+    free = pool.get(key)
+    if free:
+        buffer, host = free.pop()
+        arr = Array(rt, buffer, shape, dtype, host)
+    else:
+        arr = rt.empty(shape, dtype)
+    arr._recycle = pool.setdefault(key, [])
+    return arr
+
+
 class OpenCLExecutable:
     """A compiled program on an OpenCL device: ``exe(*flat_args) -> list of ft.Array``."""
 
@@ -657,13 +691,21 @@ class OpenCLExecutable:
                         self.kernels[name] = rt.kernel(self.program, name)
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
+        # (not a bound method: no reference cycle, so a dropped executable frees its program at once)
+        self._alloc = functools.partial(_pooled_alloc, rt, self._pool)
         self._calls = 0
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
         # each batch's private values: the in-order queue runs one call's batch after the last's
         self._scratch = {s.name: rt.empty((s.scratch,), np.uint8) for s in self.plan.steps
                          if isinstance(s, BatchStep) and s.scratch}
-        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, self._release)
+        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, Array.recycle)
+        # One call at a time launches: a cl.Kernel keeps the arguments set for its next launch
+        # (another thread's arguments would interleave: wrong results, or a launch naming a freed
+        # buffer, which aborts PoCL), and the pool and batch scratch serve one call's launches.
+        # The in-order queue then runs calls one after another, so a buffer a call returned to the
+        # pool is rewritten only after the kernels that read it.  Waiting for results is outside.
+        self._lock = threading.Lock()
         self.num_host_steps = sum(len(s.eqns) for s in self.plan.steps if isinstance(s, HostSegment))
 
     @property
@@ -700,23 +742,6 @@ class OpenCLExecutable:
 
     # ------------------------------------------------------------------ buffers
 
-    def _alloc(self, shape, dtype) -> Array:
-        """An array for ``shape``/``dtype``: a pooled buffer when one is free (reusing memory that
-        is already mapped avoids page faults on large outputs), else a new one.  When the array
-        object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
-        key = (tuple(shape), np.dtype(dtype))
-        free = self._pool.get(key)
-        if free:
-            buffer, host = free.pop()
-            arr = Array(self.rt, buffer, shape, dtype, host)
-        else:
-            arr = self.rt.empty(shape, dtype)
-        arr._recycle = self._pool.setdefault(key, [])
-        return arr
-
-    def _release(self, arr: Array) -> None:
-        arr.recycle()
-
     def _as_device(self, x) -> Array:
         if isinstance(x, Array):
             return x
@@ -741,11 +766,26 @@ class OpenCLExecutable:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *args):
+        """Run the program; any number of threads may call at once (see ``_lock``)."""
+        env: dict = {}
+        with self._lock:
+            try:
+                outs = self._launch(env, args)
+            except BaseException:
+                # e.g. a Ctrl-C between launches: kernels already queued still read and write the
+                # memory of env's arrays (on unified memory, numpy's), which must outlive them
+                self.rt.hold(self, env)
+                raise
+        if config.debug_nans:
+            self._check_nans(args, outs)
+        return outs
+
+    def _launch(self, env: dict, args) -> list:
+        """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""
         self._calls += 1
         if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
             self.rt.keep_binary(self.program)
         jaxpr = self.closed.jaxpr
-        env: dict = {}
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
                                    for c in self.closed.consts]
@@ -778,7 +818,7 @@ class OpenCLExecutable:
                     partial = self._alloc((step.items,), step.output.aval.dtype)
                     kernels[step.name](queue, (step.items,), _LOCAL, *bufs, partial.buffer)
                     kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
-                    self._release(partial)
+                    partial.recycle()
                 env[step.output] = out
             elif isinstance(step, BatchStep):
                 for v in step.outputs:
@@ -795,11 +835,9 @@ class OpenCLExecutable:
                     env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
             for v in dead:  # last read: a pooled buffer serves later allocations of its size
                 if env[v]._recycle is not None:
-                    self._release(env.pop(v))
+                    env.pop(v).recycle()
         outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
         self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
-        if config.debug_nans:
-            self._check_nans(args, outs)
         return outs
 
     def _check_nans(self, args, outs) -> None:

@@ -8,6 +8,9 @@
 * Code is explicitly vectorized: each work-item handles 8 consecutive elements with vector
   types (PoCL does not vectorize scalar kernels well) and a scalar tail; ``a*b+c`` is
   written as such (no ``fma()``).
+* Bounds by construction: an input is read a vector at a time only where the whole vector
+  lies in one contiguous run of the view it reads (``vector_readable``), else lane by lane;
+  every kernel starts its vectors on vector boundaries of its rows to make that decidable.
 
 Only numbers and fixed identifiers are spliced into generated source: no user string ever is.
 """
@@ -34,14 +37,16 @@ _FLOAT_OPS = {
     "neg": "(-{0})", "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "tanh": "tanh({0})",
     "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sqrt": "sqrt({0})",
     "rsqrt": "rsqrt({0})", "abs": "fabs({0})", "floor": "floor({0})", "ceil": "ceil({0})",
-    "sign": "select(sign({0}), {0}, {mask}(isnan({0})))",  # OpenCL's sign(NaN) is 0, numpy's NaN
+    "sign": "sign({0})",
     "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
     "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
     "rem": "({0} - floor({0} / {1}) * {1})", "floor_div": "floor({0} / {1})",
-    # numpy's maximum/minimum propagate NaN; fmax/fmin alone would drop it
-    "max": "select(fmax({0}, {1}), {0} + {1}, {mask}(isnan({0}) | isnan({1})))",
-    "min": "select(fmin({0}, {1}), {0} + {1}, {mask}(isnan({0}) | isnan({1})))",
+    "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
 }
+# where numpy's result differs from the builtin above: a NaN operand gives NaN (OpenCL's
+# sign(NaN) is 0, fmax/fmin drop a NaN): (the value then, the test), chosen by ExprWriter.select
+_NAN_RESULT = {"sign": ("{0}", "isnan({0})"), "max": ("({0} + {1})", "isnan({0}) | isnan({1})"),
+               "min": ("({0} + {1})", "isnan({0}) | isnan({1})")}
 _INT_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
             "max": "max({0}, {1})", "min": "min({0}, {1})", "and": "({0} & {1})", "or": "({0} | {1})",
             "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
@@ -268,6 +273,19 @@ def access_for(kernel_shape: tuple, src_shape: tuple, view: View | None = None) 
     return Access("general", coeffs, inner, offset)
 
 
+def vector_readable(access: Access, vec: int, segment: int) -> bool:
+    """Can lanes e..e+vec-1 of a kernel input be read by one ``vload`` of its buffer?  Callers
+    keep each vector inside one segment of ``segment`` consecutive kernel elements, starting at
+    a multiple of ``vec`` within it; a vload is in bounds exactly when that puts the lanes in one
+    contiguous run of the view (never across a row end of a broadcast, reversed, sliced or
+    strided view, nor past its buffer's end)."""
+    if access.kind == "full":
+        return True
+    if access.kind != "general" or not access.inner or not segment:  # (empty: nothing is read)
+        return False
+    return (access.inner % vec == 0 and segment % access.inner == 0) or access.inner % segment == 0
+
+
 # --------------------------------------------------------------------------- code generation
 
 
@@ -292,12 +310,16 @@ def _literal(val, ctype: str) -> str:
 class ExprWriter:
     """Writes the body computing a group's values at element ``e`` (vector or scalar form).
 
-    Bools live as masks in registers: ``int`` lanes of -1/0 in vector form, 1/0 scalars."""
+    Bools live as masks in registers: ``int`` lanes of -1/0 in vector form, 1/0 scalars.
+    ``segment``: the caller's vectors start at multiples of ``vec`` within segments of this many
+    kernel elements and never cross a segment's end (see ``vector_readable``)."""
 
-    def __init__(self, vector: bool, inputs: dict, accesses: dict, vec: int = VEC, tail: bool = False):
+    def __init__(self, vector: bool, inputs: dict, accesses: dict, vec: int = VEC, tail: bool = False, *,
+                 segment: int):
         self.vector = vector
         self.vec = vec
         self.tail = tail          # vector form over the last, partial vector: lanes past n masked
+        self.segment = segment
         self.inputs = inputs      # Var -> parameter name
         self.accesses = accesses  # Var -> Access
         self.names: dict = {}
@@ -326,9 +348,9 @@ class ExprWriter:
                 self.lines.append(f"{ct} t_{p}[{self.vec}]; for (int k = 0; k < {self.vec}; k++) "
                                   f"t_{p}[k] = {e} + k < n ? {p}[{acc.index(f'({e} + k)')}] : ({ct})1;")
             raw = f"vload{self.vec}(0, t_{p})"
-        elif acc.kind == "full" or (acc.kind == "general" and acc.inner % self.vec == 0):
+        elif vector_readable(acc, self.vec, self.segment):
             raw = f"vload{self.vec}(0, {p} + {acc.index(e)})"
-        else:
+        else:  # lane by lane, each at its own index
             lanes = ", ".join(f"{p}[{acc.index(f'({e} + {k})')}]" for k in range(self.vec))
             raw = f"(({ct}{self.vec})({lanes}))"
         return f"(-convert_int{self.vec}({raw}))" if ct == "uchar" else raw
@@ -344,11 +366,13 @@ class ExprWriter:
             return self.names[a]
         return self.load(a, e)
 
-    def mask_cast(self, ctype: str) -> str:
-        """Convert a bool mask (int lanes) to the mask type select() wants for ``ctype`` values."""
+    def select(self, f: str, t: str, cond: str, ctype: str) -> str:
+        """``cond ? t : f`` for values of C type ``ctype``.  Vector select() takes a mask of the
+        values' lane width (long lanes for double and long); scalar select() of doubles with an
+        int test is ambiguous (PoCL rejects it), so scalars use ``?:``."""
         if not self.vector:
-            return ""
-        return f"convert_{MASK_OF[ctype]}{self.vec}"
+            return f"(({cond}) ? {t} : {f})"
+        return f"select({f}, {t}, convert_{MASK_OF[ctype]}{self.vec}({cond}))"
 
     def emit(self, eqn, e: str) -> None:
         name = eqn.primitive.name
@@ -375,7 +399,7 @@ class ExprWriter:
                 expr = f"convert_int{self.vec}({expr})"
         elif name == "select":
             p, t, f = args
-            expr = f"select({f}, {t}, {self.mask_cast(oct_)}({p}))" if self.vector else f"({p} ? {t} : {f})"
+            expr = self.select(f, t, p, oct_)
         elif name == "not":
             expr = f"(~{args[0]})" if self.vector else f"(!{args[0]})"
         elif name == "integer_pow":
@@ -392,7 +416,6 @@ class ExprWriter:
             expr = _BOOL_OPS[name].format(*args)
         elif oct_ in ("float", "double"):
             one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
-            mask = self.mask_cast(oct_) if self.vector else ""
             tmpl = _FLOAT_OPS[name]
             if oct_ == "float" and name in _NATIVE_F32:
                 tmpl = "native_" + tmpl  # measured on PoCL: 5x faster, within 1.2e-7 of sin/cos on |x| <= 1e4
@@ -400,11 +423,12 @@ class ExprWriter:
                 tmpl = f"ft_{name}_{self.vtype(oct_)}({{0}})"  # see _F32_MATH
             elif oct_ == "float" and name == "logistic":
                 tmpl = tmpl.replace("exp(", f"ft_exp_{self.vtype(oct_)}(")
-            if name in ("max", "min") and not self.vector:
-                tmpl = "((isnan({0}) || isnan({1})) ? ({0} + {1}) : f%s({0}, {1}))" % name
             if name in ("max", "min", "rem", "floor_div", "sign"):
                 args = [self.fresh(oct_, a) for a in args]
-            expr = tmpl.format(*args, one=one, mask=mask)
+            expr = tmpl.format(*args, one=one)
+            if name in _NAN_RESULT:
+                nan_value, nan_test = _NAN_RESULT[name]
+                expr = self.select(expr, nan_value.format(*args), nan_test.format(*args), oct_)
         elif name in ("rem", "floor_div"):
             expr = self.int_division(name, oct_, *args)
         else:
@@ -416,8 +440,7 @@ class ExprWriter:
         zero divisor (where C's division would trap)."""
         x, y = self.fresh(ct, x), self.fresh(ct, y)
         one = self.atom(Literal(np.ones((), np.int64)), ct, "")
-        pick = ((lambda a, b, c: f"select({a}, {b}, {c})") if self.vector
-                else (lambda a, b, c: f"(({c}) ? {b} : {a})"))
+        pick = lambda a, b, c: self.select(a, b, c, ct)
         d = self.fresh(ct, pick(y, one, f"{y} == 0"))
         signs_differ = f"(({x} < 0) != ({d} < 0))"
         if name == "rem":
@@ -480,9 +503,10 @@ def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, v
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     out_names = {v: f"out{i}" for i, v in enumerate(outputs)}
     bodies = []
-    ragged = _size(group.shape) % vec != 0  # else no partial vector: no tail code (compiles faster)
+    n = _size(group.shape)
+    ragged = n % vec != 0  # else no partial vector: no tail code (compiles faster)
     for tail in (False, True)[:1 + ragged]:  # the tail: the same vector code on masked lanes (a
-        w = ExprWriter(True, in_names, accesses, vec, tail)  # scalar loop there: 15% slower overall)
+        w = ExprWriter(True, in_names, accesses, vec, tail, segment=n)  # scalar loop there: 15% slower)
         for eqn in group.eqns:
             w.emit(eqn, "base")
         stores = [_store(w, v, out_names[v], "base", streaming and not tail) for v in outputs]
@@ -527,10 +551,10 @@ def _reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
 
 
 def _reduce_operand(x, group: Group | None, in_names: dict, accesses: dict, vec: int, vector: bool,
-                    e: str) -> tuple[list, str]:
+                    e: str, segment: int) -> tuple[list, str]:
     """Lines computing a reduction's operand at element ``e`` (inline from an absorbed ``group``,
-    else one load) and the name of its value."""
-    w = ExprWriter(vector, in_names, accesses, vec)
+    else one load) and the name of its value; vectors stay in ``segment``s (see ExprWriter)."""
+    w = ExprWriter(vector, in_names, accesses, vec, segment=segment)
     w.count = 1000 if vector else 0
     if group is None:
         return [], w.load(x, e)
@@ -544,7 +568,10 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     """Source of a reduction kernel; with ``group`` the operand is computed inline.
 
     Work-item ``gid`` computes output ``gid / chunks`` over the ``gid % chunks``-th slice of the
-    reduced elements (chunks > 1 writes partial results that a second pass combines)."""
+    reduced elements (chunks > 1 writes partial results that a second pass combines).  When the
+    reduced axes are the trailing ones, vectors of ``vec`` of them are read at once; every slice
+    then starts at a multiple of ``vec`` within its output's row of R elements, so no vector
+    crosses a row of a view it reads (see ``vector_readable``)."""
     x = reduce_eqn.inputs[0]
     xshape = x.aval.shape
     axes = reduce_eqn.params["axes"]
@@ -567,10 +594,12 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
     combine = lambda acc, v, vector: _reduce_combine(kind, ct, acc, v, vector)
-    s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e")
+    s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e", R)
     vec_loop = ""
+    per = -(-R // chunks)
     if contiguous_tail and R >= vec and ct in ("float", "double"):
-        v_lines, v_val = _reduce_operand(x, group, in_names, accesses, vec, True, "e")
+        per = -(-per // vec) * vec  # slices start on vector boundaries (the last ones may be empty)
+        v_lines, v_val = _reduce_operand(x, group, in_names, accesses, vec, True, "e", R)
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
         hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec)),
                 "reduce_prod": " * ".join(lane(k) for k in range(vec))}.get(kind)
@@ -590,9 +619,8 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restric
     const long gid = get_global_id(0);
     const long o = gid / {chunks};
     const long chunk = gid % {chunks};
-    const long per = ({R} + {chunks} - 1) / {chunks};
-    long r = chunk * per;
-    const long r_end = min((long){R}, r + per);
+    long r = chunk * {per};
+    const long r_end = min((long){R}, r + {per});
     const long xbase = {' + '.join(base_terms)};
     {ct} acc = {init};{vec_loop if contiguous_tail else ''}
     for (; r < r_end; r++) {{
@@ -626,7 +654,7 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     init = _reduce_init(kind, ct)
 
     def body(vector: bool) -> str:
-        lines, val = _reduce_operand(x, group, in_names, accesses, vec, vector, "e")
+        lines, val = _reduce_operand(x, group, in_names, accesses, vec, vector, "e", C)
         return "\n            ".join(lines + [_reduce_combine(kind, ct, "vacc" if vector else "acc", val, vector)])
 
     src = f"""

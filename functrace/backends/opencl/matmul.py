@@ -64,6 +64,7 @@ _mode_override: str | None = None
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
 _RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
+_DECIDING = threading.Lock()  # one thread at a time counts runs and measures (the dicts, the file)
 
 
 def mode() -> str:
@@ -409,41 +410,43 @@ def _code_version() -> str:
     return hashlib.sha256((kernel_source("matmul.cl") + code).encode()).hexdigest()
 
 
-def _decisions_path(rt) -> str:
+def _decisions_key(rt) -> str:
     """Per device, host-BLAS thread budget, and version of the kernels and of this module's launch
     code (a change to any of them is measured afresh)."""
+    return rt.fingerprint + _thread_budget() + _code_version()
+
+
+def _decisions_path(rt) -> str:
     from .runtime import cache_dir
-    digest = hashlib.sha256((rt.fingerprint + _thread_budget() + _code_version()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(_decisions_key(rt).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
 
 def _load_decisions(rt) -> None:
     """The per-shape OpenCL-vs-BLAS decisions measured by earlier processes on this device (so a
-    warm start neither measures nor builds kernels it will not use).  Unreadable: ignored.  The
-    file is a Python literal (``{key: (impl, opencl s, blas s)}``), read without importing json
-    (~1.5 ms of a warm first call)."""
+    warm start neither measures nor builds kernels it will not use).  Absent, or not verifying
+    against its checksum (so not written by this code): ignored, measured again.  The payload is
+    a Python literal (``{key: (impl, opencl s, blas s)}``), read without importing json (~1.5 ms
+    of a warm first call)."""
     if rt is None or getattr(rt, "_matmul_choices_loaded", False):
         return
     rt._matmul_choices_loaded = True
     import ast
-    try:
-        with open(_decisions_path(rt), encoding="utf-8") as f:
-            saved = ast.literal_eval(f.read())
-        for key, (impl, t_cl, t_blas) in saved.items():
-            if impl in ("opencl", "blas") and isinstance(key, tuple):
-                timing = (float(t_cl), float(t_blas))
-                _DECISIONS.setdefault(key, impl)
-                _TIMINGS.setdefault(key, timing)
-    except (OSError, ValueError, TypeError, SyntaxError, AttributeError, MemoryError, RecursionError):
-        pass
+    from .runtime import _read_entry
+    payload = _read_entry(_decisions_path(rt), _decisions_key(rt))
+    if payload is None:
+        return
+    for key, (impl, t_cl, t_blas) in ast.literal_eval(payload.decode("utf-8")).items():  # as _save_decisions wrote it
+        _DECISIONS.setdefault(key, impl)
+        _TIMINGS.setdefault(key, (t_cl, t_blas))
 
 
 def _save_decisions(rt) -> None:
-    from .runtime import _atomic_write
+    from .runtime import _write_entry
     plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
-    data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in _DECISIONS.items()}
+    data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in list(_DECISIONS.items())}
     try:
-        _atomic_write(_decisions_path(rt), repr(data).encode())
+        _write_entry(_decisions_path(rt), _decisions_key(rt), repr(data).encode())
     except OSError:
         pass  # a cache we cannot write only costs a measurement
 
@@ -501,17 +504,18 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         """Auto mode, undecided shape: count the run; at ``MEASURE_AT_RUN`` measure (the
         measurement writes ``out``: returns True).  The decision may come from another program."""
         key = _key(plan)
-        impl = _DECISIONS.get(key)
         measured = False
-        if impl is None:
-            _RUNS[key] = _RUNS.get(key, 0) + 1
-            if _RUNS[key] < MEASURE_AT_RUN:
-                return False
-            impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
-            if impl == "opencl":
-                keep_shared_binary(ctx.rt, spec.dtype, bias, act)
-            _save_decisions(ctx.rt)
-            measured = True
+        with _DECIDING:
+            impl = _DECISIONS.get(key)
+            if impl is None:
+                _RUNS[key] = _RUNS.get(key, 0) + 1
+                if _RUNS[key] < MEASURE_AT_RUN:
+                    return False
+                impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
+                if impl == "opencl":
+                    keep_shared_binary(ctx.rt, spec.dtype, bias, act)
+                _save_decisions(ctx.rt)
+                measured = True
         state["impl"] = lowered.extra["impl"] = impl
         lowered.launches = (plan.launches if impl == "opencl" else 0) + lowered.extra.get("copy_launches", 0)
         lowered.label = _label(plan, impl, _how(plan, impl, True))
@@ -558,17 +562,29 @@ def _matmul_layout(xs: tuple, ys: tuple, dn, dtype) -> tuple:
     return None, (None, None)
 
 
-def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
-    """``act(dot_general(x, y) + bias)`` (bias along the last output axis) as one matmul with a
-    fused epilogue, when the operands are already in a matmul layout (else None: no fusion)."""
+def _dot_layout(dot, rt):
+    """(spec, perms) of a ``dot_general`` the matmul kernels can run, else None: operands of the
+    output's dtype (float64 only where the device has it), no literal operand (``run`` receives
+    None for a literal), a non-empty contraction."""
+    from ...core import Literal
     x, y = dot.inputs
     dtype = np.dtype(dot.out_vars[0].aval.dtype)
-    if x.aval.dtype != dtype or y.aval.dtype != dtype or bias.aval.dtype != dtype:
+    if type(x) is Literal or type(y) is Literal or x.aval.dtype != dtype or y.aval.dtype != dtype:
         return None
     if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
         return None
     spec, perms = _matmul_layout(x.aval.shape, y.aval.shape, dot.params["dimension_numbers"], dtype)
-    if spec is None or spec.K == 0 or perms != (None, None) or bias.aval.shape != (spec.N,):
+    return None if spec is None or spec.K == 0 else (spec, perms)
+
+
+def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
+    """``act(dot_general(x, y) + bias)`` (bias along the last output axis) as one matmul with a
+    fused epilogue, when the operands are already in a matmul layout (else None: no fusion)."""
+    layout = _dot_layout(dot, rt)
+    if layout is None or bias.aval.dtype != layout[0].dtype:
+        return None
+    spec, perms = layout
+    if perms != (None, None) or bias.aval.shape != (spec.N,):
         return None
     lowered = lower_matmul(spec, rt, bias=True, act=act)
     lowered.extra["out_shape"] = tuple(dot.out_vars[0].aval.shape)
@@ -579,20 +595,13 @@ def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
 def lower(eqn, rt) -> Lowered | None:
     """Any ``dot_general``: operands whose layout is not a (transposed) batched matmul are first
     copied into canonical order by a permuting kernel (the output order is then already right)."""
-    from ...core import Literal
-    if any(type(a) is Literal for a in eqn.inputs):
+    layout = _dot_layout(eqn, rt)
+    if layout is None:
         return None
-    x, y = eqn.inputs
+    spec, perms = layout
     out = eqn.out_vars[0]
-    dtype = np.dtype(out.aval.dtype)
-    if x.aval.dtype != dtype or y.aval.dtype != dtype:
-        return None
-    if dtype == np.float64 and not getattr(rt, "supports_fp64", True):
-        return None
-    xs, ys, dn = x.aval.shape, y.aval.shape, eqn.params["dimension_numbers"]
-    spec, perms = _matmul_layout(xs, ys, dn, dtype)
-    if spec is None or spec.K == 0:
-        return None
+    dtype = spec.dtype
+    xs, ys = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape
     lowered = lower_matmul(spec, rt)
     lowered.extra["out_shape"] = tuple(out.aval.shape)
     if perms == (None, None):

@@ -6,10 +6,19 @@
   On CPU devices with unified host memory every array *is* a page-aligned numpy array and its
   buffer wraps that memory (``USE_HOST_PTR``): host steps, host BLAS and ``np.asarray`` read it
   after a queue ``finish()``, without copies or map calls.
-* Programs are cached by a hash of their source, device and driver: in memory, and on disk as
-  device binaries (written atomically; an unreadable or foreign entry is rebuilt).  On PoCL,
-  whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a binary is written
-  only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
+* Programs are cached by a hash of their source, device and driver: in memory while an
+  executable uses them (and the ``config.opencl_program_cache_size`` most recently asked for,
+  after that), and on disk as device binaries.  Every file of the disk cache (binaries, device
+  verdicts, matmul choices) is written atomically and carries a checksum of its payload bound to
+  its key: a truncated, bit-flipped or foreign entry is deleted and rebuilt, never handed to the
+  driver.  On PoCL, whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a
+  binary is written only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
+* Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
+  allocated from then on lies between two guard regions, and it and they start filled with
+  canary bytes (NaN for floats, a huge value for integers), so a read outside a buffer, or of
+  an element no kernel wrote, shows in the results; after every launch the guard regions of
+  the kernel's buffer arguments are checked, and a write outside a buffer raises
+  ``CanaryError`` naming the kernel.
 """
 from __future__ import annotations
 
@@ -18,6 +27,8 @@ import os
 import tempfile
 import threading
 import warnings
+import weakref
+from collections import OrderedDict
 
 
 import numpy as np
@@ -48,10 +59,66 @@ def devices() -> list:
 
 _PROBE = "__kernel void probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
 
+# A failed build is tried once more: PoCL's cache (3.1, measured) races between processes that
+# build one program at once -- one deletes the program's ``program.bc`` as another replaces it,
+# and that build fails with a bare BUILD_PROGRAM_FAILURE (3 of 12 starts of 8 processes on a fresh
+# POCL_CACHE_DIR); the second try finds the entry the other process wrote.
+_BUILD_ATTEMPTS = 2
+
 
 class DeviceUnusable(RuntimeError):
     """The device's compiler fails on every program (a one-line probe kernel included), or would
     crash the process on the wide vector code functrace generates."""
+
+
+class OpenCLEnvironmentError(RuntimeError):
+    """The driver cannot build programs in this process's environment (e.g. PoCL's cache directory
+    is not writable): a setting to fix, not a broken driver, so no verdict about it is kept."""
+
+
+def _pocl_cache_dir() -> str:
+    """Where PoCL writes its kernel cache and build files (its own rule: ``POCL_CACHE_DIR``, else
+    the XDG cache directory)."""
+    if os.environ.get("POCL_CACHE_DIR"):
+        return os.environ["POCL_CACHE_DIR"]
+    cached = os.environ.get("POCL_KERNEL_CACHE", "1").lower() not in ("0", "no", "off", "false")
+    sub = os.path.join("pocl", "kcache" if cached else "uncached")
+    if os.environ.get("XDG_CACHE_HOME"):
+        return os.path.join(os.environ["XDG_CACHE_HOME"], sub)
+    if "HOME" in os.environ:
+        return os.path.join(os.environ["HOME"], ".cache", sub)
+    return os.path.join("/tmp", sub)
+
+
+def _pocl_cache_problem() -> str | None:
+    """Why PoCL cannot write its cache directory (None: it can), tried with a temporary file in
+    that directory or, while it does not exist, in its nearest existing parent (PoCL makes it)."""
+    path = _pocl_cache_dir()
+    where = path
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        if os.path.exists(where):
+            return f"PoCL's cache directory {path!r} cannot be made: {where!r} is not a directory"
+        where = os.path.dirname(where)
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        return f"PoCL's cache directory {path!r} is not writable ({e.strerror or e}: {where!r})"
+    return None
+
+
+def _raise_for_environment(device, failure: str) -> None:
+    """Raise ``OpenCLEnvironmentError`` when ``failure`` (of a build on ``device``) comes from the
+    environment rather than the driver."""
+    if "Portable Computing Language" not in device.platform.name:
+        return
+    problem = _pocl_cache_problem()
+    if problem is not None:
+        raise OpenCLEnvironmentError(
+            f"OpenCL device {device.name!r} cannot build programs: {problem}, and PoCL writes every "
+            f"program it builds there. Set POCL_CACHE_DIR to a writable directory (one that persists "
+            f"keeps the compiled kernels; `export POCL_CACHE_DIR=$(mktemp -d)` will do) or make that "
+            f"one writable. (The driver said: {failure.strip().splitlines()[0][:160]})")
 
 
 def _marker(device, kind: str = "usable") -> str:
@@ -59,12 +126,25 @@ def _marker(device, kind: str = "usable") -> str:
     return os.path.join(cache_dir(), f"{kind}-" + hashlib.sha256(_fingerprint(device).encode()).hexdigest()[:16])
 
 
+def _read_verdict(device, kind: str) -> str | None:
+    """The verdict of ``kind`` an earlier process kept about this device and driver (None: none,
+    or a file that does not verify, which is deleted)."""
+    saved = _read_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}")
+    return None if saved is None else saved.decode("utf-8", "replace")
+
+
+def _keep_verdict(device, kind: str, verdict: str) -> None:
+    """Keep a verdict about the driver for later processes (in a cache we cannot write: they
+    probe again)."""
+    try:
+        _write_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}", verdict.encode())
+    except OSError:
+        pass
+
+
 def _mark_usable(device) -> None:
     _state[("usable", device.int_ptr)] = True
-    try:
-        _atomic_write(_marker(device), b"ok")
-    except OSError:
-        pass  # only a later process's failure diagnosis costs a probe
+    _keep_verdict(device, "usable", "ok")
 
 
 def usable(device) -> bool:
@@ -74,7 +154,7 @@ def usable(device) -> bool:
     probe build answers."""
     key = ("usable", device.int_ptr)
     if key not in _state:
-        if os.path.exists(_marker(device)):
+        if _read_verdict(device, "usable") == "ok":
             _state[key] = True
             return True
         try:
@@ -118,7 +198,11 @@ fp64 = _supports_fp64(device)
 print("ready", flush=True)
 ctx = cl.Context([device])
 queue = cl.CommandQueue(ctx)
-prg = cl.Program(ctx, source).build(options="-DPROBE_FP64" if fp64 else "")
+prg = cl.Program(ctx, source)
+try:
+    prg.build(options="-DPROBE_FP64" if fp64 else "")
+except Exception:  # once more (_BUILD_ATTEMPTS): processes starting at once race in PoCL's cache
+    prg.build(options="-DPROBE_FP64" if fp64 else "")
 for name, dtype, lanes in [("probe_f", np.float32, 16)] + ([("probe_d", np.float64, 8)] if fp64 else []):
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                     hostbuf=np.linspace(-2.0, 2.0, 256).astype(dtype))
@@ -156,32 +240,23 @@ def crash_reason(device, force: bool = False) -> str | None:
         if not _may_crash_process(device):
             _state[key] = None
             return None
-    marker = _marker(device, _WIDE_MARKER)
-    verdict = ""
-    if not force:
-        try:
-            with open(marker, encoding="utf-8") as f:
-                verdict = f.read()
-        except OSError:
-            pass
-    if not verdict:
+    verdict = None if force else _read_verdict(device, _WIDE_MARKER)
+    if verdict is None:
         verdict, about_the_driver = _run_wide_probe(device)
+        if verdict != "ok":
+            _raise_for_environment(device, verdict)  # e.g. PoCL's cache not writable: not the driver's doing
         if about_the_driver:
-            try:
-                _atomic_write(marker, verdict.encode())
-            except OSError:
-                pass  # a later process probes again
+            _keep_verdict(device, _WIDE_MARKER, verdict)
     _state[key] = None if verdict == "ok" else verdict
     return _state[key]
 
 
 def _run_wide_probe(device) -> tuple[str, bool]:
     """("ok" or what went wrong, whether that is the driver's doing) for a child process that
-    builds and runs ``_WIDE_PROBE`` on ``device``.  The child starts in functrace's cache
-    directory (not the caller's, whose modules it would import first), with the parent's module
-    path, no stdin, and its own process group (a Ctrl-C for the parent does not reach it; on a
-    timeout the whole group is killed)."""
-    import signal
+    builds and runs ``_WIDE_PROBE`` on ``device``.  The child starts in an empty temporary
+    directory (not the caller's, whose modules it would import first; not the cache directory,
+    which may not be writable), with the parent's module path, no stdin, and its own process
+    group (a Ctrl-C for the parent does not reach it; on a timeout the whole group is killed)."""
     import subprocess
     import sys
     what = "a probe compiling 512-bit vector code in a child process"
@@ -189,13 +264,20 @@ def _run_wide_probe(device) -> tuple[str, bool]:
         return f"{what} cannot run here (no Python interpreter to start)", False
     cmd = [sys.executable, "-c", _WIDE_PROBE_CHILD, _fingerprint(device), _WIDE_PROBE]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    cwd = cache_dir()
     try:
-        os.makedirs(cwd, exist_ok=True)
-        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        workdir = tempfile.TemporaryDirectory(prefix="functrace-probe-")
+        child = subprocess.Popen(cmd, cwd=workdir.name, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True)
     except (OSError, ValueError) as e:
         return f"{what} could not start ({e})", False
+    with workdir:
+        return _wait_for_probe(what, child)
+
+
+def _wait_for_probe(what: str, child) -> tuple[str, bool]:
+    """``_run_wide_probe``'s verdict on its running ``child``."""
+    import signal
+    import subprocess
     def kill_group():
         try:
             os.killpg(child.pid, signal.SIGKILL)
@@ -282,7 +364,12 @@ class Runtime:
         self.name = device.name
         self.fingerprint = _fingerprint(device)
         self.supports_fp64 = _supports_fp64(device)
-        self._programs: dict = {}
+        # every live program by key (one build for the same source, however many executables
+        # use it; freed with the last of them) and the most recently asked for, kept alive (LRU)
+        self._programs = weakref.WeakValueDictionary()
+        self._recent: OrderedDict = OrderedDict()
+        self._key_of = weakref.WeakKeyDictionary()  # program -> its key
+        self._program_lock = threading.Lock()  # one build per key, however many threads ask
         self._binary_saved: set = set()  # program keys whose binary is in the disk cache
         # PoCL keeps its own disk cache of built programs (keyed by source, options and device);
         # asking it for binaries compiles every kernel of the program up front (see keep_binary)
@@ -293,27 +380,30 @@ class Runtime:
     def program(self, source: str, options: str = ""):
         """A built program for ``source``: from memory, else from the disk cache, else compiled."""
         key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
-        prog = self._programs.get(key)
-        if prog is None:
-            prog = self._load_or_build(key, source, options)
-            self._programs[key] = prog
+        with self._program_lock:
+            prog = self._programs.get(key)
+            if prog is None:
+                prog = self._load_or_build(key, source, options)
+                self._programs[key] = prog
+                self._key_of[prog] = key
+            self._recent[key] = prog
+            self._recent.move_to_end(key)
+            while len(self._recent) > config.opencl_program_cache_size:
+                self._recent.popitem(last=False)
         return prog
 
     def _load_or_build(self, key: str, source: str, options: str):
         cl = self.cl
         path = self._binary_path(key)
-        if os.path.exists(path):
+        binary = _read_entry(path, key)  # verified against its checksum before the driver sees it
+        if binary is not None:
             try:
-                with open(path, "rb") as f:
-                    blob = f.read()
-                header, binary = blob[:64], blob[64:]
-                if header.decode() != key:
-                    raise ValueError("foreign cache entry")
                 prog = cl.Program(self.context, [self.device], [binary]).build(options=options)
                 self._binary_saved.add(key)
                 return prog
-            except Exception:
-                pass  # corrupt, foreign or stale: rebuild below
+            except Exception as e:
+                _raise_for_environment(self.device, str(e))  # (the entry may be sound)
+                _discard(path)  # a binary the driver no longer takes: rebuilt below
         prog = self._build(cl.Program(self.context, source), options)
         if not self.driver_caches_programs:  # elsewhere the binary is cheap: keep it now
             self._save_binary(key, prog)
@@ -325,7 +415,7 @@ class Runtime:
     def _save_binary(self, key: str, prog) -> None:
         try:
             binary = prog.get_info(self.cl.program_info.BINARIES)[0]
-            _atomic_write(self._binary_path(key), key.encode() + binary)
+            _write_entry(self._binary_path(key), key, binary)
         except Exception:
             pass  # a cache we cannot write only costs compile time
         self._binary_saved.add(key)
@@ -335,20 +425,27 @@ class Runtime:
         PoCL's own cache takes ~22 ms to rebuild from source.  On PoCL asking for the binary
         compiles every kernel once more (~0.2 s for a training step's program), so executables
         ask only from their second call: programs that run again are worth it."""
-        key = next((k for k, p in self._programs.items() if p is prog), None)
+        key = self._key_of.get(prog)
         if key is not None and key not in self._binary_saved:
             self._save_binary(key, prog)
 
     def _build(self, program, options: str):
-        """Build ``program``; a failure on a device that cannot even build the probe kernel is
-        ``DeviceUnusable`` (the device is dropped), any other failure is re-raised."""
-        try:
-            program.build(options=options)
-        except Exception:
+        """Build ``program``, trying twice (``_BUILD_ATTEMPTS``); a failure caused by the
+        environment is ``OpenCLEnvironmentError`` (saying what to fix), one on a device that
+        cannot even build the probe kernel is ``DeviceUnusable`` (the device is dropped), any other
+        failure is re-raised."""
+        for _ in range(_BUILD_ATTEMPTS):
+            try:
+                program.build(options=options)
+                break
+            except Exception as e:
+                failure = e
+        else:
+            _raise_for_environment(self.device, str(failure))
             if not usable(self.device):
                 raise DeviceUnusable(f"OpenCL device {self.name!r} cannot build programs (its compiler "
                                      f"fails even on a one-line probe kernel)") from None
-            raise
+            raise failure
         if _state.get(("usable", self.device.int_ptr)) is not True:
             _mark_usable(self.device)
         return program
@@ -359,9 +456,11 @@ class Runtime:
     # ------------------------------------------------------------------ synchronization
 
     def finish(self) -> None:
-        """Wait for every enqueued command; host memory held for them may then be freed."""
+        """Wait for every enqueued command; host memory held for them may then be freed (only
+        what was held before the wait began: another thread may enqueue and hold meanwhile)."""
+        held, self._in_flight = self._in_flight, []
         self.queue.finish()
-        self._in_flight.clear()
+        del held
 
     def host_views(self, *arrays) -> list:
         """``a.host_view()`` of each array (None stays None), waiting for the queue once."""
@@ -383,6 +482,8 @@ class Runtime:
 
     def empty(self, shape: tuple, dtype) -> "Array":
         dtype = np.dtype(dtype)
+        if config.opencl_debug_canaries:
+            return self._guarded_empty(shape, dtype)
         if self.unified:
             return Array(self, None, shape, dtype, _aligned_empty(shape, dtype))
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
@@ -403,12 +504,39 @@ class Runtime:
         allows (contiguous, writable, page-aligned), else a copy (OpenCL has no empty buffers:
         an empty array gets one byte)."""
         mf = self.cl.mem_flags
+        if config.opencl_debug_canaries:  # a guarded copy: host memory has no guard regions
+            arr = self._guarded_empty(host.shape, host.dtype)
+            self.write(arr, host)
+            return arr.buffer
         if not host.size:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
         if self.unified and host.flags.c_contiguous and host.flags.writeable \
                 and host.ctypes.data % _HOST_ALIGN == 0:
             return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
+
+    def _guarded_empty(self, shape: tuple, dtype: np.dtype) -> "Array":
+        """``empty`` in canary mode: the buffer lies between two guard regions of
+        ``_GUARD_BYTES``, all three filled with the dtype's canary byte (see the module's
+        docstring).  On unified memory the buffer wraps the middle of one host allocation; else
+        it is a sub-buffer of one device allocation (an empty array's buffer holds the first
+        byte of the upper guard region: OpenCL has no empty buffers)."""
+        cl, mf = self.cl, self.cl.mem_flags
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        fill = _canary_byte(dtype)
+        span, data = nbytes + 2 * _GUARD_BYTES, slice(_GUARD_BYTES, _GUARD_BYTES + max(nbytes, 1))
+        if self.unified:
+            raw = _aligned_empty((span,), np.dtype(np.uint8))  # page-aligned, so its data is too
+            raw.fill(fill)
+            buffer = cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=raw[data])
+            buffer.ft_canaries = _Canaries(fill, nbytes, raw=raw)
+            host = raw[_GUARD_BYTES:_GUARD_BYTES + nbytes].view(dtype).reshape(shape)
+            return Array(self, buffer, shape, dtype, host)
+        whole = cl.Buffer(self.context, mf.READ_WRITE, span)
+        cl.enqueue_fill_buffer(self.queue, whole, np.uint8(fill), 0, span)
+        buffer = whole.get_sub_region(data.start, data.stop - data.start)
+        buffer.ft_canaries = _Canaries(fill, nbytes, whole=whole)
+        return Array(self, buffer, shape, dtype)
 
     def write(self, out: "Array", x) -> None:
         """Copy host data into an existing device array."""
@@ -422,6 +550,58 @@ class Runtime:
 
 
 _HOST_ALIGN = 4096  # zero-copy host pointers: page-aligned (what strict CPU drivers require)
+_GUARD_BYTES = 4096  # canary mode: guard region on each side of a buffer (a multiple of _HOST_ALIGN)
+
+
+class CanaryError(RuntimeError):
+    """Canary mode found a kernel that wrote outside one of its buffers."""
+
+
+def _canary_byte(dtype: np.dtype) -> int:
+    """The canary byte for buffers of ``dtype``: all-one bytes are NaN as float32 and float64;
+    0x7f bytes are a huge integer (and a true bool)."""
+    return 0xFF if dtype.kind == "f" else 0x7F
+
+
+class _Canaries:
+    """The guard regions around one buffer in canary mode: ``raw`` (a host allocation) or
+    ``whole`` (a device buffer) holds _GUARD_BYTES of ``fill``, the buffer's ``nbytes``, then
+    _GUARD_BYTES of ``fill`` again."""
+
+    __slots__ = ("fill", "nbytes", "raw", "whole")
+
+    def __init__(self, fill: int, nbytes: int, raw: np.ndarray | None = None, whole=None):
+        self.fill, self.nbytes, self.raw, self.whole = fill, nbytes, raw, whole
+
+    def guards(self, queue) -> np.ndarray:
+        """The bytes of both guard regions as they are now (the queue has finished)."""
+        g, end = _GUARD_BYTES, _GUARD_BYTES + self.nbytes
+        if self.raw is not None:
+            return np.concatenate([self.raw[:g], self.raw[end:]])
+        out = np.empty(2 * g, np.uint8)
+        cl = _cl()
+        cl.enqueue_copy(queue, out[:g], self.whole, src_offset=0)
+        cl.enqueue_copy(queue, out[g:], self.whole, src_offset=end)
+        return out
+
+
+def check_canaries(queue, kernel: str, args) -> None:
+    """Canary mode, after a launch of ``kernel`` with ``args``: raise ``CanaryError`` if a guard
+    region of one of its buffer arguments changed (the kernel wrote outside that buffer)."""
+    guarded = [(i, getattr(a, "ft_canaries", None)) for i, a in enumerate(args)]
+    guarded = [(i, c) for i, c in guarded if c is not None]
+    if not guarded:
+        return
+    queue.finish()
+    for i, c in guarded:
+        bad = np.flatnonzero(c.guards(queue) != c.fill)
+        if bad.size:
+            first = int(bad[0])
+            where = (f"{_GUARD_BYTES - first} bytes before its start" if first < _GUARD_BYTES
+                     else f"{first - _GUARD_BYTES} bytes after its end")
+            raise CanaryError(f"OpenCL kernel {kernel!r} wrote outside buffer argument {i} ({c.nbytes} bytes): "
+                              f"{bad.size} guard byte(s) changed, the first {where} "
+                              f"(ft.config.opencl_debug_canaries is on)")
 
 
 def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -432,23 +612,60 @@ def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     return raw[start:start + n].view(dtype).reshape(shape)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def cache_dir() -> str:
     base = os.environ.get("FUNCTRACE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "functrace")
     return os.path.join(base, "opencl")
+
+
+# A disk-cache file: this tag (the format's version), then the SHA-256 of the entry's key and
+# payload, then the payload.  The key names what the payload is for (for a program binary: the
+# hash of its source, options, device and driver), so a payload written for another key does not
+# verify any more than a truncated or bit-flipped one.
+_ENTRY_TAG = b"ftcache1"
+
+
+def _entry_digest(key: str, payload: bytes) -> bytes:
+    return hashlib.sha256(key.encode() + b"\0" + payload).digest()
+
+
+def _write_entry(path: str, key: str, payload: bytes) -> None:
+    """Write the cache file ``path`` holding ``payload`` for ``key`` (atomically: readers see the
+    old file, none, or this one, never a part).  OSError when the cache is not writable."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_ENTRY_TAG + _entry_digest(key, payload) + payload)
+        os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+def _read_entry(path: str, key: str) -> bytes | None:
+    """The payload ``_write_entry(path, key, ...)`` wrote; None when there is none or the file does
+    not verify (truncated, bit-flipped, another key's, not ours): such a file is deleted, so the
+    entry the caller rebuilds replaces it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None  # absent, or not a readable file: rebuilt (and its writing may fail in turn)
+    start = len(_ENTRY_TAG) + hashlib.sha256().digest_size
+    payload = data[start:]
+    if data[:len(_ENTRY_TAG)] == _ENTRY_TAG and data[len(_ENTRY_TAG):start] == _entry_digest(key, payload):
+        return payload
+    _discard(path)
+    return None
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # gone already, or not ours to delete: the next write replaces it or fails
 
 
 class Kernel:
@@ -460,22 +677,28 @@ class Kernel:
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
     16-argument matmul launch 104 -> 5 us)."""
 
-    __slots__ = ("_cl", "_program", "_name", "_launch")
+    __slots__ = ("_cl", "_program", "_name", "_kernel")
 
     def __init__(self, cl, program, name: str):
         self._cl, self._program, self._name = cl, program, name
-        self._launch = self._first_launch
+        self._kernel = None
 
-    def _first_launch(self, queue, global_size, local_size, *args):
+    def _make(self, args: tuple):
         kernel = self._cl.Kernel(self._program, self._name)
         scalar_types = [a.dtype if isinstance(a, np.generic) else None for a in args]
         if any(t is not None for t in scalar_types):  # (buffers alone: the generic code is as fast)
             kernel.set_scalar_arg_dtypes(scalar_types)
-        self._launch = kernel
-        return kernel(queue, global_size, local_size, *args)
+        self._kernel = kernel
+        return kernel
 
     def __call__(self, queue, global_size, local_size, *args):
-        return self._launch(queue, global_size, local_size, *args)
+        kernel = self._kernel
+        if kernel is None:
+            kernel = self._make(args)
+        event = kernel(queue, global_size, local_size, *args)
+        if config.opencl_debug_canaries:
+            check_canaries(queue, self._name, args)
+        return event
 
 
 class Array:
@@ -650,9 +873,12 @@ def get_runtime() -> Runtime | None:
         chosen = _choose(devs) if devs else None
         rt = Runtime(chosen) if chosen is not None else None
         if rt is None and not _state.get("warned"):
+            problem = None if devs else _pocl_cache_problem()  # PoCL then lists no device
+            hint = (f" PoCL, if installed, lists no devices: {problem}; set POCL_CACHE_DIR to a writable "
+                    f"directory." if problem else "")
             warnings.warn("functrace: no usable OpenCL device found; jit falls back to the numpy backend. "
                           "Install one (for the CPU: Debian's pocl-opencl-icd, or `pip install "
-                          "pocl-binary-distribution`).", RuntimeWarning,
+                          "pocl-binary-distribution`)." + hint, RuntimeWarning,
                           stacklevel=3)
             _state["warned"] = True
         _state["want"], _state["runtime"] = want, rt
