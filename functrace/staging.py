@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
+import numpy as np
 
 from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
                    current_phase, get_aval, new_main)
@@ -37,7 +38,7 @@ class JaxprBuilder:
         self.eqns: list[JaxprEqn] = []
         self.const_vars: list[Var] = []
         self.const_vals: list = []
-        self.const_by_id: dict[int, StagingTracer] = {}
+        self.const_by_id: dict[int, tuple] = {}  # id(value) -> (value, its tracer)
         self.memo: dict = {}
 
     def build(self, in_vars: list, outs: list) -> ClosedJaxpr:
@@ -51,18 +52,21 @@ class StagingTrace(Trace):
 
     def pure(self, val) -> StagingTracer:
         builder: JaxprBuilder = self.main.global_data
-        t = builder.const_by_id.get(id(val))
-        if t is not None:
-            return t
+        seen = builder.const_by_id.get(id(val))
+        if seen is not None:
+            return seen[1]
         aval = get_aval(val)
         if aval.shape == () and not isinstance(val, Tracer):
             t = StagingTracer(self, Literal(val))
         else:
             var = Var(aval)
             builder.const_vars.append(var)
-            builder.const_vals.append(val)
+            # as in JAX, a captured array's value is the one it had when traced: a later in-place
+            # change by the caller must not reach the compiled program (so a writable one is copied)
+            builder.const_vals.append(val.copy() if isinstance(val, np.ndarray) and val.flags.writeable
+                                      else val)
             t = StagingTracer(self, var)
-            builder.const_by_id[id(val)] = t
+            builder.const_by_id[id(val)] = (val, t)  # (val kept alive: its id stays its own)
         return t
 
     def process_primitive(self, primitive, tracers, params):

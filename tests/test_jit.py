@@ -232,3 +232,15 @@ def test_sum_of_a_huge_broadcast_is_exact_and_instant(backend, dtype):
         g = np.asarray(run(ft.grad(lambda v: fnp.sum(total(v))))(x))
         np.testing.assert_array_equal(g, np.full(3, 1e12, dtype))
     assert time.perf_counter() - start < 5.0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_captured_array_is_fixed_when_traced(backend):
+    """As in JAX: changing a captured numpy array in place after tracing does not change what the
+    compiled program computes (it used to read the caller's array by reference)."""
+    w = np.arange(6.0).reshape(2, 3)
+    f = ft.jit(lambda x: fnp.sum(x * w), backend=backend)
+    x = np.ones((2, 3))
+    assert float(f(x)) == 15.0
+    w[:] = 100.0
+    assert float(f(x)) == 15.0
