@@ -77,6 +77,24 @@ def test_host_arrays_get_guarded_buffers_in_canary_mode():
     np.testing.assert_array_equal(got, host)
 
 
+def test_buffers_pooled_before_canary_mode_are_not_reused_in_it():
+    """An executable's pool outlives a switch into canary mode.  On unified memory (CPU devices)
+    a pooled array no kernel wrote (a host-BLAS matmul result) has no buffer yet; given in canary mode to a kernel, its buffer
+    was a guarded copy of its host memory: the kernel wrote the copy, and the result read the
+    untouched host memory (the matmul's old result)."""
+    from functrace.backends.opencl import matmul
+    x = np.linspace(0.0, 1.0, 64 * 64, dtype=np.float32).reshape(64, 64)
+    eye = np.eye(64, dtype=np.float32)
+    with matmul.forced_mode("blas"):
+        f = ft.jit(lambda x, a: (fnp.sin(x), a @ a), backend="opencl")
+    ft.config.update("opencl_debug_canaries", False)
+    s, m = f(x, eye)
+    del s, m  # the matmul's (bufferless) array returns to the pool last: the next sin takes it
+    ft.config.update("opencl_debug_canaries", True)
+    s, _ = f(x + 1.0, eye)
+    np.testing.assert_allclose(np.asarray(s), np.sin(x + 1.0), rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_full_reductions_of_broadcast_operands_and_views(dtype):
     """The shapes of the reports: full and row reductions whose fused producer reads a broadcast

@@ -655,8 +655,10 @@ class HostExecutable:
 def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
     """An array for ``shape``/``dtype``: a buffer of ``pool`` when one is free (reusing memory that
     is already mapped avoids page faults on large outputs), else a new one.  When the array
-    object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
-    key = (tuple(shape), np.dtype(dtype))
+    object dies, its buffer returns to the pool (outputs the caller dropped are reused).  Pooled
+    per canary mode: an unguarded array's buffer is made lazily, and in canary mode that makes a
+    guarded copy of its host memory, which kernels would write while readers see the original."""
+    key = (tuple(shape), np.dtype(dtype), config.opencl_debug_canaries)
     free = pool.get(key)
     if free:
         buffer, host = free.pop()
