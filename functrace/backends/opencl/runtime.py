@@ -459,8 +459,11 @@ class Runtime:
         """Wait for every enqueued command; host memory held for them may then be freed (only
         what was held before the wait began: another thread may enqueue and hold meanwhile)."""
         held, self._in_flight = self._in_flight, []
-        self.queue.finish()
-        del held
+        try:
+            self.queue.finish()
+        except BaseException:  # (a Ctrl-C before the wait): the commands may still run
+            self._in_flight += held
+            raise
 
     def host_views(self, *arrays) -> list:
         """``a.host_view()`` of each array (None stays None), waiting for the queue once."""
