@@ -414,8 +414,8 @@ for _ in range(3):
 short = scan_of(3)
 long = scan_of(10 ** 6).lower(x).compile()  # minutes of kernels
 np.asarray(short(x))
-print("ready", flush=True)
-try:
+try:  # (ready inside the try: a SIGINT that comes before the call still ends in the handler)
+    print("ready", flush=True)
     np.asarray(long(x))
     print("finished", flush=True)
 except KeyboardInterrupt:
@@ -425,8 +425,9 @@ print(float(np.max(np.abs(np.asarray(short(x)) - want))), flush=True)
 
 
 def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_path):
-    """SIGINT during a scan of a million kernel steps: KeyboardInterrupt within a few seconds
-    (kernels already queued finish first), and jitted code runs right afterwards."""
+    """SIGINT during a scan of a million kernel steps (minutes of kernels): KeyboardInterrupt
+    within seconds (15: a loaded CI machine may not run the child for a while), and jitted code
+    runs right afterwards (once the kernels already queued have run)."""
     proc = child(INTERRUPTED_SCAN, tmp_path)
     watchdog = threading.Timer(120, proc.kill)  # a child that hangs fails the test, not the suite
     watchdog.start()
@@ -438,7 +439,7 @@ def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_
         line = proc.stdout.readline().strip()
         waited = time.perf_counter() - sent
         assert line == "interrupted", proc.stderr.read()
-        assert waited < 5.0
+        assert waited < 15.0
         assert float(finished(proc, timeout=60)) < 1e-6
     finally:
         watchdog.cancel()
