@@ -15,8 +15,9 @@
   binary is written only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
 * Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
   allocated from then on lies between two guard regions, and it and they start filled with
-  canary bytes (NaN for floats, a huge value for integers), so a read outside a buffer, or of
-  an element no kernel wrote, shows in the results; after every launch the guard regions of
+  canary bytes (NaN for floats, a huge value for integers; a buffer an executable reuses from
+  its pool is filled again), so a read outside a buffer, or of an element no kernel wrote,
+  shows in the results; after every launch the guard regions of
   the kernel's buffer arguments are checked, and a write outside a buffer raises
   ``CanaryError`` naming the kernel.
 """
