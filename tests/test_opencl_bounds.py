@@ -85,10 +85,10 @@ def test_buffers_pooled_before_canary_mode_are_not_reused_in_it():
     from functrace.backends.opencl import matmul
     x = np.linspace(0.0, 1.0, 64 * 64, dtype=np.float32).reshape(64, 64)
     eye = np.eye(64, dtype=np.float32)
-    with matmul.forced_mode("blas"):
-        f = ft.jit(lambda x, a: (fnp.sin(x), a @ a), backend="opencl")
+    f = ft.jit(lambda x, a: (fnp.sin(x), a @ a), backend="opencl")
     ft.config.update("opencl_debug_canaries", False)
-    s, m = f(x, eye)
+    with matmul.forced_mode("blas"):  # (compiled at the first call)
+        s, m = f(x, eye)
     del s, m  # the matmul's (bufferless) array returns to the pool last: the next sin takes it
     ft.config.update("opencl_debug_canaries", True)
     s, _ = f(x + 1.0, eye)
