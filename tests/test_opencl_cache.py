@@ -300,10 +300,9 @@ def test_four_processes_fill_one_fresh_cache_at_once(tmp_path):
     assert float(worst) < 1e-6 and int(loads) == 1
 
 
-def test_a_build_that_fails_once_is_tried_again(monkeypatch):
-    """PoCL's cache races between processes building one program at once (one deletes
-    ``program.bc`` as another replaces it): that build fails once with a bare
-    BUILD_PROGRAM_FAILURE, and succeeds when tried again."""
+def fail_the_first_build(monkeypatch) -> tuple:
+    """(the real ``Program.build``, the failures so far): the next build fails as one that lost
+    PoCL's cache race does, the ones after it build."""
     real_build = rt.cl.Program.build
     failures = []
 
@@ -313,11 +312,28 @@ def test_a_build_that_fails_once_is_tried_again(monkeypatch):
             raise RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE")
         return real_build(self, *args, **kwargs)
     monkeypatch.setattr(rt.cl.Program, "build", racing_build)
+    return real_build, failures
+
+
+def test_a_build_that_fails_once_is_tried_again(monkeypatch):
+    """PoCL's cache races between processes building one program at once (one deletes
+    ``program.bc`` as another replaces it): that build fails once with a bare
+    BUILD_PROGRAM_FAILURE, and succeeds when tried again."""
+    real_build, failures = fail_the_first_build(monkeypatch)
     prog = rt._build(rt.cl.Program(rt.context, SCALE.format("2.0")), "")
     monkeypatch.setattr(rt.cl.Program, "build", real_build)
     buf = rt.to_device(np.ones(4, np.float32))
     prog.scale(rt.queue, (4,), None, buf.buffer)
     assert failures and (np.asarray(buf) == 2.0).all()
+
+
+def test_the_probe_build_that_fails_once_is_tried_again(monkeypatch, tmp_path):
+    """The probe build that decides, after a build failed, whether the device can build at all
+    races in PoCL's cache the same way: one failure must not drop the device."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))  # (no verdict kept on disk)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    _, failures = fail_the_first_build(monkeypatch)
+    assert cl_runtime.usable(rt.device) and failures
 
 
 KILLED_WHILE_WRITING = """

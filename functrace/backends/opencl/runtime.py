@@ -158,12 +158,15 @@ def usable(device) -> bool:
         if _read_verdict(device, "usable") == "ok":
             _state[key] = True
             return True
-        try:
-            cl = _cl()
-            cl.Program(cl.Context([device]), _PROBE).build()
-        except Exception:
-            _state[key] = False
-            return False
+        for attempt in range(_BUILD_ATTEMPTS):  # (processes building at once race in PoCL's cache)
+            try:
+                cl = _cl()
+                cl.Program(cl.Context([device]), _PROBE).build()
+                break
+            except Exception:
+                if attempt == _BUILD_ATTEMPTS - 1:
+                    _state[key] = False
+                    return False
         _mark_usable(device)
     return _state[key]
 
