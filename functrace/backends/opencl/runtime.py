@@ -682,7 +682,8 @@ class Kernel:
     types) that declares its scalar argument types from the numpy scalars of that launch:
     pyopencl then packs them itself.
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
-    16-argument matmul launch 104 -> 5 us)."""
+    16-argument matmul launch 104 -> 5 us).  Not for two threads at once: a launch sets the
+    arguments, then enqueues (callers serialize: an executable's lock, matmul's launch lock)."""
 
     __slots__ = ("_cl", "_program", "_name", "_kernel")
 
