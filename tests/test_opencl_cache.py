@@ -5,6 +5,7 @@ during a long OpenCL computation.  No crash, no hang, no wrong number.
 The subprocess tests run the child processes against this checkout's functrace; each takes a
 few seconds (mostly interpreter and pyopencl start-up)."""
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -442,8 +443,8 @@ print(float(np.max(np.abs(np.asarray(short(x)) - want))), flush=True)
 
 def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_path):
     """SIGINT during a scan of a million kernel steps (minutes of kernels): KeyboardInterrupt
-    within seconds (15: a loaded CI machine may not run the child for a while), and jitted code
-    runs right afterwards (once the kernels already queued have run)."""
+    within seconds (15: a loaded CI machine may not run the child for a while; a second SIGINT
+    after 5), and jitted code runs right afterwards (once the kernels already queued have run)."""
     proc = child(INTERRUPTED_SCAN, tmp_path)
     watchdog = threading.Timer(120, proc.kill)  # a child that hangs fails the test, not the suite
     watchdog.start()
@@ -451,7 +452,10 @@ def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         time.sleep(0.5)
         sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
+        for _ in range(3):  # a SIGINT whose handler runs inside a __del__ is lost (Python ignores
+            proc.send_signal(signal.SIGINT)  # what __del__ raises): a user presses Ctrl-C again
+            if select.select([proc.stdout], [], [], 5.0)[0]:
+                break
         line = proc.stdout.readline().strip()
         waited = time.perf_counter() - sent
         assert line == "interrupted", proc.stderr.read()
