@@ -33,8 +33,17 @@ class Config:
             if env is not None and isinstance(default, bool):
                 env = env.lower() in ("1", "true", "yes", "on")
             elif env is not None and (isinstance(default, int) or env.isdigit()):
-                env = int(env)
-            setattr(self, name, default if env is None else env)
+                try:
+                    env = int(env)
+                except ValueError:
+                    raise ValueError(f"FUNCTRACE_{name.upper()} must be an int, got {env!r}") from None
+            if env is None:
+                setattr(self, name, default)
+                continue
+            try:
+                self.update(name, env)  # checked as a value set in code is
+            except ValueError as e:
+                raise ValueError(f"FUNCTRACE_{name.upper()}: {e}") from None
 
     def update(self, name: str, value: Any) -> None:
         if name not in self._DEFAULTS:

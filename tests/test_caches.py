@@ -63,8 +63,10 @@ def test_dropped_jitted_functions_free_their_programs(kernels, options):
     x = np.ones(10, np.float32)
     exes, programs = [], []
     for i in range(3):
-        f = ft.jit(lambda x: x * (2.0 + i), backend="opencl")  # each its own source
-        np.testing.assert_array_equal(np.asarray(f(x)), x * (2.0 + i))
+        # each its own source (and, by an odd constant, no other test's: a live executable of
+        # another test with the same source would keep the program alive)
+        f = ft.jit(lambda x: x * (2.375 + i), backend="opencl")
+        np.testing.assert_array_equal(np.asarray(f(x)), x * (2.375 + i))
         exe = f.lower(x).compile().executable
         exes.append(weakref.ref(exe))
         programs.append(weakref.ref(exe.program))
@@ -94,12 +96,24 @@ def test_identical_sources_share_one_program_while_any_uses_it(kernels, options)
 def test_many_signatures_of_one_function_keep_a_bounded_number_of_programs(kernels, options):
     options("jit_cache_size", 2)
     options("opencl_program_cache_size", 0)
-    f = ft.jit(lambda x: fnp.sum(x * 0.5, axis=0), backend="opencl")  # the column count is in its source
+    f = ft.jit(lambda x: fnp.sum(x * 0.625, axis=0), backend="opencl")  # the column count is in its source
     programs = []
     for n in (10, 11, 12):
         x = np.ones((3, n), np.float32)
-        np.testing.assert_array_equal(np.asarray(f(x)), np.full(n, 1.5, np.float32))
+        np.testing.assert_array_equal(np.asarray(f(x)), np.full(n, 1.875, np.float32))
         programs.append(weakref.ref(f.lower(x).compile().executable.program))
     rt.finish()
     assert f.cache_size() == 2
     assert [p() is None for p in programs] == [True, False, False]
+
+
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_cache_sizes_from_the_environment_are_checked(monkeypatch, value):
+    # unchecked, FUNCTRACE_JIT_CACHE_SIZE=-1 made every call of a jitted function raise KeyError
+    # (evicting from an empty cache while its size exceeded -1)
+    from functrace.config import Config
+    monkeypatch.setenv("FUNCTRACE_JIT_CACHE_SIZE", value)
+    with pytest.raises(ValueError, match="FUNCTRACE_JIT_CACHE_SIZE"):
+        Config()
+    monkeypatch.setenv("FUNCTRACE_JIT_CACHE_SIZE", "5")
+    assert Config().jit_cache_size == 5

@@ -77,6 +77,40 @@ def test_host_arrays_get_guarded_buffers_in_canary_mode():
     np.testing.assert_array_equal(got, host)
 
 
+def test_buffers_pooled_before_canary_mode_are_not_reused_in_it():
+    """An executable's pool outlives a switch into canary mode.  On unified memory (CPU devices)
+    a pooled array no kernel wrote (a host-BLAS matmul result) has no buffer yet; given in canary mode to a kernel, its buffer
+    was a guarded copy of its host memory: the kernel wrote the copy, and the result read the
+    untouched host memory (the matmul's old result)."""
+    from functrace.backends.opencl import matmul
+    x = np.linspace(0.0, 1.0, 64 * 64, dtype=np.float32).reshape(64, 64)
+    eye = np.eye(64, dtype=np.float32)
+    f = ft.jit(lambda x, a: (fnp.sin(x), a @ a), backend="opencl")
+    ft.config.update("opencl_debug_canaries", False)
+    with matmul.forced_mode("blas"):  # (compiled at the first call)
+        s, m = f(x, eye)
+    del s, m  # the matmul's (bufferless) array returns to the pool last: the next sin takes it
+    ft.config.update("opencl_debug_canaries", True)
+    s, _ = f(x + 1.0, eye)
+    np.testing.assert_allclose(np.asarray(s), np.sin(x + 1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("unified", [True, False])
+def test_a_pooled_buffer_reused_in_canary_mode_is_refilled(unified, monkeypatch):
+    """Outputs come from an executable's pool: a kernel that left elements unwritten would
+    return its last call's values (with the same inputs: the right ones), not canaries."""
+    from functrace.backends.opencl.executable import _pooled_alloc
+    monkeypatch.setattr(rt, "unified", rt.unified and unified)
+    pool = {}
+    a = _pooled_alloc(rt, pool, (5,), np.float32)
+    rt.write(a, np.arange(5.0))
+    assert np.asarray(a).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    buffer = a.buffer
+    del a  # back to the pool
+    b = _pooled_alloc(rt, pool, (5,), np.float32)
+    assert b.buffer is buffer and np.isnan(np.asarray(b)).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_full_reductions_of_broadcast_operands_and_views(dtype):
     """The shapes of the reports: full and row reductions whose fused producer reads a broadcast

@@ -5,6 +5,7 @@ during a long OpenCL computation.  No crash, no hang, no wrong number.
 The subprocess tests run the child processes against this checkout's functrace; each takes a
 few seconds (mostly interpreter and pyopencl start-up)."""
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -300,10 +301,9 @@ def test_four_processes_fill_one_fresh_cache_at_once(tmp_path):
     assert float(worst) < 1e-6 and int(loads) == 1
 
 
-def test_a_build_that_fails_once_is_tried_again(monkeypatch):
-    """PoCL's cache races between processes building one program at once (one deletes
-    ``program.bc`` as another replaces it): that build fails once with a bare
-    BUILD_PROGRAM_FAILURE, and succeeds when tried again."""
+def fail_the_first_build(monkeypatch) -> tuple:
+    """(the real ``Program.build``, the failures so far): the next build fails as one that lost
+    PoCL's cache race does, the ones after it build."""
     real_build = rt.cl.Program.build
     failures = []
 
@@ -313,11 +313,28 @@ def test_a_build_that_fails_once_is_tried_again(monkeypatch):
             raise RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE")
         return real_build(self, *args, **kwargs)
     monkeypatch.setattr(rt.cl.Program, "build", racing_build)
+    return real_build, failures
+
+
+def test_a_build_that_fails_once_is_tried_again(monkeypatch):
+    """PoCL's cache races between processes building one program at once (one deletes
+    ``program.bc`` as another replaces it): that build fails once with a bare
+    BUILD_PROGRAM_FAILURE, and succeeds when tried again."""
+    real_build, failures = fail_the_first_build(monkeypatch)
     prog = rt._build(rt.cl.Program(rt.context, SCALE.format("2.0")), "")
     monkeypatch.setattr(rt.cl.Program, "build", real_build)
     buf = rt.to_device(np.ones(4, np.float32))
     prog.scale(rt.queue, (4,), None, buf.buffer)
     assert failures and (np.asarray(buf) == 2.0).all()
+
+
+def test_the_probe_build_that_fails_once_is_tried_again(monkeypatch, tmp_path):
+    """The probe build that decides, after a build failed, whether the device can build at all
+    races in PoCL's cache the same way: one failure must not drop the device."""
+    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))  # (no verdict kept on disk)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    _, failures = fail_the_first_build(monkeypatch)
+    assert cl_runtime.usable(rt.device) and failures
 
 
 KILLED_WHILE_WRITING = """
@@ -414,8 +431,8 @@ for _ in range(3):
 short = scan_of(3)
 long = scan_of(10 ** 6).lower(x).compile()  # minutes of kernels
 np.asarray(short(x))
-print("ready", flush=True)
-try:
+try:  # (ready inside the try: a SIGINT that comes before the call still ends in the handler)
+    print("ready", flush=True)
     np.asarray(long(x))
     print("finished", flush=True)
 except KeyboardInterrupt:
@@ -425,8 +442,9 @@ print(float(np.max(np.abs(np.asarray(short(x)) - want))), flush=True)
 
 
 def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_path):
-    """SIGINT during a scan of a million kernel steps: KeyboardInterrupt within a few seconds
-    (kernels already queued finish first), and jitted code runs right afterwards."""
+    """SIGINT during a scan of a million kernel steps (minutes of kernels): KeyboardInterrupt
+    within seconds (15: a loaded CI machine may not run the child for a while; a second SIGINT
+    after 5), and jitted code runs right afterwards (once the kernels already queued have run)."""
     proc = child(INTERRUPTED_SCAN, tmp_path)
     watchdog = threading.Timer(120, proc.kill)  # a child that hangs fails the test, not the suite
     watchdog.start()
@@ -434,11 +452,14 @@ def test_ctrl_c_during_a_long_computation_stops_it_and_jit_works_afterwards(tmp_
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         time.sleep(0.5)
         sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
+        for _ in range(3):  # a SIGINT whose handler runs inside a __del__ is lost (Python ignores
+            proc.send_signal(signal.SIGINT)  # what __del__ raises): a user presses Ctrl-C again
+            if select.select([proc.stdout], [], [], 5.0)[0]:
+                break
         line = proc.stdout.readline().strip()
         waited = time.perf_counter() - sent
         assert line == "interrupted", proc.stderr.read()
-        assert waited < 5.0
+        assert waited < 15.0
         assert float(finished(proc, timeout=60)) < 1e-6
     finally:
         watchdog.cancel()

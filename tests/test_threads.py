@@ -194,3 +194,24 @@ def test_a_finish_keeps_what_other_threads_hold_meanwhile(monkeypatch):
     rt.finish()
     assert rt._in_flight == [(during,)]
     rt._in_flight.clear()
+
+
+@pytest.mark.skipif(cl_runtime.get_runtime() is None, reason="no usable OpenCL device on this machine")
+def test_an_interrupted_finish_keeps_what_was_held(monkeypatch):
+    """A Ctrl-C before the wait began leaves the queued commands running: what was held for them
+    stays held (freeing it would let kernels read and write freed host memory)."""
+    rt = cl_runtime.get_runtime()
+    rt.finish()
+    held = object()
+
+    class Queue:
+        def finish(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rt, "queue", Queue())
+    monkeypatch.setattr(rt, "unified", True)
+    rt.hold(held)
+    with pytest.raises(KeyboardInterrupt):
+        rt.finish()
+    assert rt._in_flight == [(held,)]
+    rt._in_flight.clear()

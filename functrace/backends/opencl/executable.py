@@ -655,11 +655,18 @@ class HostExecutable:
 def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
     """An array for ``shape``/``dtype``: a buffer of ``pool`` when one is free (reusing memory that
     is already mapped avoids page faults on large outputs), else a new one.  When the array
-    object dies, its buffer returns to the pool (outputs the caller dropped are reused)."""
-    key = (tuple(shape), np.dtype(dtype))
+    object dies, its buffer returns to the pool (outputs the caller dropped are reused).  Pooled
+    per canary mode: an unguarded array's buffer is made lazily, and in canary mode that makes a
+    guarded copy of its host memory, which kernels would write while readers see the original.
+    In canary mode a reused buffer is filled with canaries again (after the kernels queued before:
+    the queue is in order), so an element no kernel writes shows in this use too."""
+    key = (tuple(shape), np.dtype(dtype), config.opencl_debug_canaries)
     free = pool.get(key)
     if free:
         buffer, host = free.pop()
+        canaries = getattr(buffer, "ft_canaries", None)
+        if canaries is not None:
+            rt.cl.enqueue_fill_buffer(rt.queue, buffer, np.uint8(canaries.fill), 0, buffer.size)
         arr = Array(rt, buffer, shape, dtype, host)
     else:
         arr = rt.empty(shape, dtype)

@@ -15,8 +15,9 @@
   binary is written only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
 * Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
   allocated from then on lies between two guard regions, and it and they start filled with
-  canary bytes (NaN for floats, a huge value for integers), so a read outside a buffer, or of
-  an element no kernel wrote, shows in the results; after every launch the guard regions of
+  canary bytes (NaN for floats, a huge value for integers; a buffer an executable reuses from
+  its pool is filled again), so a read outside a buffer, or of an element no kernel wrote,
+  shows in the results; after every launch the guard regions of
   the kernel's buffer arguments are checked, and a write outside a buffer raises
   ``CanaryError`` naming the kernel.
 """
@@ -157,12 +158,15 @@ def usable(device) -> bool:
         if _read_verdict(device, "usable") == "ok":
             _state[key] = True
             return True
-        try:
-            cl = _cl()
-            cl.Program(cl.Context([device]), _PROBE).build()
-        except Exception:
-            _state[key] = False
-            return False
+        for attempt in range(_BUILD_ATTEMPTS):  # (processes building at once race in PoCL's cache)
+            try:
+                cl = _cl()
+                cl.Program(cl.Context([device]), _PROBE).build()
+                break
+            except Exception:
+                if attempt == _BUILD_ATTEMPTS - 1:
+                    _state[key] = False
+                    return False
         _mark_usable(device)
     return _state[key]
 
@@ -459,8 +463,11 @@ class Runtime:
         """Wait for every enqueued command; host memory held for them may then be freed (only
         what was held before the wait began: another thread may enqueue and hold meanwhile)."""
         held, self._in_flight = self._in_flight, []
-        self.queue.finish()
-        del held
+        try:
+            self.queue.finish()
+        except BaseException:  # (a Ctrl-C before the wait): the commands may still run
+            self._in_flight += held
+            raise
 
     def host_views(self, *arrays) -> list:
         """``a.host_view()`` of each array (None stays None), waiting for the queue once."""
@@ -675,7 +682,8 @@ class Kernel:
     types) that declares its scalar argument types from the numpy scalars of that launch:
     pyopencl then packs them itself.
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
-    16-argument matmul launch 104 -> 5 us)."""
+    16-argument matmul launch 104 -> 5 us).  Not for two threads at once: a launch sets the
+    arguments, then enqueues (callers serialize: an executable's lock, matmul's launch lock)."""
 
     __slots__ = ("_cl", "_program", "_name", "_kernel")
 
