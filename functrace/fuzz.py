@@ -21,6 +21,7 @@ certain.  No tolerance is tuned to what the implementations happen to do.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import itertools
 import math
 import sys
@@ -616,7 +617,7 @@ class _Generator:
         names = self.vars_of(kind, pred)
         if not names:
             return None
-        if self.chance(0.5):
+        if self.chance(0.6):
             return names[-1]  # chains: the newest value
         return self.choice(names)
 
@@ -1004,7 +1005,7 @@ class _Generator:
 
     def generate(self) -> Program:
         self.new_input(self.main_shape())
-        n_ops = int(self.rng.integers(1, 9))
+        n_ops = int(self.rng.integers(2, 11))
         names = [n for n, _ in self._FAMILIES]
         weights = np.array([w for _, w in self._FAMILIES], float)
         tries = 0
@@ -1013,7 +1014,7 @@ class _Generator:
             getattr(self, "op_" + names[int(self.rng.choice(len(names), p=weights / weights.sum()))])()
         outs = [n for n in self.created if n in self.avals][-1:] or [self.inputs[0].name]
         extra = [n for n in self.created if n not in outs]
-        if extra and self.chance(0.3):
+        if extra and self.chance(0.4):
             outs.append(self.choice(extra))
         if not self.created:  # nothing traced: the identity
             self.assign("{a} * 1.0", a=self.inputs[0].name)
@@ -1232,6 +1233,47 @@ def _call(impl: str, fn: Callable, args: list, inputs: InputSet, jitted: dict, k
     return j(*args)
 
 
+def _directional_check(prog: Program, ns: dict, inputs: InputSet, grad: list, interp: BoundInterpreter):
+    """Reverse mode against forward mode, in the reference: ``grad(loss) . t`` against
+    ``jvp(loss)(t)`` for a random ``t`` (their rules are written separately; every
+    implementation runs the same reverse-mode IR, so only this catches a wrong rule)."""
+    import functrace as ft
+    from .staging import make_jaxpr
+    fl = prog.float_inputs
+    args = [_to_reference(a) for a in inputs.args]
+    ws = [_to_reference(w) for w in inputs.weights]
+    rng = np.random.default_rng([prog.seed, prog.index, 20_000])
+    ts = [rng.standard_normal(args[i].shape) for i in fl]
+
+    def directional(*a):
+        xs, w, t = list(a[:len(args)]), a[len(args):len(args) + len(ws)], a[len(args) + len(ws):]
+
+        def loss(*p):
+            full = list(xs)
+            for i, v in zip(fl, p):
+                full[i] = v
+            return ns["loss"](*full, *w)
+        return ft.jvp(loss, tuple(xs[i] for i in fl), tuple(t))[1]
+
+    try:
+        closed = make_jaxpr(directional)(*args, *ws, *ts)
+    except Exception as e:
+        return "exception", "jvp: " + "".join(traceback.format_exception_only(type(e), e)).strip()
+    with np.errstate(all="ignore"):
+        j = interp.run(closed, [interp.exact(a) for a in args + ws + ts])[0]
+        terms = [t * np.asarray(g.v, np.float64) for t, g in zip(ts, grad[1:])]
+        d = sum(float(np.sum(x)) for x in terms)
+        e = sum(float(np.sum(np.abs(t) * g.e)) for t, g in zip(ts, grad[1:])) + \
+            _summation_ulps(sum(t.size for t in ts)) * interp.u * sum(float(np.sum(np.abs(x))) for x in terms)
+        jv, je = float(j.v), float(j.e)
+        if not (np.isfinite(d) and np.isfinite(e) and np.isfinite(jv) and np.isfinite(je)):
+            return None
+        if abs(d - jv) <= 3 * (e + je):
+            return None
+    return "values", (f"grad . t = {d!r} (bound {e:.3g}) but jvp gives {jv!r} (bound {je:.3g}): the reverse-mode "
+                      "and forward-mode rules disagree")
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -1331,9 +1373,17 @@ class Fuzzer:
                     continue
                 for impl in (IMPLS if only is None else (only[1],)):
                     self.stats.comparisons += 1
-                    found = self._check_one(prog, fn, args, inputs, jitted, kind, impl, avals, want)
+                    if impl == "jvp":
+                        found = _directional_check(prog, ns, inputs, want, interp)
+                    else:
+                        found = self._check_one(prog, fn, args, inputs, jitted, kind, impl, avals, want)
                     if found is not None:
                         failures.append(Failure(prog, kind, impl, k, *found))
+                if kind == "grad" and only is None:
+                    self.stats.comparisons += 1
+                    found = _directional_check(prog, ns, inputs, want, interp)
+                    if found is not None:
+                        failures.append(Failure(prog, kind, "jvp", k, *found))
         return failures
 
     @staticmethod
@@ -1407,13 +1457,17 @@ def main(argv=None) -> int:
         indices = range(opts.start, opts.start + opts.n)
     deadline = None if opts.minutes is None else time.monotonic() + 60 * opts.minutes
     t0 = time.monotonic()
+    faulthandler.enable()  # a crash in a driver still says where
 
     def progress(i):
+        # a program that hangs (a driver deadlock) ends the run with the stack, after 15 minutes
+        faulthandler.dump_traceback_later(900, exit=True)
         if opts.program is None and (i - opts.start) % 50 == 0:
             print(f"[{time.monotonic() - t0:7.0f} s] program {i}: {len(fuzzer.stats.failures)} failures so far",
                   flush=True)
         return i
     stats = fuzzer.run((progress(i) for i in indices), deadline)
+    faulthandler.cancel_dump_traceback_later()
     print(f"\nseed {opts.seed}, mode {opts.mode}, {time.monotonic() - t0:.0f} s")
     print(stats.summary())
     return 1 if stats.failures else 0
