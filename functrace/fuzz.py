@@ -123,8 +123,10 @@ class BoundInterpreter:
                      np.where(np.isfinite(e), 0.0, np.inf))
         return Bound(v, np.broadcast_to(e, v.shape), tie)
 
-    def _local(self, name: str, v) -> np.ndarray:
-        return _ULPS.get(name, 0) * self.u * np.abs(np.asarray(v, dtype=np.float64)) + self.tiny
+    def _local(self, name: str, v) -> np.ndarray | float:
+        """Rounding of one operation (and its result flushed to zero below the normal range)."""
+        ulps = _ULPS.get(name, 0)
+        return ulps * self.u * _magnitude(v) + self.tiny if ulps else 0.0
 
     @staticmethod
     def _spread(v, candidates) -> np.ndarray:
@@ -179,7 +181,7 @@ class BoundInterpreter:
     def _extra_local(self, name: str, ins: list, params: dict, v) -> np.ndarray | float:
         """Local errors that grow with the operands: x ** n is |n| roundings (and a division for
         n < 0); pow(x, y) through exp(y log x) is off by |y log x| ulp of its result."""
-        mag = np.abs(np.asarray(v, np.float64))
+        mag = _magnitude(v)
         if name == "integer_pow":
             n = params["y"]
             return (abs(n) + (3 if n < 0 else 0)) * self.u * mag
@@ -262,7 +264,7 @@ class BoundInterpreter:
     def _scatter_add(self, prim, ins: list, params: dict) -> Bound:
         x, idx, upd = ins
         v = prim.impl(x.v, idx.v, upd.v, **params)
-        mag = prim.impl(np.abs(x.v), idx.v, np.abs(upd.v), **params).astype(np.float64)
+        mag = prim.impl(_magnitude(x.v), idx.v, _magnitude(upd.v), **params)
         e = prim.impl(x.e, idx.v, upd.e, **params) + (upd.v.size + 1) * self.u * mag
         return self._finish(v, np.inf if np.any(idx.e) else e)
 
@@ -273,13 +275,13 @@ class BoundInterpreter:
         e = np.sum(x.e, axis=axes)
         if x.v.dtype.kind == "f":
             n = math.prod(x.v.shape[a] for a in axes)
-            e = e + _summation_ulps(n) * self.u * np.sum(np.abs(x.v), axis=axes).astype(np.float64) + self.tiny
+            e = e + _summation_ulps(n) * self.u * np.sum(_magnitude(x.v), axis=axes) + self.tiny
         return self._finish(v, e, self._reduced_tie(x, axes))
 
     def _reduce_prod(self, prim, ins: list, params: dict) -> Bound:
         x, axes = ins[0], params["axes"]
         v = prim.impl(x.v, **params)
-        mag = np.abs(x.v.astype(np.float64))
+        mag = _magnitude(x.v)
         n = math.prod(x.v.shape[a] for a in axes)
         p = np.prod(mag, axis=axes)
         grown = np.where(p > 0, p * np.expm1(np.sum(np.log1p(x.e / mag), axis=axes)), np.prod(mag + x.e, axis=axes))
@@ -324,8 +326,7 @@ class BoundInterpreter:
         x = ins[0]
         n = x.v.shape[params["axis"]]
         v = prim.impl(x.v, **params)
-        e = prim.impl(x.e, **params) + _summation_ulps(n) * self.u * prim.impl(np.abs(x.v), **params).astype(
-            np.float64) + self.tiny
+        e = prim.impl(x.e, **params) + _summation_ulps(n) * self.u * prim.impl(_magnitude(x.v), **params) + self.tiny
         return self._finish(v, e)
 
     def _dot_general(self, prim, ins: list, params: dict) -> Bound:
@@ -337,8 +338,9 @@ class BoundInterpreter:
             v = prim.impl(a.v, b.v, **params)
         else:
             v = prim.impl(av, bv, **params)
-        mag = prim.impl(np.abs(av), np.abs(bv), **params)
-        e = (prim.impl(np.abs(av), b.e, **params) + prim.impl(a.e, np.abs(bv), **params)
+        am, bm = _magnitude(av), _magnitude(bv)
+        mag = prim.impl(am, bm, **params)
+        e = (prim.impl(am, b.e, **params) + prim.impl(a.e, bm, **params)
              + prim.impl(a.e, b.e, **params) + _summation_ulps(k) * self.u * mag + self.tiny)
         return self._finish(v, e)
 
@@ -414,6 +416,12 @@ class BoundInterpreter:
     @staticmethod
     def _reduced_tie(x: Bound, axes) -> np.ndarray | None:
         return None if x.tie is None else np.any(x.tie, axis=axes)
+
+
+def _magnitude(v) -> np.ndarray:
+    """|v| as float64, 0 where v is not finite (its error is not a multiple of it)."""
+    a = np.abs(np.asarray(v, dtype=np.float64))
+    return np.where(np.isfinite(a), a, 0.0)
 
 
 def _summation_ulps(n: int) -> float:
@@ -1311,11 +1319,11 @@ class Stats:
 class Fuzzer:
     """Runs programs of one seed in one mode and collects their failures."""
 
-    def __init__(self, seed: int = 0, mode: str = "default", sets: int = 2, kinds=KINDS, minimize: bool = True,
-                 log: Callable = print):
+    def __init__(self, seed: int = 0, mode: str = "default", sets: int = 2, kinds=KINDS, impls=IMPLS,
+                 minimize: bool = True, log: Callable = print):
         if mode not in ("default", "kernels"):
             raise ValueError(f"fuzz: mode must be 'default' or 'kernels', got {mode!r}")
-        self.seed, self.mode, self.sets, self.kinds = seed, mode, sets, tuple(kinds)
+        self.seed, self.mode, self.sets, self.kinds, self.impls = seed, mode, sets, tuple(kinds), tuple(impls)
         self.minimize = minimize
         self.log = log
         self.stats = Stats()
@@ -1371,7 +1379,7 @@ class Fuzzer:
                     msg = f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
                     self.stats.rejected[msg] = self.stats.rejected.get(msg, 0) + 1
                     continue
-                for impl in (IMPLS if only is None else (only[1],)):
+                for impl in (self.impls if only is None else (only[1],)):
                     self.stats.comparisons += 1
                     if impl == "jvp":
                         found = _directional_check(prog, ns, inputs, want, interp)
