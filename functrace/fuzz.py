@@ -65,6 +65,7 @@ class BoundInterpreter:
 
     def __init__(self, dtype):
         info = np.finfo(dtype)
+        self.dtype = np.dtype(dtype)
         self.u = float(info.eps) / 2
         self.tiny = float(info.tiny)  # flush-to-zero or underflow: this much absolute error per op
         self.big = float(info.max)
@@ -76,9 +77,11 @@ class BoundInterpreter:
         return self.eval(closed.jaxpr, [self.exact(c) for c in closed.consts], args)
 
     def exact(self, x) -> Bound:
+        """An exact value of the program: a float is first rounded to the program's dtype (the
+        reference is traced at float64, where a literal 0.1 would otherwise stay unrounded)."""
         v = np.asarray(x)
         if v.dtype.kind == "f":
-            v = v.astype(self.hp)
+            v = v.astype(self.dtype).astype(self.hp)
         return Bound(v, np.zeros(v.shape))
 
     def eval(self, jaxpr, consts: list, args: list) -> list:
@@ -1251,7 +1254,7 @@ def _directional_check(prog: Program, ns: dict, inputs: InputSet, grad: list, in
     args = [_to_reference(a) for a in inputs.args]
     ws = [_to_reference(w) for w in inputs.weights]
     rng = np.random.default_rng([prog.seed, prog.index, 20_000])
-    ts = [rng.standard_normal(args[i].shape) for i in fl]
+    ts = [rng.standard_normal(args[i].shape).astype(prog.dtype).astype(np.float64) for i in fl]
 
     def directional(*a):
         xs, w, t = list(a[:len(args)]), a[len(args):len(args) + len(ws)], a[len(args) + len(ws):]
