@@ -24,6 +24,7 @@ import argparse
 import faulthandler
 import itertools
 import math
+import re
 import sys
 import textwrap
 import time
@@ -33,8 +34,13 @@ from typing import Callable
 
 import numpy as np
 
+import functrace as ft
+import functrace.numpy as fnp
+from . import nn
 from . import primitives as P
+from .config import config
 from .core import ClosedJaxpr, Literal
+from .staging import make_jaxpr
 
 # --------------------------------------------------------------------------- error bounds
 
@@ -108,7 +114,7 @@ class BoundInterpreter:
                 body = params[prim.inline_body]
                 return self.eval(body.jaxpr, [self.exact(c) for c in body.consts], ins)
             if name in _FUSED_REFERENCES:
-                return self._fused(prim, ins, params)
+                return self._fused(name, ins, params)
         raise NotImplementedError(f"fuzz: no error-bound rule for primitive {name!r}")
 
     # ---- helpers
@@ -127,9 +133,9 @@ class BoundInterpreter:
         return Bound(v, np.broadcast_to(e, v.shape), tie)
 
     def _local(self, name: str, v) -> np.ndarray | float:
-        """Rounding of one operation (and its result flushed to zero below the normal range)."""
-        ulps = _ULPS.get(name, 0)
-        return ulps * self.u * _magnitude(v) + self.tiny if ulps else 0.0
+        """Rounding of one operation, and its result (or operand) flushed to zero below the
+        normal range (a driver may flush subnormals even in exact operations)."""
+        return _ULPS.get(name, 0) * self.u * _magnitude(v) + self.tiny
 
     @staticmethod
     def _spread(v, candidates) -> np.ndarray:
@@ -405,13 +411,12 @@ class BoundInterpreter:
                 return carry
             carry = self.eval(bj.jaxpr, [self.exact(c) for c in bj.consts], bc + carry)
 
-    def _fused(self, prim, ins: list, params: dict) -> list:
+    def _fused(self, name: str, ins: list, params: dict) -> list:
         """A fused primitive: its reference decomposition (functrace.numpy), interpreted."""
-        from .staging import make_jaxpr
-        key = (prim.name, tuple((b.v.shape, b.v.dtype) for b in ins), tuple(sorted(params.items())))
+        key = (name, tuple((b.v.shape, b.v.dtype) for b in ins), tuple(sorted(params.items())))
         closed = self._references.get(key)
         if closed is None:
-            ref = _FUSED_REFERENCES[prim.name]()
+            ref = _FUSED_REFERENCES[name]
             closed = make_jaxpr(lambda *a: ref(*a, **params))(*[np.asarray(b.v) for b in ins])
             self._references[key] = closed
         return self.run(closed, ins)
@@ -433,19 +438,15 @@ def _summation_ulps(n: int) -> float:
     return float(max(n, 1))
 
 
-def _fused_references() -> dict:
-    from . import nn
-    return {
-        "softmax": lambda: lambda x: [nn._softmax_reference(x)],
-        "log_softmax": lambda: lambda x: [nn._log_softmax_reference(x)],
-        "rms_norm": lambda: lambda x, w, **p: [nn._rms_norm_reference(x, w, **p)],
-        "rms_norm_bwd": lambda: nn._rms_norm_bwd_reference,
-        "attention": lambda: nn._attention_reference,
-        "attention_bwd": lambda: nn._attention_bwd_reference,
-    }
-
-
-_FUSED_REFERENCES = _fused_references()
+# fused primitives: their outputs (a list) from the decomposition their derivative rules use
+_FUSED_REFERENCES = {
+    "softmax": lambda x: [nn._softmax_reference(x)],
+    "log_softmax": lambda x: [nn._log_softmax_reference(x)],
+    "rms_norm": lambda x, w, **p: [nn._rms_norm_reference(x, w, **p)],
+    "rms_norm_bwd": nn._rms_norm_bwd_reference,
+    "attention": nn._attention_reference,
+    "attention_bwd": nn._attention_bwd_reference,
+}
 
 
 # --------------------------------------------------------------------------- programs
@@ -518,8 +519,6 @@ class Program:
                          ("" if i.batched else " (not batched)") for i in self.inputs)
 
     def namespace(self) -> dict:
-        import functrace as ft
-        import functrace.numpy as fnp
         ns = {"np": np, "ft": ft, "fnp": fnp}
         exec(compile(self.source(), f"<fuzz program {self.seed}:{self.index}>", "exec"), ns)
         return ns
@@ -641,14 +640,11 @@ class _Generator:
     # ---- statements
     def emit(self, code: str, outs: list, deps: list) -> bool:
         """Keep the statement if the program still traces, in its dtype, within the size limits."""
-        from .staging import make_jaxpr
         stmt = Stmt(outs, code, [d for d in deps if d in self.avals])
         stmts = self.stmts + [stmt]
         args = [i.name for i in self.inputs]
         body = "\n".join(s.code for s in stmts)
         src = f"def probe({', '.join(args)}):\n{textwrap.indent(body, '    ')}\n    return ({', '.join(outs)},)\n"
-        import functrace as ft
-        import functrace.numpy as fnp
         ns = {"np": np, "ft": ft, "fnp": fnp}
         try:
             exec(compile(src, "<probe>", "exec"), ns)
@@ -1063,13 +1059,10 @@ def _factor(rng, size: int) -> tuple:
 def program_of(body: str, inputs: dict, outputs: list, dtype=np.float32, batch: int = 2) -> Program:
     """A hand-written program (``body``: statements over the ``inputs`` {name: shape} defining
     ``outputs``), checked like generated ones: for tests and for reproducing findings."""
-    from .staging import make_jaxpr
     dtype = np.dtype(dtype)
     specs = [InputSpec(n, tuple(s)) for n, s in inputs.items()]
     stmt = Stmt(list(outputs), textwrap.dedent(body).strip(), list(inputs))
     prog = Program(0, 0, dtype, specs, [stmt], list(outputs), batch, {n: (tuple(s), dtype) for n, s in inputs.items()})
-    import functrace as ft
-    import functrace.numpy as fnp
     ns = {"np": np, "ft": ft, "fnp": fnp}
     exec(f"def f({', '.join(inputs)}):\n{textwrap.indent(stmt.code, '    ')}\n    return ({', '.join(outputs)},)", ns)
     avals = make_jaxpr(ns["f"])(*[np.zeros(s, dtype) for s in inputs.values()]).out_avals
@@ -1151,7 +1144,6 @@ class Failure:
 
 
 def _ops_of(code: str) -> str:
-    import re
     last = code.splitlines()[-1].split("=", 1)[-1]
     names = re.findall(r"(?:fnp|ft\.nn|ft\.lax)\.(\w+)", last)
     if "@" in last:
@@ -1162,7 +1154,6 @@ def _ops_of(code: str) -> str:
 
 
 def _kind_function(prog: Program, ns: dict, kind: str) -> Callable | None:
-    import functrace as ft
     if kind == "value":
         return ns["f"]
     if kind == "vmap":
@@ -1186,7 +1177,6 @@ def _to_reference(x) -> np.ndarray:
 def reference(prog: Program, ns: dict, kind: str, inputs: InputSet, interp: BoundInterpreter) -> list:
     """Bounds of the leaves of ``kind``'s result: the IR traced at float64 and interpreted;
     ``vmap`` slice by slice through the unbatched program (so batching rules are checked too)."""
-    from .staging import make_jaxpr
     if kind == "vmap":
         value = make_jaxpr(ns["f"])(*[_to_reference(a) for a in inputs.args])
         slices = [interp.run(value, [interp.exact(_to_reference(a[b] if s.batched else a))
@@ -1233,7 +1223,6 @@ def compare(got, want: Bound, aval) -> tuple[str, str] | None:
 
 
 def _call(impl: str, fn: Callable, args: list, inputs: InputSet, jitted: dict, key):
-    import functrace as ft
     if impl == "eager":
         return fn(*args)
     j = jitted.get(key)
@@ -1248,8 +1237,6 @@ def _directional_check(prog: Program, ns: dict, inputs: InputSet, grad: list, in
     """Reverse mode against forward mode, in the reference: ``grad(loss) . t`` against
     ``jvp(loss)(t)`` for a random ``t`` (their rules are written separately; every
     implementation runs the same reverse-mode IR, so only this catches a wrong rule)."""
-    import functrace as ft
-    from .staging import make_jaxpr
     fl = prog.float_inputs
     args = [_to_reference(a) for a in inputs.args]
     ws = [_to_reference(w) for w in inputs.weights]
@@ -1332,7 +1319,6 @@ class Fuzzer:
         self.stats = Stats()
 
     def run(self, indices, deadline: float | None = None) -> Stats:
-        from .config import config
         names = ("opencl_small_program_elements", "opencl_host_step_elements")
         saved = {n: getattr(config, n) for n in names}
         if self.mode == "kernels":
@@ -1375,7 +1361,6 @@ class Fuzzer:
                     continue
                 args = _kind_args(kind, inputs)
                 try:
-                    from .staging import make_jaxpr
                     avals = make_jaxpr(fn)(*args).out_avals
                     want = reference(prog, ns, kind, inputs, interp)
                 except Exception as e:  # the program is not one functrace supports: the generator's fault
@@ -1399,7 +1384,6 @@ class Fuzzer:
 
     @staticmethod
     def _check_one(prog, fn, args, inputs, jitted, kind, impl, avals, want):
-        import functrace as ft
         try:
             got = ft.tree_util.tree_leaves(_call(impl, fn, args, inputs, jitted, (kind, impl)))
             got = [np.asarray(g) for g in got]

@@ -43,7 +43,7 @@ def test_comparisons_rounding_could_flip_are_uncertain_and_carry_on():
     flag, picked = bounds(lambda x, y: (fnp.sin(x) < fnp.sin(y), fnp.where(fnp.sin(x) < fnp.sin(y), x, 10.0 * y)),
                           x, y)
     assert flag.e.tolist() == [1.0, 0.0]  # sin rounds: the first could go either way
-    assert picked.e[0] >= 10 * 0.5 - 0.5 and picked.e[1] == 0.0
+    assert picked.e[0] >= 10 * 0.5 - 0.5 and picked.e[1] <= np.finfo(np.float32).tiny  # (a flush to zero)
 
 
 def test_a_max_and_the_element_it_picked_are_equal_unless_there_is_a_near_tie():
