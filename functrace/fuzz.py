@@ -184,7 +184,24 @@ class BoundInterpreter:
                 e = np.where(np.broadcast_to(ins[0].e, v.shape) >= 1.0, np.maximum(e, _PERIODIC[prim.name]), e)
             if prim.name in ("rem", "floor_div"):
                 e = np.maximum(e, self._quotient_jumps(prim.name, ins))
+            e = np.where(np.broadcast_to(self._pole_inside(prim.name, ins, params), v.shape), np.inf, e)
         return self._finish(v, e, self._tie_union(ins, v.shape))
+
+    def _pole_inside(self, name: str, ins: list, params: dict) -> np.ndarray | bool:
+        """Where an operand's error interval contains a pole (corners on both sides of it see
+        two finite values, not the unbounded ones between): a divisor, the base of a negative
+        power, tan's argument at pi/2 + k pi."""
+        def around_zero(b: Bound, value) -> np.ndarray:  # |d value / d b| <= 1 for these
+            return (b.e > 0) & (np.abs(np.asarray(value, np.float64)) <= b.e)
+        if name == "div":
+            return around_zero(ins[1], ins[1].v)
+        if name == "integer_pow" and params["y"] < 0:
+            return around_zero(ins[0], ins[0].v)
+        if name == "pow":
+            return around_zero(ins[0], ins[0].v) & (np.asarray(ins[1].v, np.float64) - ins[1].e < 0)
+        if name == "tan":
+            return around_zero(ins[0], np.cos(np.asarray(ins[0].v, np.float64)))
+        return False
 
     def _extra_local(self, name: str, ins: list, params: dict, v) -> np.ndarray | float:
         """Local errors that grow with the operands: x ** n is |n| roundings (and a division for
