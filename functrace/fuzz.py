@@ -292,7 +292,12 @@ class BoundInterpreter:
         v = prim.impl(x.v, idx.v, upd.v, **params)
         mag = prim.impl(_magnitude(x.v), idx.v, _magnitude(upd.v), **params)
         e = prim.impl(x.e, idx.v, upd.e, **params) + (upd.v.size + 1) * self.u * mag
-        return self._finish(v, np.inf if np.any(idx.e) else e)
+        return self._finish(v, np.inf if np.any(idx.e) else self._partial_overflow(mag, e))
+
+    def _partial_overflow(self, magnitudes, e) -> np.ndarray:
+        """A sum whose terms' magnitudes add up past the dtype's range may overflow in a partial
+        sum (in some order) even when its value fits: anything goes there."""
+        return np.where(magnitudes + e >= self.big, np.inf, e)
 
     # ---- reductions
     def _reduce_sum(self, prim, ins: list, params: dict) -> Bound:
@@ -301,7 +306,8 @@ class BoundInterpreter:
         e = np.sum(x.e, axis=axes)
         if x.v.dtype.kind == "f":
             n = math.prod(x.v.shape[a] for a in axes)
-            e = e + _summation_ulps(n) * self.u * np.sum(_magnitude(x.v), axis=axes) + self.tiny
+            mag = np.sum(_magnitude(x.v), axis=axes)
+            e = self._partial_overflow(mag, e + _summation_ulps(n) * self.u * mag + self.tiny)
         return self._finish(v, e, self._reduced_tie(x, axes))
 
     def _reduce_prod(self, prim, ins: list, params: dict) -> Bound:
@@ -311,7 +317,12 @@ class BoundInterpreter:
         n = math.prod(x.v.shape[a] for a in axes)
         p = np.prod(mag, axis=axes)
         grown = np.where(p > 0, p * np.expm1(np.sum(np.log1p(x.e / mag), axis=axes)), np.prod(mag + x.e, axis=axes))
-        return self._finish(v, grown + (n + 1) * self.u * p + self.tiny)
+        e = grown + (n + 1) * self.u * p + self.tiny
+        # partial products in some order: as large as the product of the factors above 1, as
+        # small (flushed to zero) as the product of those below 1
+        e = self._partial_overflow(np.prod(np.maximum(mag, 1), axis=axes), e)
+        e = np.where(np.prod(np.minimum(mag, 1), axis=axes) < self.tiny, np.maximum(e, p), e)
+        return self._finish(v, e)
 
     def _reduce_max(self, prim, ins: list, params: dict) -> Bound:
         x, axes = ins[0], params["axes"]
@@ -352,7 +363,8 @@ class BoundInterpreter:
         x = ins[0]
         n = x.v.shape[params["axis"]]
         v = prim.impl(x.v, **params)
-        e = prim.impl(x.e, **params) + _summation_ulps(n) * self.u * prim.impl(_magnitude(x.v), **params) + self.tiny
+        mag = prim.impl(_magnitude(x.v), **params)
+        e = self._partial_overflow(mag, prim.impl(x.e, **params) + _summation_ulps(n) * self.u * mag + self.tiny)
         return self._finish(v, e)
 
     def _dot_general(self, prim, ins: list, params: dict) -> Bound:
@@ -368,7 +380,7 @@ class BoundInterpreter:
         mag = prim.impl(am, bm, **params)
         e = (prim.impl(am, b.e, **params) + prim.impl(a.e, bm, **params)
              + prim.impl(a.e, b.e, **params) + _summation_ulps(k) * self.u * mag + self.tiny)
-        return self._finish(v, e)
+        return self._finish(v, self._partial_overflow(mag, e))
 
     def _select(self, prim, ins: list, params: dict) -> Bound:
         out = self._elementwise(prim, ins, params)

@@ -70,6 +70,16 @@ def test_a_pole_inside_an_operand_bound_leaves_the_result_unchecked():
     assert np.isinf(y.e[0, 0]) and np.all(np.isfinite(y.e[:, 1])) and np.isfinite(y.e[1, 0])
 
 
+def test_sums_whose_partial_sums_may_overflow_are_left_unchecked():
+    """3e38 - 3e38 + 1 fits float32, but a partial sum of 3e38 and 3e38 may not (in float64 it
+    does); 3e38 @ [1, 1] likewise."""
+    x = np.array([3e38, 3e38, -3e38, 1.0], np.float32)
+    s, d = bounds(lambda x: (fnp.sum(x), x[:2] @ np.ones(2, np.float32)), x)
+    assert np.isinf(s.e) and np.isinf(d.e)
+    (s,) = bounds(lambda x: fnp.sum(x), np.array([1e38, 1e38, -1e38, 1.0], np.float32))
+    assert np.isfinite(s.e)
+
+
 def test_nan_positions_are_certain_where_their_operands_are():
     (y,) = bounds(lambda x: fnp.log(x), np.array([-1.0, 0.0, 2.0], np.float32))
     assert np.isnan(y.v[0]) and np.isneginf(y.v[1]) and y.e.tolist()[:2] == [0.0, 0.0]
