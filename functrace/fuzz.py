@@ -380,7 +380,11 @@ class BoundInterpreter:
         mag = prim.impl(am, bm, **params)
         e = (prim.impl(am, b.e, **params) + prim.impl(a.e, bm, **params)
              + prim.impl(a.e, b.e, **params) + _summation_ulps(k) * self.u * mag + self.tiny)
-        return self._finish(v, self._partial_overflow(mag, e))
+        # 0 * inf: NaN in IEEE arithmetic, but BLAS's matrix-vector routine skips the zeros of
+        # its vector, so which one a product gives depends on its path (not checked)
+        bad, zero = (lambda x: (~np.isfinite(x)).astype(np.float64)), (lambda x: (x == 0).astype(np.float64))
+        either = prim.impl(bad(av), zero(bv), **params) + prim.impl(zero(av), bad(bv), **params)
+        return self._finish(v, np.where(either > 0, np.inf, self._partial_overflow(mag, e)))
 
     def _select(self, prim, ins: list, params: dict) -> Bound:
         out = self._elementwise(prim, ins, params)
