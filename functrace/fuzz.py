@@ -1477,7 +1477,11 @@ def main(argv=None) -> int:
             print(f"[{time.monotonic() - t0:7.0f} s] program {i}: {len(fuzzer.stats.failures)} failures so far",
                   flush=True)
         return i
-    stats = fuzzer.run((progress(i) for i in indices), deadline)
+    try:
+        stats = fuzzer.run((progress(i) for i in indices), deadline)
+    except KeyboardInterrupt:  # Ctrl-C: the summary of the programs run so far
+        stats = fuzzer.stats
+        print("\ninterrupted", flush=True)
     faulthandler.cancel_dump_traceback_later()
     print(f"\nseed {opts.seed}, mode {opts.mode}, {time.monotonic() - t0:.0f} s")
     print(stats.summary())
