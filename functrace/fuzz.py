@@ -185,7 +185,17 @@ class BoundInterpreter:
             if prim.name in ("rem", "floor_div"):
                 e = np.maximum(e, self._quotient_jumps(prim.name, ins))
             e = np.where(np.broadcast_to(self._pole_inside(prim.name, ins, params), v.shape), np.inf, e)
-        return self._finish(v, e, self._tie_union(ins, v.shape))
+        return self._finish(v, np.where(self._unknown(ins, v.shape), np.inf, e), self._tie_union(ins, v.shape))
+
+    @staticmethod
+    def _unknown(ins: list, shape) -> np.ndarray:
+        """Where an operand is a non-finite value that may be anything (its corners would be the
+        same NaN or inf and hide that)."""
+        out = np.zeros(shape, bool)
+        for b in ins:
+            if np.asarray(b.v).dtype.kind == "f":
+                out |= np.broadcast_to(np.isinf(b.e) & ~np.isfinite(b.v), shape)
+        return out
 
     def _pole_inside(self, name: str, ins: list, params: dict) -> np.ndarray | bool:
         """Where an operand's error interval contains a pole (corners on both sides of it see
@@ -332,6 +342,8 @@ class BoundInterpreter:
         else:
             hi, lo = x.v + x.e.astype(self.hp), x.v - x.e.astype(self.hp)
         e = self._spread(v, [prim.impl(hi, **params), prim.impl(lo, **params)])
+        if x.v.dtype != bool:
+            e = np.where(np.any(self._unknown([x], x.v.shape), axis=axes), np.inf, e)
         # near ties: another element within the bounds of the one picked
         kept = P._bid_impl(v, shape=x.v.shape, broadcast_dimensions=tuple(
             d for d in range(x.v.ndim) if d not in axes)) if x.v.dtype != bool else None

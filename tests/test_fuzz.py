@@ -80,6 +80,14 @@ def test_sums_whose_partial_sums_may_overflow_are_left_unchecked():
     assert np.isfinite(s.e)
 
 
+def test_an_unknown_nan_stays_unknown():
+    """0 * inf in a product may be 0 or NaN by the product's path: unknown, and so is what is
+    computed from it (its corners are NaN again and must not make it a certain NaN)."""
+    m = np.array([[1.0], [np.inf]], np.float32)
+    s, y = bounds(lambda v, m: (fnp.sum((m @ v) * 2.0), fnp.max(m @ v)), np.zeros(1, np.float32), m)
+    assert np.isinf(s.e) and np.isinf(y.e)
+
+
 def test_nan_positions_are_certain_where_their_operands_are():
     (y,) = bounds(lambda x: fnp.log(x), np.array([-1.0, 0.0, 2.0], np.float32))
     assert np.isnan(y.v[0]) and np.isneginf(y.v[1]) and y.e.tolist()[:2] == [0.0, 0.0]
