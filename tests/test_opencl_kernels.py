@@ -339,3 +339,20 @@ def test_gather_and_scatter_add_kernels(case, dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     report = ft.jit(g, backend="opencl").lower(x).compile().report()
     assert "scatter-add" in report and "gather" in report, report
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_remainder_matches_numpy_at_infinite_and_signed_zero_divisors(dtype):
+    """numpy's ``%`` on floats: an infinite divisor gives x or +-inf (the kernel's
+    x - floor(x / y) * y gave NaN, found by the fuzzer), a zero result takes the divisor's sign."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.array([7, 7, 7, -7, 7, 0, -0.0, 4, -4, 1e8, -3.5], dtype),
+                        (rng.standard_normal(37) * 10).astype(dtype)])
+    d = np.concatenate([np.array([np.inf, -np.inf, np.nan, np.inf, 0, np.inf, 2, -2, 2, 3.3, np.inf], dtype),
+                        (rng.standard_normal(37) * 3).astype(dtype)])
+    with np.errstate(all="ignore"):
+        want = np.remainder(x, d)
+    got = np.asarray(ft.jit(lambda a, b: fnp.remainder(a, b), backend="opencl")(x, d))
+    np.testing.assert_array_equal(got, want)
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))

@@ -40,7 +40,7 @@ _FLOAT_OPS = {
     "sign": "sign({0})",
     "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
     "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
-    "rem": "({0} - floor({0} / {1}) * {1})", "floor_div": "floor({0} / {1})",
+    "rem": "fmod({0}, {1})", "floor_div": "floor({0} / {1})",
     "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
 }
 # where numpy's result differs from the builtin above: a NaN operand gives NaN (OpenCL's
@@ -429,6 +429,11 @@ class ExprWriter:
             if name in _NAN_RESULT:
                 nan_value, nan_test = _NAN_RESULT[name]
                 expr = self.select(expr, nan_value.format(*args), nan_test.format(*args), oct_)
+            if name == "rem":  # numpy's %: C's exact fmod moved to the divisor's sign (with an
+                # infinite divisor, x or +-inf; x - floor(x / y) * y gave NaN there)
+                m, y = self.fresh(oct_, expr), args[1]
+                r = self.fresh(oct_, self.select(m, f"{m} + {y}", f"({m} != 0) & (({m} < 0) != ({y} < 0))", oct_))
+                expr = self.select(r, f"copysign({r}, {y})", f"{r} == 0", oct_)
         elif name in ("rem", "floor_div"):
             expr = self.int_division(name, oct_, *args)
         else:
