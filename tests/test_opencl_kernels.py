@@ -251,6 +251,33 @@ def test_attention_keeps_nan_like_numpy(dtype):
         assert_kernels(report, ["attention"])
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # numpy reference: exp(-inf - -inf)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_scores_of_minus_inf_like_numpy(dtype):
+    """Scores of -inf (a key of -inf against q > 0) weigh 0, as in numpy.  Were wrong: a first
+    tile scoring -inf made the running max -inf and exp(-inf - -inf) NaN the row; a causal row
+    whose kept keys all score -inf averaged v over all S keys (found by the fuzzer: program 130
+    of seed 1000), where the reference's max is the masked keys' -1e30 and the kept keys weigh 0;
+    a row of -inf scores with no key masked is NaN (out and lse), as numpy's.  S = 35: the
+    16-wide tiles and the tail."""
+    rng = np.random.default_rng(7)
+    q = np.abs(rng.standard_normal((4, 20, 1, 4))).astype(dtype) + 0.1
+    k, v = (rng.standard_normal((4, 35, 1, 4)).astype(dtype) for _ in range(2))
+    minus_inf_keys = [slice(0, 1), slice(0, 16), slice(0, 35), slice(0, 32)]  # per batch
+    for b, keys in enumerate(minus_inf_keys):
+        k[b, keys, 0] = [-np.inf, 0, 0, 0]
+    for causal in (False, True):
+        scale = 1.0 / np.sqrt(q.shape[-1])
+        f = lambda q, k, v: nn.attention_p.bind(q, k, v, _full_mask(q, k, None, causal), causal=causal, scale=scale)
+        got, want, report = run_both(f, q, k, v)
+        np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+        np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(want[1]))
+        assert_close(got, want, dtype)
+        assert_kernels(report, ["attention"])
+        assert np.isnan(want[0][2]).all() != causal  # all -inf: NaN only with nothing masked
+        assert not np.isnan(want[0][[0, 1, 3]]).any()
+
+
 def test_attention_unsupported_head_dim_runs_on_host():
     """head_dim > 256 has no kernel: the equation stays a (correct) host step."""
     rng = np.random.default_rng(4)

@@ -45,6 +45,13 @@
 /* lanes whose mask byte is zero (as a select mask) */
 #define AT_MASKED(bytes) (AT_CONVERT_IW(bytes) == (AT_IW)(0))
 
+/* The running max as the exponent's shift: 0 while it is -inf (no key above -inf yet), so
+ * exp(-inf - shift) = 0 rather than exp(-inf - -inf) = NaN. */
+inline AT_RW AT_KN(at_shift)(const AT_RW m)
+{
+    return select(m, (AT_RW)(0), m == (AT_RW)(-INFINITY));
+}
+
 /* ------------------------------------------------------------------ forward
  * Work-item (tb, bn): query rows t0 = tb*AT_W ... t0+AT_W-1 of batch*head bn.  Online softmax over
  * key tiles: m (running max), l (running sum), acc[h] (running numerator), all per lane. */
@@ -106,12 +113,12 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
         AT_RW mx = s[0];
         #pragma unroll
         for (int j = 1; j < AT_BK; j++) mx = fmax(mx, s[j]);
-        const AT_RW mnew = fmax(m, mx);
-        const AT_RW alpha = exp(m - mnew);
+        const AT_RW mnew = fmax(m, mx), ms = AT_KN(at_shift)(mnew);
+        const AT_RW alpha = exp(m - ms);
         l = l * alpha;
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) {
-            s[j] = exp(s[j] - mnew);
+            s[j] = exp(s[j] - ms);
             l += s[j];
         }
         for (int h = 0; h < AT_HD; h++) {
@@ -130,25 +137,42 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
         uchar mk[AT_W];
         for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
         sv = select(sv * scale, (AT_RW)(AT_NEG), AT_MASKED(AT_VLOADW(0, mk)));
-        const AT_RW mnew = fmax(m, sv);
-        const AT_RW alpha = exp(m - mnew);
-        const AT_RW p = exp(sv - mnew);
+        const AT_RW mnew = fmax(m, sv), ms = AT_KN(at_shift)(mnew);
+        const AT_RW alpha = exp(m - ms);
+        const AT_RW p = exp(sv - ms);
         l = l * alpha + p;
         for (int h = 0; h < AT_HD; h++) acc[h] = acc[h] * alpha + p * vr[h];
         m = mnew;
     }
-    /* rows with every key masked: uniform weights over all S keys (as the -1e30 reference).  A
-     * row of NaN scores also leaves m at -inf (fmax skips NaN) but l NaN: it stays NaN. */
-    const AT_IW dead = (m <= (AT_RW)(AT_NEG)) & (l == l);
-    if (any(dead)) {
-        for (int h = 0; h < AT_HD; h++) {
-            AT_REAL a = 0;
-            for (int j = 0; j < S; j++) a += vb[(long)j * AT_RS + h];
-            acc[h] = select(acc[h], (AT_RW)(a), dead);
+    /* rows with no score above -1e30 and some masked key (fully masked tiles were skipped, so
+     * their -1e30 scores are missing): as the reference, the row max is then -1e30, the masked
+     * keys and scores of exactly -1e30 weigh 1 and lower scores (-inf) weigh 0.  Recomputed over
+     * all S keys.  A row of NaN scores leaves l NaN: it stays NaN. */
+    const AT_IW low = (m <= (AT_RW)(AT_NEG)) & (l == l);
+    if (any(low)) {
+        AT_RW a[AT_HD], cnt = (AT_RW)(0);
+        AT_IW masked_any = (AT_IW)(0);
+        for (int h = 0; h < AT_HD; h++) a[h] = (AT_RW)(0);
+        for (int j = 0; j < S; j++) {
+            __global const AT_REAL* kr = kb + (long)j * AT_RS;
+            __global const AT_REAL* vr = vb + (long)j * AT_RS;
+            AT_RW sv = (AT_RW)(0);
+            for (int h = 0; h < AT_HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
+            uchar mk[AT_W];
+            for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
+            const AT_IW masked = AT_MASKED(AT_VLOADW(0, mk));
+            masked_any |= masked;
+            const AT_RW w = select((AT_RW)(0), (AT_RW)(1), masked | (sv * scale == (AT_RW)(AT_NEG)));
+            cnt += w;
+            for (int h = 0; h < AT_HD; h++) a[h] = w * vr[h] + a[h];
         }
-        l = select(l, (AT_RW)((AT_REAL)S), dead);
+        const AT_IW dead = low & masked_any;
+        for (int h = 0; h < AT_HD; h++) acc[h] = select(acc[h], a[h], dead);
+        l = select(l, cnt, dead);
         m = select(m, (AT_RW)(AT_NEG), dead);
     }
+    /* l = 0: every score -inf and no key masked; the reference's exp(-inf - -inf) makes it NaN */
+    l = select(l, (AT_RW)(NAN), l == (AT_RW)(0));
     const AT_RW inv = (AT_REAL)1 / l;
     AT_REAL ls[AT_W];
     AT_VSTOREW(m + log(l), 0, ls);
