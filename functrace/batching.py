@@ -43,6 +43,12 @@ class BatchTracer(Tracer):
             return v.concrete_value(numeric) if isinstance(v, Tracer) else v
         raise ConcretizationError(self, "", "batched")
 
+    def __array__(self, dtype=None, copy=None):
+        """An unbatched concrete value is the same for every batch element: numpy may have it."""
+        if self.batch_dim is None and not isinstance(self.val, Tracer):
+            return np.asarray(self.val, dtype)
+        return super().__array__(dtype, copy)
+
 
 class BatchTrace(Trace):
     __slots__ = ()
@@ -55,13 +61,23 @@ class BatchTrace(Trace):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
         if all(d is None for d in dims):
-            return primitive.bind(*vals, **params)
+            # unbatched results stay tracers of this vmap (the same for every element), so that
+            # e.g. indexing them with a batched index dispatches to functrace rather than numpy
+            out = primitive.bind(*vals, **params)
+            if primitive.multiple_results:
+                return [BatchTracer(self, o, None) for o in out]
+            return BatchTracer(self, out, None)
         if primitive.batch is None:
             raise NotImplementedError(f"vmap: no batching rule for primitive '{primitive.name}'")
         out, out_dim = primitive.batch(vals, dims, **params)
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(out, out_dim)]
         return BatchTracer(self, out, out_dim)
+
+
+def _is_array(x) -> bool:
+    """An array argument (a tracer or numpy array), as opposed to a Python scalar or other object."""
+    return isinstance(x, (Tracer, np.ndarray, np.generic))
 
 
 def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
@@ -110,8 +126,10 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
         size = sizes.pop()
         with new_main(BatchTrace, None, fname) as main:
             trace = main.trace
+            # unmapped arrays enter as unbatched tracers (not as numpy arrays, which a batched
+            # index could not index: numpy's indexing would convert the index tracer to an array)
             ins = [BatchTracer(trace, x if isinstance(x, Tracer) else np.asarray(x), ax)
-                   if ax is not None else x for x, ax in zip(leaves, norm_axes)]
+                   if ax is not None or _is_array(x) else x for x, ax in zip(leaves, norm_axes)]
             out = fun(*tree_util.tree_unflatten(in_tree, ins))
             o_leaves, o_tree = tree_util.tree_flatten(out)
             o_axes = _broadcast_prefix(out_axes, out, "out_axes", fname)

@@ -382,7 +382,9 @@ def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     dv = np.einsum("...nts,...tnh->...snh", p, g)
     dp = np.einsum("...tnh,...snh->...nts", g, v)
     delta = np.einsum("...tnh,...tnh->...nt", g, out)[..., None]
-    ds = p * (dp - delta) * q.dtype.type(scale)
+    # select, not just p = 0: a NaN in dp - delta must not reach masked pairs (0 * NaN = NaN),
+    # as the reference's where(mask, logits, -1e30) has an exactly zero derivative there
+    ds = np.where(mask, p * (dp - delta) * q.dtype.type(scale), 0).astype(q.dtype)
     dq = np.einsum("...nts,...snh->...tnh", ds, k)
     dk = np.einsum("...nts,...tnh->...snh", ds, q)
     return [dq.astype(q.dtype), dk.astype(q.dtype), dv.astype(q.dtype)]

@@ -278,6 +278,39 @@ def test_attention_scores_of_minus_inf_like_numpy(dtype):
         assert not np.isnan(want[0][[0, 1, 3]]).any()
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_attention_grad_nan_cotangent_stays_off_masked_keys():
+    """A NaN in one query row's cotangent makes dP - delta NaN along that row; the backward used
+    dS = P * (dP - delta) with P = 0 at masked pairs, and 0 * NaN made dK NaN for keys the row never
+    attends to.  Eager, the numpy backend and OpenCL now match the primitive's reference
+    decomposition (a select: exactly 0 there).  T = S = 37 runs the 16-wide tiles and the tails."""
+    rng = np.random.default_rng(7)
+    T, N, H = 37, 2, 8
+    q, k, v = (rng.standard_normal((T, N, H)).astype(np.float32) for _ in range(3))
+    w = rng.standard_normal((T, N, H)).astype(np.float32)
+    w[[2, 20], 1, 0] = np.nan  # query rows in the first tile, and in the second
+    extra = rng.random((T, T)) < 0.7
+    extra[np.arange(T), np.arange(T)] = True
+    for causal, m in ((True, None), (False, extra)):
+        full = _full_mask(q, k, m, causal)
+        ref = lambda q, k, v: fnp.sum(nn._attention_reference(q, k, v, full, causal=causal,
+                                                               scale=1 / np.sqrt(H))[0] * w)
+        loss = lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal, mask=m) * w)
+        want = [np.asarray(a) for a in ft.grad(ref, argnums=(0, 1, 2))(q, k, v)]
+        eager = ft.grad(loss, argnums=(0, 1, 2))(q, k, v)
+        got, numpy_backend, report = run_both(ft.grad(loss, argnums=(0, 1, 2)), q, k, v)
+        assert not np.isnan(want[1][:, 0]).any() and np.isnan(want[1][:, 1]).any()  # head 0 clean
+        for res in (eager, numpy_backend, got):
+            for g, r in zip(res[:2], want[:2]):  # dQ, dK
+                g = np.asarray(g)
+                np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
+                np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+            # dV = P^T g: the reference's 0 * NaN at masked pairs (which OpenCL's skipped tiles miss)
+            fin = ~np.isnan(want[2])
+            np.testing.assert_allclose(np.asarray(res[2])[fin], want[2][fin], rtol=1e-4, atol=1e-5)
+        assert_kernels(report, ["attention", "attention_bwd"])
+
+
 def test_attention_unsupported_head_dim_runs_on_host():
     """head_dim > 256 has no kernel: the equation stays a (correct) host step."""
     rng = np.random.default_rng(4)

@@ -453,6 +453,29 @@ def test_gather_two_batched_index_arrays():
                   (X, i, j), (0, 0, 1))
 
 
+def test_batched_index_into_unmapped_array_eager_and_jit():
+    """x[i] with x unmapped (in_axes None, or computed from unmapped values) and i batched: eager
+    vmap passed x in as a numpy array, whose own indexing converted the index tracer to an array
+    (TracerArrayConversionError); unmapped arrays now enter as unbatched tracers, as under jit."""
+    x = RNG.standard_normal(21).astype(np.float32)
+    idx = RNG.integers(0, 21, (2, 33))
+    cases = [(lambda x, i: x[i], lambda x, i: x[i]),
+             (lambda x, i: ft.nn.silu(x)[i], lambda x, i: (x / (1 + np.exp(-x)))[i]),
+             (lambda x, i: fnp.sin(x * 2)[i, None] + fnp.sum(x), lambda x, i: np.sin(x * 2)[i, None] + x.sum())]
+    for f, ref in cases:
+        want = np.stack([ref(x, i) for i in idx])
+        for g in (ft.vmap(f, in_axes=(None, 0)), ft.jit(ft.vmap(f, in_axes=(None, 0)))):
+            np.testing.assert_allclose(np.asarray(g(x, idx)), want, rtol=1e-6)
+        xs = RNG.standard_normal((2, 21)).astype(np.float32)  # operand batched too
+        np.testing.assert_allclose(np.asarray(ft.vmap(f)(xs, idx)), np.stack([ref(a, i) for a, i in zip(xs, idx)]),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(ft.jit(ft.vmap(f))(xs, idx)),
+                                   np.stack([ref(a, i) for a, i in zip(xs, idx)]), rtol=1e-6)
+    # an unmapped concrete argument is still usable by numpy in eager vmap (the same for every element)
+    np.testing.assert_allclose(ft.vmap(lambda x, i: np.asarray(x).sum() + i, in_axes=(None, 0))(x, idx[:, 0]),
+                               x.sum() + idx[:, 0], rtol=1e-6)
+
+
 # --------------------------------------------------------------------------- scatter_add
 
 COMBOS = [(0, 0, 0), (0, None, None), (None, 0, None), (None, None, 0), (0, 0, None), (0, None, 0),

@@ -10,7 +10,8 @@
  * (q . k) * scale, masked logits are -1e30; out = softmax(logits) v, lse = log-sum-exp of the
  * logits (a row whose keys are all masked averages v over all S keys, lse = log(S) - 1e30).
  * Backward from the saved lse: P = mask ? exp(logits - lse) : 0, delta = rowsum(g * out),
- * dV = P^T g, dS = P * (g v^T - delta) * scale, dQ = dS k, dK = dS^T q.
+ * dV = P^T g, dS = mask ? P * (g v^T - delta) * scale : 0 (a select: 0 * NaN would be NaN),
+ * dQ = dS k, dK = dS^T q.
  *
  * Vectorization (PoCL does not vectorize scalar kernels well): a work-item owns W = AT_W rows as
  * the W lanes of a vector -- W query rows in the forward and dQ kernels, W keys in the dK/dV
@@ -256,14 +257,6 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
         }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv);
-        if (!all(allv)) {
-            #pragma unroll
-            for (int j = 0; j < AT_BK; j++) {
-                uchar mk[AT_W];
-                for (int i = 0; i < AT_W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
-                p[j] = select(p[j], (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
-            }
-        }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
@@ -273,6 +266,14 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
         }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = p[j] * (ds[j] - dlt) * scale;
+        if (!all(allv)) {       /* masked pairs: dS = 0 exactly, even where dP - delta is NaN */
+            #pragma unroll
+            for (int j = 0; j < AT_BK; j++) {
+                uchar mk[AT_W];
+                for (int i = 0; i < AT_W; i++) mk[i] = ((const uchar*)mt)[i * AT_BK + j];
+                ds[j] = select(ds[j], (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
+            }
+        }
         for (int h = 0; h < AT_HD; h++) {
             AT_RW a = dqa[h];
             #pragma unroll
@@ -290,8 +291,8 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
         }
         uchar mk[AT_W];
         for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
-        const AT_RW p = select(AT_KN(at_prob)(sv, scale, lv), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, mk)));
-        const AT_RW d = p * (dp - dlt) * scale;
+        const AT_RW d = select(AT_KN(at_prob)(sv, scale, lv) * (dp - dlt) * scale, (AT_RW)(0),
+                               AT_MASKED(AT_VLOADW(0, mk)));
         for (int h = 0; h < AT_HD; h++) dqa[h] = d * kr[h] + dqa[h];
     }
     for (int h = 0; h < AT_HD; h++) AT_VSTOREW(dqa[h], h, qs);
@@ -370,10 +371,6 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]));
-        if (!all(allv)) {
-            #pragma unroll
-            for (int r = 0; r < AT_BK; r++) p[r] = select(p[r], (AT_RW)(0), AT_MASKED(mt[r]));
-        }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
@@ -383,6 +380,14 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = p[r] * (ds[r] - db[t0 + r]) * scale;
+        if (!all(allv)) {       /* masked pairs: P = 0 and dS = 0 exactly (dP - delta may be NaN) */
+            #pragma unroll
+            for (int r = 0; r < AT_BK; r++) {
+                const AT_IW m = AT_MASKED(mt[r]);
+                p[r] = select(p[r], (AT_RW)(0), m);
+                ds[r] = select(ds[r], (AT_RW)(0), m);
+            }
+        }
         for (int h = 0; h < AT_HD; h++) {
             AT_RW a = dva[h];
             #pragma unroll
@@ -407,8 +412,9 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             sv = AT_VLOADW(h, ks) * qr[h] + sv;
             dp = AT_VLOADW(h, vs) * gr[h] + dp;
         }
-        const AT_RW p = select(AT_KN(at_prob)(sv, scale, (AT_RW)(lb[t])), (AT_RW)(0), AT_MASKED(AT_VLOADW(0, tmp)));
-        const AT_RW d = p * (dp - db[t]) * scale;
+        const AT_IW m = AT_MASKED(AT_VLOADW(0, tmp));
+        const AT_RW p = select(AT_KN(at_prob)(sv, scale, (AT_RW)(lb[t])), (AT_RW)(0), m);
+        const AT_RW d = select(p * (dp - db[t]) * scale, (AT_RW)(0), m);
         for (int h = 0; h < AT_HD; h++) {
             dva[h] = p * gr[h] + dva[h];
             dka[h] = d * qr[h] + dka[h];
