@@ -53,6 +53,22 @@ inline AT_RW AT_KN(at_shift)(const AT_RW m)
     return select(m, (AT_RW)(0), m == (AT_RW)(-INFINITY));
 }
 
+/* The lanes (query rows t0 ... t0+AT_W-1, past T the last row) whose mask drops key j. */
+inline AT_IW AT_KN(at_key_masked)(__global const uchar* mb, const int t0, const int T, const int S, const int j)
+{
+    uchar mk[AT_W];
+    for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
+    return AT_MASKED(AT_VLOADW(0, mk));
+}
+
+/* Key row kr's unscaled dot products with the AT_W query rows held transposed in qs. */
+inline AT_RW AT_KN(at_key_dot)(const AT_REAL* qs, __global const AT_REAL* kr)
+{
+    AT_RW sv = (AT_RW)(0);
+    for (int h = 0; h < AT_HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
+    return sv;
+}
+
 /* ------------------------------------------------------------------ forward
  * Work-item (tb, bn): query rows t0 = tb*AT_W ... t0+AT_W-1 of batch*head bn.  Online softmax over
  * key tiles: m (running max), l (running sum), acc[h] (running numerator), all per lane. */
@@ -133,11 +149,8 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
     for (int j = j0; j < S; j++) {                    /* the keys past the last full tile */
         __global const AT_REAL* kr = kb + (long)j * AT_RS;
         __global const AT_REAL* vr = vb + (long)j * AT_RS;
-        AT_RW sv = (AT_RW)(0);
-        for (int h = 0; h < AT_HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
-        uchar mk[AT_W];
-        for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
-        sv = select(sv * scale, (AT_RW)(AT_NEG), AT_MASKED(AT_VLOADW(0, mk)));
+        const AT_RW sv = select(AT_KN(at_key_dot)(qs, kr) * scale, (AT_RW)(AT_NEG),
+                                AT_KN(at_key_masked)(mb, t0, T, S, j));
         const AT_RW mnew = fmax(m, sv), ms = AT_KN(at_shift)(mnew);
         const AT_RW alpha = exp(m - ms);
         const AT_RW p = exp(sv - ms);
@@ -157,11 +170,8 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
         for (int j = 0; j < S; j++) {
             __global const AT_REAL* kr = kb + (long)j * AT_RS;
             __global const AT_REAL* vr = vb + (long)j * AT_RS;
-            AT_RW sv = (AT_RW)(0);
-            for (int h = 0; h < AT_HD; h++) sv = AT_VLOADW(h, qs) * kr[h] + sv;
-            uchar mk[AT_W];
-            for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
-            const AT_IW masked = AT_MASKED(AT_VLOADW(0, mk));
+            const AT_RW sv = AT_KN(at_key_dot)(qs, kr);
+            const AT_IW masked = AT_KN(at_key_masked)(mb, t0, T, S, j);
             masked_any |= masked;
             const AT_RW w = select((AT_RW)(0), (AT_RW)(1), masked | (sv * scale == (AT_RW)(AT_NEG)));
             cnt += w;
@@ -289,10 +299,8 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             sv = AT_VLOADW(h, qs) * kr[h] + sv;
             dp = AT_VLOADW(h, gs) * vr[h] + dp;
         }
-        uchar mk[AT_W];
-        for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
         const AT_RW d = select(AT_KN(at_prob)(sv, scale, lv) * (dp - dlt) * scale, (AT_RW)(0),
-                               AT_MASKED(AT_VLOADW(0, mk)));
+                               AT_KN(at_key_masked)(mb, t0, T, S, j));
         for (int h = 0; h < AT_HD; h++) dqa[h] = d * kr[h] + dqa[h];
     }
     for (int h = 0; h < AT_HD; h++) AT_VSTOREW(dqa[h], h, qs);
