@@ -25,7 +25,10 @@ class Config:
                  "jit_cache_size": 64,
                  # compiled OpenCL programs kept after their last jitted function is gone (least
                  # recently used first out), so a re-created function does not rebuild its program
-                 "opencl_program_cache_size": 32}
+                 "opencl_program_cache_size": 32,
+                 # keep the device binaries of programs that run twice in functrace's disk cache
+                 # (off: each process rebuilds from source, through the driver's own cache if any)
+                 "opencl_binary_cache": True}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():

@@ -1347,10 +1347,13 @@ class Fuzzer:
         self.stats = Stats()
 
     def run(self, indices, deadline: float | None = None) -> Stats:
-        names = ("opencl_small_program_elements", "opencl_host_step_elements")
+        names = ("opencl_small_program_elements", "opencl_host_step_elements", "opencl_binary_cache")
         saved = {n: getattr(config, n) for n in names}
+        # each program runs in this process only: saving its binary (on PoCL, ~0.2 s of recompiling
+        # per program) would cost more than the program; tests/test_opencl_cache.py checks that path
+        config.update("opencl_binary_cache", False)
         if self.mode == "kernels":
-            for n in names:
+            for n in names[:2]:
                 config.update(n, 0)
         try:
             with np.errstate(all="ignore"):

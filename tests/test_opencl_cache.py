@@ -220,6 +220,14 @@ def _run_fresh(x) -> None:
         np.testing.assert_allclose(np.asarray(f(x)), np.tanh(x * 3.0) + 1.0, rtol=1e-6, atol=1e-6)
 
 
+def test_the_binary_cache_can_be_turned_off(binary_cache, monkeypatch):
+    """``opencl_binary_cache`` off: programs build from source and nothing is written."""
+    monkeypatch.setattr(ft.config, "opencl_binary_cache", False)
+    assert scaled_by(SCALE.format(7.0)) == 7.0
+    rt.keep_binary(rt.program(SCALE.format(7.0)))  # what a second call asks
+    assert not list(binary_cache.dir.glob("*.bin")) and not binary_cache.loaded
+
+
 @pytest.mark.parametrize("fault", ["missing", "a file", "full of garbage"])
 def test_a_bad_cache_directory_costs_only_compile_time(fault, tmp_path, monkeypatch):
     """FUNCTRACE_CACHE_DIR missing (made), a regular file (nothing can be read or written), or

@@ -409,7 +409,7 @@ class Runtime:
                 _raise_for_environment(self.device, str(e))  # (the entry may be sound)
                 _discard(path)  # a binary the driver no longer takes: rebuilt below
         prog = self._build(cl.Program(self.context, source), options)
-        if not self.driver_caches_programs:  # elsewhere the binary is cheap: keep it now
+        if config.opencl_binary_cache and not self.driver_caches_programs:  # elsewhere the binary is cheap
             self._save_binary(key, prog)
         return prog
 
@@ -430,7 +430,7 @@ class Runtime:
         compiles every kernel once more (~0.2 s for a training step's program), so executables
         ask only from their second call: programs that run again are worth it."""
         key = self._key_of.get(prog)
-        if key is not None and key not in self._binary_saved:
+        if config.opencl_binary_cache and key is not None and key not in self._binary_saved:
             self._save_binary(key, prog)
 
     def _build(self, program, options: str):
