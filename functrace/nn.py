@@ -373,12 +373,17 @@ def _attention_impl(q, k, v, mask, *, causal, scale):
 
 
 def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
-    """Flash-attention backward from the saved log-sum-exp: P = exp(S - lse),
-    dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(g * out)), dQ = dS K * scale, dK = dS^T Q * scale."""
+    """Flash-attention backward from the saved log-sum-exp: P = exp(L - lse - bias) with L the
+    masked logits, dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(g * out)) at kept pairs (0 at
+    masked ones), dQ = dS K * scale, dK = dS^T Q * scale.  ``bias`` is 0 except in rows with no
+    logit above -1e30 (fully masked rows), whose output averages the keys scoring -1e30: there
+    lse = log(count) - 1e30 rounds to -1e30, so bias = log(count) restores P = 1 / count."""
     q, k, v, out, lse, g = map(np.asarray, (q, k, v, out, lse, g))
-    s = np.einsum("...tnh,...snh->...nts", q, k) * q.dtype.type(scale)
-    with np.errstate(over="ignore"):  # fully masked rows (lse about -1e30): their p is masked to 0
-        p = np.where(mask, np.exp(s - lse[..., None]), 0).astype(q.dtype)
+    neg = q.dtype.type(-1e30)
+    logits = np.where(mask, np.einsum("...tnh,...snh->...nts", q, k) * q.dtype.type(scale), neg)
+    lse = lse[..., None]
+    # masked pairs: exp(-1e30 - lse), 0 (NaN in a NaN row); bias after lse (lse + bias is lse again)
+    p = np.exp(logits - lse - _dead_row_bias(logits, lse, neg)).astype(q.dtype)
     dv = np.einsum("...nts,...tnh->...snh", p, g)
     dp = np.einsum("...tnh,...snh->...nts", g, v)
     delta = np.einsum("...tnh,...tnh->...nt", g, out)[..., None]
@@ -388,6 +393,14 @@ def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     dq = np.einsum("...nts,...snh->...tnh", ds, k)
     dk = np.einsum("...nts,...tnh->...snh", ds, q)
     return [dq.astype(q.dtype), dk.astype(q.dtype), dv.astype(q.dtype)]
+
+
+def _dead_row_bias(logits, lse, neg):
+    """log(count of logits equal to -1e30) in rows whose log-sum-exp is -1e30 (no logit above it,
+    some equal: the forward averaged those), else 0."""
+    count = np.sum(logits == neg, axis=-1, keepdims=True)
+    dead = (lse <= neg) & (count > 0)
+    return np.where(dead, np.log(np.maximum(count, 1)), 0).astype(lse.dtype)
 
 
 def _attention_bwd_reference(q, k, v, mask, out, lse, g, *, causal, scale):

@@ -177,6 +177,10 @@ GRAD_CASES = [
     ("attention", lambda q, k, v: ft.nn.attention(q, k, v), (normal(2, 3, 2, 2), normal(2, 4, 2, 2), normal(2, 4, 2, 2))),
     ("attention-causal", lambda q, k, v: ft.nn.attention(q, k, v, causal=True),
      (normal(3, 2, 2), normal(3, 2, 2), normal(3, 2, 2))),
+    # a fully masked query row averages v over every key: its dV was left out (P taken as 0 there)
+    ("attention-fully-masked-row", lambda q, k, v: ft.nn.attention(q, k, v, mask=np.array([[1, 1, 0, 1], [0, 0, 0, 0],
+                                                                                          [1, 0, 1, 1]], bool)),
+     (normal(3, 2, 2), normal(4, 2, 2), normal(4, 2, 2))),
     ("embedding", lambda t: ft.nn.embedding(t, np.array([0, 2, 2])), (normal(3, 2),)),
     ("conv2d", lambda x, w: ft.nn.conv2d(x, w, stride=2, padding=1), (normal(1, 2, 4, 4), normal(2, 2, 3, 3))),
 ]

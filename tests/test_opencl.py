@@ -1046,3 +1046,29 @@ def test_two_products_permuting_the_same_operand_share_its_copy_kernel():
     q1, q2, k = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 16, 4, 8), (2, 5, 4, 8), (2, 16, 4, 8)))
     f = lambda q1, q2, k: (fnp.einsum("bthd,bshd->bhts", q1, k), fnp.einsum("bthd,bshd->bhts", q2, k))
     _same_as_numpy_backend(f, q1, q2, k, rtol=1e-4)
+
+
+@pytest.mark.no_canaries
+def test_host_memory_a_buffer_wraps_outlives_its_array_until_the_queue_ran():
+    """A host-backed array (a host step's or a host-run loop body's result) whose buffer wraps its
+    own memory: when the array dies, a kernel or copy still queued on that buffer may not have
+    read it yet, so the memory is held until the queue has run.  Found by the fuzzer (seed 7000,
+    program 1314, about 1 run in 150 under load): a scan copied each host-run body output into
+    its ``ys`` with a queued copy, and the output died first; the copy read freed memory and a
+    gradient came out -0.0 instead of -2.67."""
+    import gc
+    import weakref
+    if not rt.unified:
+        pytest.skip("the device does not use host memory in place")
+    host = cl_runtime._aligned_empty((1024,), np.dtype(np.float32))
+    host[:] = 1.0
+    assert rt.wraps_host_memory(host)
+    alive = weakref.ref(host)
+    arr = cl_runtime.Array.from_host(rt, host)
+    arr.buffer  # noqa: B018 -- a kernel's use makes the buffer, wrapping ``host``
+    del host, arr
+    gc.collect()
+    assert alive() is not None  # what a queued command may still read
+    rt.finish()
+    gc.collect()
+    assert alive() is None  # and no longer than that

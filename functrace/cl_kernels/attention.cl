@@ -9,9 +9,13 @@
  * Semantics (those of functrace.nn._attention_impl / _attention_bwd_impl): logits are
  * (q . k) * scale, masked logits are -1e30; out = softmax(logits) v, lse = log-sum-exp of the
  * logits (a row whose keys are all masked averages v over all S keys, lse = log(S) - 1e30).
- * Backward from the saved lse: P = mask ? exp(logits - lse) : 0, delta = rowsum(g * out),
- * dV = P^T g, dS = mask ? P * (g v^T - delta) * scale : 0 (a select: 0 * NaN would be NaN),
- * dQ = dS k, dK = dS^T q.
+ * Backward from the saved lse: P = exp(logits - lse - bias) (masked pairs: exp(-1e30 - lse - bias),
+ * 0 unless the row is NaN or fully masked), delta = rowsum(g * out), dV = P^T g,
+ * dS = mask ? P * (g v^T - delta) * scale : 0 (a select: 0 * NaN would be NaN), dQ = dS k,
+ * dK = dS^T q.  bias is 0 except in rows whose lse is -1e30 (no logit above -1e30: the forward
+ * averaged the keys scoring -1e30), where lse = log(count) - 1e30 has rounded to -1e30 and
+ * bias = log(count) restores P = 1 / count; the dQ kernel computes it (at_dead_bias) for the
+ * dK/dV kernel.
  *
  * Vectorization (PoCL does not vectorize scalar kernels well): a work-item owns W = AT_W rows as
  * the W lanes of a vector -- W query rows in the forward and dQ kernels, W keys in the dK/dV
@@ -19,7 +23,10 @@
  * the inner loops are W-wide vector a*b+c (no fma(): slow on PoCL) on register accumulators
  * (the 16-wide tile loops are unrolled).  The mask tile of every (W x 16) block is read first:
  * fully masked tiles are skipped (the causal upper triangle, or any block-sparse mask), fully
- * kept tiles need no per-element select.
+ * kept tiles need no per-element select.  A masked pair's weight is an exact 0, and 0 * inf or
+ * 0 * NaN is NaN in the reference (and in JAX), so a fully masked tile is skipped only when the
+ * rows its zeros would multiply are finite (v in the forward, k for dQ, q and g for dK/dV);
+ * otherwise it is computed like any other tile.
  *
  * Specialized by the lowering (functrace/backends/opencl/attention.py), which defines before
  * this file and #undefs after it:
@@ -59,6 +66,16 @@ inline AT_IW AT_KN(at_key_masked)(__global const uchar* mb, const int t0, const 
     uchar mk[AT_W];
     for (int i = 0; i < AT_W; i++) mk[i] = mb[min(t0 + i, T - 1) * (long)S + j];
     return AT_MASKED(AT_VLOADW(0, mk));
+}
+
+/* Whether the AT_BK sequence rows from x (AT_HD values each) are all finite: a fully masked tile
+ * may be skipped only then (its zero weights times an inf or NaN would be NaN). */
+inline int AT_KN(at_tile_finite)(__global const AT_REAL* x)
+{
+    int finite = 1;
+    for (int r = 0; r < AT_BK; r++)
+        for (int h = 0; h < AT_HD; h++) finite &= isfinite(x[r * AT_RS + h]);
+    return finite;
 }
 
 /* Key row kr's unscaled dot products with the AT_W query rows held transposed in qs. */
@@ -105,9 +122,9 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
             anyv |= nz;
             allv &= nz;
         }
-        if (!any(anyv)) continue;                      /* fully masked tile */
         __global const AT_REAL* kt = kb + (long)j0 * AT_RS;
         __global const AT_REAL* vt = vb + (long)j0 * AT_RS;
+        if (!any(anyv) && AT_KN(at_tile_finite)(vt)) continue;       /* fully masked tile */
         AT_RW s[AT_BK];
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) s[j] = (AT_RW)(0);
@@ -195,24 +212,47 @@ __kernel void AT_KN(attention_fwd)(__global const AT_REAL* restrict q, __global 
     }
 }
 
-/* P = exp(logit - lse) in the backward, the logit (q . k) * scale rounded before the subtraction
- * as the forward rounds it: FP_CONTRACT would otherwise fuse "dot * scale - lse" into one fma,
- * whose unrounded product differs from the forward's logit by up to half its ulp -- P off by 3%
- * at |logit| ~ 1e6 (exactly 1 becomes 0.97). */
-inline AT_RW AT_KN(at_prob)(const AT_RW dot, const AT_REAL scale, const AT_RW lse)
+/* P = exp(logit - lse - bias) in the backward, the logit (q . k) * scale rounded before the
+ * subtraction as the forward rounds it: FP_CONTRACT would otherwise fuse "dot * scale - lse" into
+ * one fma, whose unrounded product differs from the forward's logit by up to half its ulp -- P
+ * off by 3% at |logit| ~ 1e6 (exactly 1 becomes 0.97). */
+inline AT_RW AT_KN(at_prob)(const AT_RW dot, const AT_REAL scale, const AT_RW lse, const AT_RW bias)
 {
     #pragma OPENCL FP_CONTRACT OFF
-    return exp(dot * scale - lse);
+    return exp(dot * scale - lse - bias);
+}
+
+/* P of a masked pair in rows with this lse and bias: 0, NaN in a NaN row, 1 / count in a dead row */
+inline AT_REAL AT_KN(at_masked_prob)(const AT_REAL lse, const AT_REAL bias)
+{
+    return exp(AT_NEG - lse - bias);
+}
+
+/* bias (see the top) for the AT_W query rows in qs: log of the number of keys that are masked or
+ * score exactly -1e30 in rows whose lse is at most -1e30 and that have such keys, else 0.  Costs a
+ * pass over the keys only where such a row is among the lanes. */
+inline AT_RW AT_KN(at_dead_bias)(const AT_REAL* qs, __global const AT_REAL* kb, __global const uchar* mb,
+                                 const int t0, const int T, const int S, const AT_REAL scale, const AT_RW lse)
+{
+    const AT_IW low = lse <= (AT_RW)(AT_NEG);
+    if (!any(low)) return (AT_RW)(0);
+    AT_RW count = (AT_RW)(0);
+    for (int j = 0; j < S; j++) {
+        const AT_RW logit = AT_KN(at_key_dot)(qs, kb + (long)j * AT_RS) * scale;
+        count += select((AT_RW)(0), (AT_RW)(1), AT_KN(at_key_masked)(mb, t0, T, S, j) | (logit == (AT_RW)(AT_NEG)));
+    }
+    return select((AT_RW)(0), log(count), low & (count > (AT_RW)(0)));
 }
 
 /* ------------------------------------------------------------------ backward: dQ (and delta)
  * Work-item (tb, bn): query rows t0 ... t0+AT_W-1 as lanes; streams over key tiles.
- * Also writes delta = rowsum(g * out) for the dK/dV kernel (enqueued after this one). */
+ * Also writes delta = rowsum(g * out) and bias for the dK/dV kernel (enqueued after this one). */
 __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
                                       __global const AT_REAL* restrict v, __global const uchar* restrict mask,
                                       __global const AT_REAL* restrict out, __global const AT_REAL* restrict lse,
                                       __global const AT_REAL* restrict g, __global AT_REAL* restrict dq,
-                                      __global AT_REAL* restrict delta, const int T, const int S, const AT_REAL scale)
+                                      __global AT_REAL* restrict delta, __global AT_REAL* restrict bias,
+                                      const int T, const int S, const AT_REAL scale)
 {
     const int t0 = get_global_id(0) * AT_W;
     const long bn = get_global_id(1);
@@ -240,6 +280,9 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
         if (t0 + i < T) delta[bn * T + t0 + i] = d;
     }
     const AT_RW dlt = AT_VLOADW(0, dl), lv = AT_VLOADW(0, ls);
+    const AT_RW bv = AT_KN(at_dead_bias)(qs, kb, mb, t0, T, S, scale, lv);
+    AT_VSTOREW(bv, 0, dl);
+    for (int i = 0; i < AT_W && t0 + i < T; i++) bias[bn * T + t0 + i] = dl[i];
     AT_RW dqa[AT_HD];
     for (int h = 0; h < AT_HD; h++) dqa[h] = (AT_RW)(0);
 
@@ -254,9 +297,9 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             anyv |= nz;
             allv &= nz;
         }
-        if (!any(anyv)) continue;
         __global const AT_REAL* kt = kb + (long)j0 * AT_RS;
         __global const AT_REAL* vt = vb + (long)j0 * AT_RS;
+        if (!any(anyv) && AT_KN(at_tile_finite)(kt)) continue;       /* dQ += 0 * k there */
         AT_RW p[AT_BK], ds[AT_BK];
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) p[j] = (AT_RW)(0);
@@ -266,7 +309,7 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             for (int j = 0; j < AT_BK; j++) p[j] = qh * kt[j * AT_RS + h] + p[j];
         }
         #pragma unroll
-        for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv);
+        for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv, bv);
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
@@ -299,7 +342,7 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             sv = AT_VLOADW(h, qs) * kr[h] + sv;
             dp = AT_VLOADW(h, gs) * vr[h] + dp;
         }
-        const AT_RW d = select(AT_KN(at_prob)(sv, scale, lv) * (dp - dlt) * scale, (AT_RW)(0),
+        const AT_RW d = select(AT_KN(at_prob)(sv, scale, lv, bv) * (dp - dlt) * scale, (AT_RW)(0),
                                AT_KN(at_key_masked)(mb, t0, T, S, j));
         for (int h = 0; h < AT_HD; h++) dqa[h] = d * kr[h] + dqa[h];
     }
@@ -312,11 +355,12 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
 
 /* ------------------------------------------------------------------ backward: dK, dV
  * Work-item (sb, bn): keys s0 = sb*AT_W ... s0+AT_W-1 as lanes; streams over query tiles, using the
- * lse and the delta written by the dQ kernel. */
+ * lse and the delta and bias written by the dQ kernel. */
 __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
                                         __global const AT_REAL* restrict v, __global const uchar* restrict mask,
                                         __global const AT_REAL* restrict lse, __global const AT_REAL* restrict g,
-                                        __global const AT_REAL* restrict delta, __global AT_REAL* restrict dk,
+                                        __global const AT_REAL* restrict delta, __global const AT_REAL* restrict bias,
+                                        __global AT_REAL* restrict dk,
                                         __global AT_REAL* restrict dv, const int T, const int S, const AT_REAL scale)
 {
     const int s0 = get_global_id(0) * AT_W;
@@ -330,6 +374,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
     __global const uchar* mb = mask + bn * T * (long)S;
     __global const AT_REAL* lb = lse + bn * T;
     __global const AT_REAL* db = delta + bn * T;
+    __global const AT_REAL* bb = bias + bn * T;
     const int full_lanes = s0 + AT_W <= S;
 
     AT_REAL ks[AT_HD * AT_W], vs[AT_HD * AT_W];   /* ks[h*AT_W + i] = k[s0+i, h] */
@@ -366,9 +411,13 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             anyv |= nz;
             allv &= nz;
         }
-        if (!any(anyv)) continue;
         __global const AT_REAL* qt = qb + (long)t0 * AT_RS;
         __global const AT_REAL* gt = gb + (long)t0 * AT_RS;
+        if (!any(anyv) && AT_KN(at_tile_finite)(qt) && AT_KN(at_tile_finite)(gt)) {
+            int weightless = 1;  /* dK += 0 * q; dV += P g with P 0 unless a row is NaN or dead */
+            for (int r = 0; r < AT_BK; r++) weightless &= AT_KN(at_masked_prob)(lb[t0 + r], bb[t0 + r]) == 0;
+            if (weightless) continue;
+        }
         AT_RW p[AT_BK], ds[AT_BK];
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) p[r] = (AT_RW)(0);
@@ -378,7 +427,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             for (int r = 0; r < AT_BK; r++) p[r] = kh * qt[r * AT_RS + h] + p[r];
         }
         #pragma unroll
-        for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]));
+        for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]), (AT_RW)(bb[t0 + r]));
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
@@ -388,11 +437,11 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
         }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = p[r] * (ds[r] - db[t0 + r]) * scale;
-        if (!all(allv)) {       /* masked pairs: P = 0 and dS = 0 exactly (dP - delta may be NaN) */
+        if (!all(allv)) {       /* masked pairs: P as above and dS = 0 exactly (dP - delta may be NaN) */
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) {
                 const AT_IW m = AT_MASKED(mt[r]);
-                p[r] = select(p[r], (AT_RW)(0), m);
+                p[r] = select(p[r], (AT_RW)(AT_KN(at_masked_prob)(lb[t0 + r], bb[t0 + r])), m);
                 ds[r] = select(ds[r], (AT_RW)(0), m);
             }
         }
@@ -421,7 +470,8 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             dp = AT_VLOADW(h, vs) * gr[h] + dp;
         }
         const AT_IW m = AT_MASKED(AT_VLOADW(0, tmp));
-        const AT_RW p = select(AT_KN(at_prob)(sv, scale, (AT_RW)(lb[t])), (AT_RW)(0), m);
+        const AT_RW p = select(AT_KN(at_prob)(sv, scale, (AT_RW)(lb[t]), (AT_RW)(bb[t])),
+                               (AT_RW)(AT_KN(at_masked_prob)(lb[t], bb[t])), m);
         const AT_RW d = select(p * (dp - db[t]) * scale, (AT_RW)(0), m);
         for (int h = 0; h < AT_HD; h++) {
             dva[h] = p * gr[h] + dva[h];

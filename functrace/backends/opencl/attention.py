@@ -3,12 +3,14 @@
 * ``attention`` -> [out, lse]: one flash-style kernel (online softmax over 16-key tiles; the
   T x S logits are never stored).  1 launch.
 * ``attention_bwd`` -> [dq, dk, dv]: a dQ kernel (query rows as lanes; it also writes
-  ``delta = rowsum(g * out)`` to a scratch buffer) then a dK/dV kernel (keys as lanes) reading
-  that delta; P is recomputed per tile from the saved lse.  2 launches, no atomics.
+  ``delta = rowsum(g * out)`` and the fully masked rows' ``bias`` to scratch buffers) then a dK/dV
+  kernel (keys as lanes) reading them; P is recomputed per tile from the saved lse.  2 launches,
+  no atomics.
 
 The mask operand (bool, (batch..., N, T, S), already containing the causal mask) is what the
-kernels obey; fully masked tiles are skipped, which is how the causal upper triangle costs
-nothing.  ``causal`` needs no separate treatment.
+kernels obey; fully masked tiles are skipped (where the zeros they would add are exact: see
+attention.cl), which is how the causal upper triangle costs nothing.  ``causal`` needs no separate
+treatment.
 
 ``attention.cl`` is specialized by a ``#define`` prefix per (dtype, head_dim, heads, lanes) and
 the kernel names carry that suffix (``attention_fwd_f32_h64_n4_w16``).  Unsupported cases
@@ -120,12 +122,13 @@ def lower_attention_bwd(eqn, rt):
         dq = ctx.alloc(q_shape, dtype)
         dk = ctx.alloc(k_shape, dtype)
         dv = ctx.alloc(k_shape, dtype)
-        delta = ctx.alloc(lse_shape, dtype)
+        delta, bias = ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype)
         k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
-             dq.buffer, delta.buffer, np.int32(T), np.int32(S), scale)
+             dq.buffer, delta.buffer, bias.buffer, np.int32(T), np.int32(S), scale)
         k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
-               delta.buffer, dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
-        ctx.release(delta)  # the in-order queue runs later users of this buffer after dkdv
+               delta.buffer, bias.buffer, dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
+        ctx.release(delta)  # the in-order queue runs later users of these buffers after dkdv
+        ctx.release(bias)
         return [dq, dk, dv]
 
     return Lowered(sp["source"], names, run, 2,

@@ -517,10 +517,15 @@ class Runtime:
             return arr.buffer
         if not host.size:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
-        if self.unified and host.flags.c_contiguous and host.flags.writeable \
-                and host.ctypes.data % _HOST_ALIGN == 0:
+        if self.wraps_host_memory(host):
             return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
+
+    def wraps_host_memory(self, host: np.ndarray) -> bool:
+        """Does ``buffer_for(host)`` use ``host``'s own memory (which must then outlive the
+        commands queued on the buffer)?"""
+        return bool(self.unified and host.size and host.flags.c_contiguous and host.flags.writeable
+                    and host.ctypes.data % _HOST_ALIGN == 0 and not config.opencl_debug_canaries)
 
     def _guarded_empty(self, shape: tuple, dtype: np.dtype) -> "Array":
         """``empty`` in canary mode: the buffer lies between two guard regions of
@@ -804,6 +809,10 @@ class Array:
         buffer, and on unified memory the host array it wraps (elsewhere ``_host`` is a copy)."""
         if self._recycle is not None and (self._buffer is not None or self.runtime.unified):
             self._recycle.append((self._buffer, self._host if self.runtime.unified else None))
+        elif self._buffer is not None and self._host is not None and self.runtime.wraps_host_memory(self._host):
+            # a host-backed array whose buffer wraps its memory: a kernel or copy still queued (a
+            # scan's copy of a host-run body's output, say) may read it after this array is gone
+            self.runtime.hold(self._host, self._buffer)
         self._buffer = self._host = None
         self._recycle = None
 
