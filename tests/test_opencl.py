@@ -1072,3 +1072,17 @@ def test_host_memory_a_buffer_wraps_outlives_its_array_until_the_queue_ran():
     rt.finish()
     gc.collect()
     assert alive() is None  # and no longer than that
+
+
+def test_a_view_of_a_strided_host_result_reads_the_right_elements(monkeypatch):
+    """A host step's reshape of a slice can be a strided numpy view (stride 2 elements here); a
+    view of that value (a flip) fed to a kernel was addressed as if it were contiguous: the
+    cumsum read every other element, a gradient was off by 3e3 (found by the fuzzer: seed 7000,
+    program 2074).  Host results are now kept contiguous."""
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10 ** 6)  # the reshape on the host
+    s = np.random.default_rng(0).standard_normal((17, 1, 32, 2))
+    f = lambda s: fnp.flip((s * 2.0)[..., 0:1].reshape(17, 1, 32), 2).cumsum(axis=2)
+    jf = ft.jit(f, backend="opencl")
+    np.testing.assert_allclose(np.asarray(jf(s)), np.cumsum(2.0 * s[..., ::-1, 0], axis=2), rtol=1e-12)
+    report = jf.lower(s).compile().report()
+    assert "host    reshape" in report and "kernel  cumsum" in report, report

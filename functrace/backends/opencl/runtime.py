@@ -730,8 +730,11 @@ class Array:
     @classmethod
     def from_host(cls, runtime: Runtime, value) -> "Array":
         """An array whose data lives in host memory (never written afterwards); its device buffer
-        is made only if a kernel needs it."""
+        is made only if a kernel needs it.  Kept C-contiguous (a copy of a strided view, such as a
+        host step's reshape of a slice): views of it are addressed by element offsets."""
         value = np.asarray(value)
+        if not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
         return cls(runtime, None, value.shape, value.dtype, value)
 
     @property
