@@ -40,7 +40,7 @@ _FLOAT_OPS = {
     "sign": "sign({0})",
     "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
     "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
-    "rem": "fmod({0}, {1})", "floor_div": "floor({0} / {1})",
+    "rem": "fmod({0}, {1})",
     "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
 }
 # where numpy's result differs from the builtin above: a NaN operand gives NaN (OpenCL's
@@ -54,6 +54,12 @@ _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="
 _BOOL_OPS = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
 REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"}
 _NATIVE_F32 = {"sin", "cos"}
+# Builtins whose vector forms are wrong on some drivers: emitted lane by lane (scalar calls, which
+# were right in every case).  PoCL 3.1 (Debian, LLVM 15) on AVX-512 CPUs, with a 0, inf or NaN in
+# another lane of the vector: float tan (and sin, cos: we use native_sin/native_cos) 4x off for
+# small |x| at 4-16 lanes; double pow (0.94 for 1.5e31) and fmod at 8 and 16 lanes, and double8
+# fmod ran for minutes on quotients of 1e8 (found by the fuzzer; see tests/test_opencl_kernels.py)
+_LANEWISE = {("float", "tan"), ("double", "pow"), ("double", "rem")}
 
 # float32 exp, tanh, log and log1p (every vector width), each a Cody-Waite reduction and a Cephes
 # polynomial with plain integer exponent handling: PoCL's builtins spend a third more multiply
@@ -144,7 +150,7 @@ def fusable(eqn) -> bool:
     if name == "not" or (name in _BOOL_OPS and out.dtype == np.dtype(bool)):
         return True
     if out.dtype.kind == "f":
-        return name in _FLOAT_OPS
+        return name in _FLOAT_OPS or name == "floor_div"  # (see ExprWriter.float_floor_div)
     if out.dtype.kind == "i":
         return name in _INT_OPS or name in ("rem", "floor_div")
     return False
@@ -416,16 +422,21 @@ class ExprWriter:
             expr = _BOOL_OPS[name].format(*args)
         elif oct_ in ("float", "double"):
             one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
-            tmpl = _FLOAT_OPS[name]
+            tmpl = _FLOAT_OPS.get(name, "")
             if oct_ == "float" and name in _NATIVE_F32:
                 tmpl = "native_" + tmpl  # measured on PoCL: 5x faster, within 1.2e-7 of sin/cos on |x| <= 1e4
             elif oct_ == "float" and name in ("exp", "tanh", "log", "log1p"):
                 tmpl = f"ft_{name}_{self.vtype(oct_)}({{0}})"  # see _F32_MATH
             elif oct_ == "float" and name == "logistic":
                 tmpl = tmpl.replace("exp(", f"ft_exp_{self.vtype(oct_)}(")
-            if name in ("max", "min", "rem", "floor_div", "sign"):
+            if name in ("max", "min", "rem", "sign") or (oct_, name) in _LANEWISE:
                 args = [self.fresh(oct_, a) for a in args]
-            expr = tmpl.format(*args, one=one)
+            if name == "floor_div":
+                expr = self.float_floor_div(oct_, *args, one=one, half=self.atom(Literal(np.array(0.5, out.aval.dtype)), oct_, e))
+            elif (oct_, name) in _LANEWISE:
+                expr = self.lanewise(oct_, tmpl, args)
+            else:
+                expr = tmpl.format(*args, one=one)
             if name in _NAN_RESULT:
                 nan_value, nan_test = _NAN_RESULT[name]
                 expr = self.select(expr, nan_value.format(*args), nan_test.format(*args), oct_)
@@ -439,6 +450,28 @@ class ExprWriter:
         else:
             expr = _INT_OPS[name].format(*args)
         self.names[out] = self.fresh(oct_, expr)
+
+    def lanewise(self, ct: str, tmpl: str, args: list) -> str:
+        """``tmpl`` applied to each lane of the (named) vector ``args`` (see ``_LANEWISE``)."""
+        if not self.vector:
+            return tmpl.format(*args)
+        lanes = (tmpl.format(*[f"{a}.s{'0123456789abcdef'[k]}" for a in args]) for k in range(self.vec))
+        return f"(({self.vtype(ct)})({', '.join(lanes)}))"
+
+    def float_floor_div(self, ct: str, x: str, y: str, one: str, half: str) -> str:
+        """numpy's float ``//`` (npy_divmod): the quotient of x minus its fmod remainder, moved
+        down by one where the remainder's sign differs from y's, snapped to the nearest integer;
+        x / y for y = 0.  floor(x / y) differed where x / y rounds up to an integer (1 // 0.1:
+        10 for numpy's 9) and at infinities (0.5 // -inf: -0 for -1, -inf // 2: -inf for NaN)."""
+        x, y = self.fresh(ct, x), self.fresh(ct, y)
+        fmod = _FLOAT_OPS["rem"]
+        m = self.fresh(ct, self.lanewise(ct, fmod, [x, y]) if (ct, "rem") in _LANEWISE else fmod.format(x, y))
+        d = self.fresh(ct, f"({x} - {m}) / {y}")
+        d = self.fresh(ct, self.select(d, f"{d} - {one}", f"({m} != 0) & (({y} < 0) != ({m} < 0))", ct))
+        f = self.fresh(ct, f"floor({d})")
+        f = self.fresh(ct, self.select(f, f"{f} + {one}", f"({d} - {f}) > {half}", ct))
+        f = self.fresh(ct, self.select(f, f"copysign(({f} - {f}), {x} / {y})", f"{d} == 0", ct))
+        return self.select(f, f"{x} / {y}", f"{y} == 0", ct)
 
     def int_division(self, name: str, ct: str, x: str, y: str) -> str:
         """numpy's integer ``%`` / ``//``: rounded toward -inf (C truncates toward 0), and 0 for a
