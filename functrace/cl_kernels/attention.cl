@@ -246,13 +246,15 @@ inline AT_RW AT_KN(at_dead_bias)(const AT_REAL* qs, __global const AT_REAL* kb, 
 
 /* ------------------------------------------------------------------ backward: dQ (and delta)
  * Work-item (tb, bn): query rows t0 ... t0+AT_W-1 as lanes; streams over key tiles.
- * Also writes delta = rowsum(g * out) and bias for the dK/dV kernel (enqueued after this one). */
+ * Also writes delta = rowsum(g * out), bias and the rows whose masked pairs weigh nothing (P = 0,
+ * q and g finite) for the dK/dV kernel (enqueued after this one). */
 __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
                                       __global const AT_REAL* restrict v, __global const uchar* restrict mask,
                                       __global const AT_REAL* restrict out, __global const AT_REAL* restrict lse,
                                       __global const AT_REAL* restrict g, __global AT_REAL* restrict dq,
                                       __global AT_REAL* restrict delta, __global AT_REAL* restrict bias,
-                                      const int T, const int S, const AT_REAL scale)
+                                      __global uchar* restrict weightless, const int T, const int S,
+                                      const AT_REAL scale)
 {
     const int t0 = get_global_id(0) * AT_W;
     const long bn = get_global_id(1);
@@ -266,14 +268,17 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
     __global const uchar* mb = mask + bn * T * (long)S;
 
     AT_REAL qs[AT_HD * AT_W], gs[AT_HD * AT_W], dl[AT_W], ls[AT_W];
+    int finite[AT_W];
     for (int i = 0; i < AT_W; i++) {
         const long row = min(t0 + i, T - 1);
         AT_REAL d = 0;
+        finite[i] = 1;
         for (int h = 0; h < AT_HD; h++) {
-            const AT_REAL gv = gb[row * AT_RS + h];
-            qs[h * AT_W + i] = qb[row * AT_RS + h];
+            const AT_REAL gv = gb[row * AT_RS + h], qv = qb[row * AT_RS + h];
+            qs[h * AT_W + i] = qv;
             gs[h * AT_W + i] = gv;
             d = gv * ob[row * AT_RS + h] + d;
+            finite[i] &= isfinite(gv) & isfinite(qv);
         }
         dl[i] = d;
         ls[i] = lse[bn * T + row];
@@ -282,7 +287,11 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
     const AT_RW dlt = AT_VLOADW(0, dl), lv = AT_VLOADW(0, ls);
     const AT_RW bv = AT_KN(at_dead_bias)(qs, kb, mb, t0, T, S, scale, lv);
     AT_VSTOREW(bv, 0, dl);
-    for (int i = 0; i < AT_W && t0 + i < T; i++) bias[bn * T + t0 + i] = dl[i];
+    for (int i = 0; i < AT_W && t0 + i < T; i++) {
+        bias[bn * T + t0 + i] = dl[i];
+        /* the dK/dV kernel may skip this row's masked pairs: their P is 0 and q, g are finite */
+        weightless[bn * T + t0 + i] = finite[i] && AT_KN(at_masked_prob)(ls[i], dl[i]) == 0;
+    }
     AT_RW dqa[AT_HD];
     for (int h = 0; h < AT_HD; h++) dqa[h] = (AT_RW)(0);
 
@@ -355,12 +364,12 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
 
 /* ------------------------------------------------------------------ backward: dK, dV
  * Work-item (sb, bn): keys s0 = sb*AT_W ... s0+AT_W-1 as lanes; streams over query tiles, using the
- * lse and the delta and bias written by the dQ kernel. */
+ * lse and the delta, bias and weightless rows written by the dQ kernel. */
 __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __global const AT_REAL* restrict k,
                                         __global const AT_REAL* restrict v, __global const uchar* restrict mask,
                                         __global const AT_REAL* restrict lse, __global const AT_REAL* restrict g,
                                         __global const AT_REAL* restrict delta, __global const AT_REAL* restrict bias,
-                                        __global AT_REAL* restrict dk,
+                                        __global const uchar* restrict weightless, __global AT_REAL* restrict dk,
                                         __global AT_REAL* restrict dv, const int T, const int S, const AT_REAL scale)
 {
     const int s0 = get_global_id(0) * AT_W;
@@ -375,6 +384,7 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
     __global const AT_REAL* lb = lse + bn * T;
     __global const AT_REAL* db = delta + bn * T;
     __global const AT_REAL* bb = bias + bn * T;
+    __global const uchar* wb = weightless + bn * T;
     const int full_lanes = s0 + AT_W <= S;
 
     AT_REAL ks[AT_HD * AT_W], vs[AT_HD * AT_W];   /* ks[h*AT_W + i] = k[s0+i, h] */
@@ -413,10 +423,10 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
         }
         __global const AT_REAL* qt = qb + (long)t0 * AT_RS;
         __global const AT_REAL* gt = gb + (long)t0 * AT_RS;
-        if (!any(anyv) && AT_KN(at_tile_finite)(qt) && AT_KN(at_tile_finite)(gt)) {
-            int weightless = 1;  /* dK += 0 * q; dV += P g with P 0 unless a row is NaN or dead */
-            for (int r = 0; r < AT_BK; r++) weightless &= AT_KN(at_masked_prob)(lb[t0 + r], bb[t0 + r]) == 0;
-            if (weightless) continue;
+        if (!any(anyv)) {  /* dK += 0 * q and dV += P g: nothing where every row's P is 0, q, g finite */
+            uchar all_weightless = 1;
+            for (int r = 0; r < AT_BK; r++) all_weightless &= wb[t0 + r];
+            if (all_weightless) continue;
         }
         AT_RW p[AT_BK], ds[AT_BK];
         #pragma unroll

@@ -3,7 +3,8 @@
 * ``attention`` -> [out, lse]: one flash-style kernel (online softmax over 16-key tiles; the
   T x S logits are never stored).  1 launch.
 * ``attention_bwd`` -> [dq, dk, dv]: a dQ kernel (query rows as lanes; it also writes
-  ``delta = rowsum(g * out)`` and the fully masked rows' ``bias`` to scratch buffers) then a dK/dV
+  ``delta = rowsum(g * out)``, the fully masked rows' ``bias`` and which rows' masked pairs weigh
+  nothing to scratch buffers) then a dK/dV
   kernel (keys as lanes) reading them; P is recomputed per tile from the saved lse.  2 launches,
   no atomics.
 
@@ -122,13 +123,13 @@ def lower_attention_bwd(eqn, rt):
         dq = ctx.alloc(q_shape, dtype)
         dk = ctx.alloc(k_shape, dtype)
         dv = ctx.alloc(k_shape, dtype)
-        delta, bias = ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype)
+        rows = [ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, np.uint8)]
         k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
-             dq.buffer, delta.buffer, bias.buffer, np.int32(T), np.int32(S), scale)
+             dq.buffer, *[r.buffer for r in rows], np.int32(T), np.int32(S), scale)
         k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
-               delta.buffer, bias.buffer, dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
-        ctx.release(delta)  # the in-order queue runs later users of these buffers after dkdv
-        ctx.release(bias)
+               *[r.buffer for r in rows], dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
+        for r in rows:  # (delta, bias, weightless) the in-order queue runs their later users after dkdv
+            ctx.release(r)
         return [dq, dk, dv]
 
     return Lowered(sp["source"], names, run, 2,
