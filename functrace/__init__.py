@@ -10,12 +10,22 @@ from .batching import vmap
 from .jit import jit
 from . import lax
 from . import nn
-from .backends.opencl.runtime import Array, block_until_ready, devices, device_put
 from .custom import custom_jvp, custom_vjp, checkpoint, checkpoint_policies, remat
 from . import numpy
 from . import test_util
 
 __version__ = "0.1.0"
+
+_DEVICE_NAMES = ("Array", "block_until_ready", "devices", "device_put")
+
+
+def __getattr__(name: str):
+    """The OpenCL runtime's names, imported at first use: ``import functrace`` loads neither the
+    OpenCL backend nor pyopencl (about 0.2 s), which a program that never jits does not need."""
+    if name in _DEVICE_NAMES:
+        from .backends.opencl import runtime
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'functrace' has no attribute {name!r}")
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
            "stop_gradient", "vmap", "jit", "lax", "nn", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",

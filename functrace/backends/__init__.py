@@ -16,8 +16,8 @@ def compile_for(name: str | None, closed):
         return NumpyExecutable(closed)
     if name == "opencl":
         from ..optimize import inline_calls, optimize
-        from .opencl import OpenCLExecutable, HostExecutable, get_runtime, is_small
-        from .opencl.runtime import DeviceUnusable, forget_runtime
+        from .opencl.executable import HostExecutable, OpenCLExecutable, is_small
+        from .opencl.runtime import DeviceUnusable, forget_runtime, get_runtime
         inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
         if inlined is not closed:
             closed = optimize(inlined)[0]
