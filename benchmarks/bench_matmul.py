@@ -10,7 +10,7 @@ runs each, more for small sizes: about ``--seconds`` of timing per contender and
   drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow it down).
 * for information, when installed, **PyTorch** ``torch.matmul(a, b, out=c)`` (its threads set to
   the same budget), and **jit end to end**: ``ft.jit(lambda a, b: a @ b, backend="opencl")`` on
-  ``ft.Array`` operands, the OpenCL kernels forced (``matmul.set_mode("opencl")``, as
+  ``ft.Array`` operands, the OpenCL kernels forced (``ft.config.update("matmul", "opencl")``, as
   ``FUNCTRACE_MATMUL=opencl``); adds the output allocation and the per-call overhead.
 
 Threads: ``OMP_NUM_THREADS`` (default 1) sets OpenBLAS's threads, and ``setup()`` pins the
@@ -95,7 +95,7 @@ def main():
     rng = np.random.default_rng(0)
     rows = []
     torch = torch_or_none(THREADS)
-    mm.set_mode("opencl")
+    ft.config.update("matmul", "opencl")
     dtype = np.dtype(args.dtype)
     for variant, n in [(v, int(s)) for v in args.variants.split(",") for s in args.sizes.split(",")]:
         ta, tb = variant.startswith("At"), variant.endswith("Bt")

@@ -6,6 +6,7 @@ from typing import Any
 
 
 BACKENDS = ("numpy", "opencl")  # what ``jit(backend=...)`` and the ``default_backend`` option take
+MATMUL_MODES = ("auto", "opencl", "blas")  # what the ``matmul`` option takes
 
 
 class Config:
@@ -28,7 +29,13 @@ class Config:
                  "opencl_program_cache_size": 32,
                  # keep the device binaries of programs that run twice in functrace's disk cache
                  # (off: each process rebuilds from source, through the driver's own cache if any)
-                 "opencl_binary_cache": True}
+                 "opencl_binary_cache": True,
+                 # matrix products on OpenCL: "auto" (on CPU devices, OpenCL kernels or host BLAS,
+                 # whichever measured faster per shape), "opencl" or "blas" (see backends/opencl/matmul)
+                 "matmul": "auto",
+                 # the directory of functrace's disk caches (None: $XDG_CACHE_HOME/functrace, else
+                 # ~/.cache/functrace): program binaries, device verdicts, matmul choices
+                 "cache_dir": None}
 
     def __init__(self):
         for name, default in self._DEFAULTS.items():
@@ -55,6 +62,10 @@ class Config:
             raise ValueError(f"default_backend must be None or one of {list(BACKENDS)}, got {value!r}")
         if name in _CACHE_SIZES and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if name == "matmul":
+            value = str(value).strip().lower()
+            if value not in MATMUL_MODES:
+                raise ValueError(f"matmul must be one of {list(MATMUL_MODES)}, got {value!r}")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
 

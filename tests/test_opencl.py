@@ -616,7 +616,7 @@ def test_device_arrays_stay_on_device_in_a_training_loop():
 def test_a_program_that_runs_twice_keeps_its_binary(tmp_path, monkeypatch):
     """On a driver with its own source cache (PoCL) the binary is written at an executable's
     second call, and a later process (here: an emptied in-memory cache) loads it."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(rt, "driver_caches_programs", True)
     monkeypatch.setattr(rt, "_programs", {})
     monkeypatch.setattr(rt, "_binary_saved", set())
@@ -681,7 +681,7 @@ def test_a_device_that_cannot_build_is_dropped(monkeypatch, tmp_path):
 def test_the_wide_vector_probe_passes_on_this_device(monkeypatch, tmp_path):
     """The child-process probe (512-bit vector code built and run) on the device the suite uses:
     a sound driver passes, and the verdict is kept on disk."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(cl_runtime, "_state", {})
     assert cl_runtime.crash_reason(rt.device, force=True) is None
     assert cl_runtime._read_verdict(rt.device, cl_runtime._WIDE_MARKER) == "ok"
@@ -707,7 +707,7 @@ def test_which_drivers_are_probed_in_a_child_process():
 
 def _probe_with(monkeypatch, tmp_path, child: str):
     """crash_reason(rt.device) with ``child`` as the probe's child script; (reason, saved verdicts)."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", child)
     monkeypatch.setattr(cl_runtime, "_state", {})
     reason = cl_runtime.crash_reason(rt.device, force=True)
@@ -772,7 +772,7 @@ def test_a_device_that_may_crash_the_process_is_skipped_or_refused(monkeypatch, 
     device with a warning naming the reason (and takes the next, here none: numpy); a device the
     user chose is refused with a clear error; the verdict is kept on disk, so later processes do
     not probe."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(cl_runtime, "_may_crash_process", lambda device: True)
     monkeypatch.setattr(cl_runtime, "_WIDE_PROBE_CHILD", READY + "os.abort()")
     monkeypatch.setattr(cl_runtime, "devices", lambda: [rt.device])

@@ -105,7 +105,7 @@ SCALE = "__kernel void scale(__global float* a) {{ a[get_global_id(0)] *= {}f; }
 def binary_cache(tmp_path, monkeypatch):
     """A fresh disk cache written at every build (as for drivers without a cache of their own),
     an empty in-memory one, and the binaries handed to the driver (``.loaded``)."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(rt, "driver_caches_programs", False)
     monkeypatch.setattr(rt, "_programs", {})
     monkeypatch.setattr(rt, "_binary_saved", set())
@@ -188,7 +188,7 @@ def test_a_bad_verdict_file_is_ignored_and_rewritten(tmp_path, monkeypatch):
     """Device verdicts (the probe build passed; the 512-bit probe's outcome) that do not verify
     -- garbage, or the older plain-text format -- are not trusted: the device is probed again
     and the verdict rewritten."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     (tmp_path / "opencl").mkdir()
     monkeypatch.setattr(cl_runtime, "_state", {})
     usable = cl_runtime._marker(rt.device, "usable")
@@ -237,7 +237,7 @@ def test_a_bad_cache_directory_costs_only_compile_time(fault, tmp_path, monkeypa
     x = np.linspace(-2, 2, 3000, dtype=np.float32)
     cache = {"missing": tmp_path / "not" / "made" / "yet", "a file": tmp_path / "file",
              "full of garbage": tmp_path}[fault]
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(cache))
+    monkeypatch.setattr(ft.config, "cache_dir", str(cache))
     if fault == "a file":
         cache.write_bytes(b"not a directory")
     if fault == "full of garbage":
@@ -265,7 +265,7 @@ def _entry_name_of(fun, x) -> str:
 
 def test_a_directory_where_an_entry_goes(tmp_path, monkeypatch):
     """Neither readable nor replaceable: the program is built, the entry not written."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(rt, "_programs", {})
     monkeypatch.setattr(rt, "_binary_saved", set())
     x = np.linspace(-2, 2, 3000, dtype=np.float32)
@@ -339,7 +339,7 @@ def test_a_build_that_fails_once_is_tried_again(monkeypatch):
 def test_the_probe_build_that_fails_once_is_tried_again(monkeypatch, tmp_path):
     """The probe build that decides, after a build failed, whether the device can build at all
     races in PoCL's cache the same way: one failure must not drop the device."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))  # (no verdict kept on disk)
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))  # (no verdict kept on disk)
     monkeypatch.setattr(cl_runtime, "_state", {})
     _, failures = fail_the_first_build(monkeypatch)
     assert cl_runtime.usable(rt.device) and failures
@@ -380,7 +380,7 @@ def test_an_unwritable_pocl_cache_is_named_and_leaves_no_verdict(tmp_path, monke
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
     monkeypatch.setenv("POCL_CACHE_DIR", str(blocker / "pocl"))
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path / "ft"))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path / "ft"))
     monkeypatch.setattr(cl_runtime, "_state", {})
 
     def failing_build(self, *args, **kwargs):

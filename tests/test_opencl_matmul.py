@@ -1,6 +1,6 @@
 """The OpenCL matmul (``cl_kernels/matmul.cl`` via the ``dot_general`` lowering) against numpy.
 
-The kernels are forced (``FUNCTRACE_MATMUL=opencl`` semantics through ``matmul.forced_mode``) so
+The kernels are forced (``ft.config`` option ``matmul`` = ``opencl``, through ``matmul.forced_mode``) so
 the host-BLAS alternative cannot hide them.  Sizes 1, 7, 127 and ~1000 in every position, float32
 and float64, the four transpose variants, batches, matrix-vector products, gradients, the fused
 bias/activation epilogue, and the BLAS / auto modes.  The functions share one program source per
@@ -321,7 +321,7 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
     """What one process measured, the next loads (same keys, same timings); a file that does not
     verify against its checksum (garbage, truncated, a flipped bit, the older plain-text format)
     only costs a new measurement, and is deleted."""
-    monkeypatch.setenv("FUNCTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     monkeypatch.setattr(mm, "_DECISIONS", {})
     monkeypatch.setattr(mm, "_TIMINGS", {})
@@ -380,7 +380,8 @@ def test_blas_and_auto_modes(monkeypatch):
             for out, scale in zip(outs, (1, 2, 3)):
                 check(out, x * scale, w, np.float32, 100)
         assert len(mm._DECISIONS) == 1
-    monkeypatch.setattr(mm, "_mode_override", None)
-    monkeypatch.setenv("FUNCTRACE_MATMUL", "nonsense")
+    with pytest.raises(ValueError, match="matmul must be one of"):
+        ft.config.update("matmul", "nonsense")
+    monkeypatch.setenv("FUNCTRACE_MATMUL", "nonsense")  # read with the other options, checked alike
     with pytest.raises(ValueError, match="FUNCTRACE_MATMUL"):
-        mm.mode()
+        type(ft.config)()

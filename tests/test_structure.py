@@ -13,3 +13,18 @@ def test_import_loads_no_opencl_module_and_no_pyopencl():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "[]"
     assert "functrace.backends.opencl.runtime" in out[1] and "functrace.backends.opencl.executable" not in out[1]
+
+
+def test_options_live_in_config_and_the_readme_lists_them():
+    """Options are read from ``FUNCTRACE_*`` variables in one place (``config.py``), and each one
+    is documented in the README's table."""
+    import pathlib
+    import re
+
+    import functrace as ft
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readers = [str(p.relative_to(root)) for p in (root / "functrace").rglob("*.py")
+               if p.name != "config.py" and re.search(r"environ[^\n]*FUNCTRACE_|getenv\([\"']FUNCTRACE_", p.read_text())]
+    assert readers == []
+    readme = (root / "README.md").read_text()
+    assert all(f"| `{name}` |" in readme for name in ft.config._DEFAULTS), sorted(ft.config._DEFAULTS)

@@ -7,7 +7,7 @@ dims contiguous and paired in order) is a batched ``op(A) . op(B)`` with transpo
 covers ``x @ w``, ``x.T @ y`` / ``x @ y.T`` (what the VJP of a matmul emits), ``einsum('bij,bjk->bik')``
 and matrix-vector products.  Other layouts return ``None`` (the executable runs a host step).
 
-Which implementation runs (``FUNCTRACE_MATMUL`` or :func:`set_mode`):
+Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_MATMUL``):
 
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
 * ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...config import config
 from .fusion import View, _contiguous_strides, access_for, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
@@ -57,44 +58,24 @@ BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
 # Zen 4: 128x784x512 993 -> 949 us, 128x512x512 659 -> 645 us, 1024^3 103.9 -> 109.2 GFLOP/s);
 # longer K keeps BLOCK_K chunks (A read in place down long columns measured slower with long chunks)
 ONE_CHUNK_K = 1024
-MODES = ("auto", "opencl", "blas")
 MEASURE_AT_RUN = 3          # auto mode: the run of an undecided shape that measures OpenCL vs BLAS
 
-_mode_override: str | None = None
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
 _RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
 _DECIDING = threading.Lock()  # one thread at a time counts runs and measures (the dicts, the file)
 
 
-def mode() -> str:
-    """The current choice: :func:`set_mode`'s override, else ``FUNCTRACE_MATMUL``, else ``auto``."""
-    m = _mode_override or os.environ.get("FUNCTRACE_MATMUL", "auto") or "auto"
-    m = m.strip().lower()
-    if m not in MODES:
-        raise ValueError(f"FUNCTRACE_MATMUL must be one of {MODES}, got {m!r}")
-    return m
-
-
-def set_mode(m: str | None) -> None:
-    """Force ``"opencl"`` / ``"blas"`` / ``"auto"`` for programs compiled from now on (None: use
-    ``FUNCTRACE_MATMUL``).  Compiled programs keep the choice they were lowered with."""
-    global _mode_override
-    if m is not None and m not in MODES:
-        raise ValueError(f"matmul mode must be one of {MODES}, got {m!r}")
-    _mode_override = m
-
-
 @contextlib.contextmanager
 def forced_mode(m: str):
-    """``with forced_mode("opencl"): ft.jit(f, backend="opencl")(...)``."""
-    global _mode_override
-    old = _mode_override
-    set_mode(m)
+    """``with forced_mode("opencl"): ft.jit(f, backend="opencl")(...)``: the ``matmul`` option for
+    programs compiled inside (compiled programs keep the choice they were lowered with)."""
+    old = config.matmul
+    config.update("matmul", m)
     try:
         yield
     finally:
-        _mode_override = old
+        config.update("matmul", old)
 
 
 # --------------------------------------------------------------------------- sources
@@ -480,7 +461,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     if act not in ACTS:
         raise ValueError(f"matmul epilogue activation must be one of {tuple(ACTS)}, got {act!r}")
     plan = _Plan(spec, rt, bias, act)
-    m = mode()
+    m = config.matmul
     is_cpu = bool(getattr(rt, "is_cpu", False))
     if not is_cpu or m == "opencl":
         impl = "opencl"

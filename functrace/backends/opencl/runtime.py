@@ -625,7 +625,8 @@ def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 
 def cache_dir() -> str:
-    base = os.environ.get("FUNCTRACE_CACHE_DIR") or os.path.join(
+    """Where the OpenCL backend keeps its disk caches (under ``ft.config.cache_dir``)."""
+    base = config.cache_dir or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "functrace")
     return os.path.join(base, "opencl")
 
