@@ -1,18 +1,13 @@
 """functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
-from . import tree_util
+from . import lax, nn, numpy, test_util, tree_util
+from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
+from .batching import vmap
 from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
+from .custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
 from .errors import ConcretizationError, DtypeError, ShapeError, TracerArrayConversionError, UnexpectedTracerError
-from .staging import make_jaxpr
-from .autodiff import (grad, value_and_grad, vjp, jvp, linearize, jacfwd, jacrev, hessian,
-                       stop_gradient)
-from .batching import vmap
 from .jit import jit
-from . import lax
-from . import nn
-from .custom import custom_jvp, custom_vjp, checkpoint, checkpoint_policies, remat
-from . import numpy
-from . import test_util
+from .staging import make_jaxpr
 
 __version__ = "0.1.0"
 

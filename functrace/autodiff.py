@@ -21,13 +21,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import core
-from .core import Trace, Tracer, ShapedArray, get_aval, new_main, is_float_dtype
-from .errors import ConcretizationError, DtypeError, argnum_tuple as _argnum_tuple, check_callable
+from . import core, tree_util
 from . import primitives as P
+from .core import ShapedArray, Trace, Tracer, get_aval, is_float_dtype, new_main
+from .errors import ConcretizationError, DtypeError, check_callable
+from .errors import argnum_tuple as _argnum_tuple
 from .primitives import add
 from .staging import check_output
-from . import tree_util
 
 # --------------------------------------------------------------------------- forward mode
 
@@ -211,7 +211,7 @@ def _as_array(x, fname: str, what: str):
 
 
 def _check_float_inputs(leaves, fname: str, transform: str):
-    for i, x in enumerate(leaves):
+    for x in leaves:
         d = get_aval(x).dtype
         if d.kind == "c":  # JAX and PyTorch differ here; either would be a silent surprise
             raise NotImplementedError(
@@ -407,8 +407,8 @@ def linearize(fun: Callable, *primals):
     """``out, f_jvp = linearize(f, *primals)``: the primal computation runs once; ``f_jvp(*t)``
     replays only the tangent equations (staged into a jaxpr with the primal values as constants)."""
     check_callable(fun, "linearize")
-    from .staging import make_jaxpr
     from .core import eval_jaxpr
+    from .staging import make_jaxpr
     box = []
 
     def tangent_fn(*tangents):

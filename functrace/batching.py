@@ -6,11 +6,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import primitives as P
+from . import tree_util
 from .core import ShapedArray, Trace, Tracer, get_aval, new_main
 from .errors import ConcretizationError, check_callable
-from . import primitives as P
 from .staging import check_output
-from . import tree_util
 
 
 class BatchTracer(Tracer):

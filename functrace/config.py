@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-
 BACKENDS = ("numpy", "opencl")  # what ``jit(backend=...)`` and the ``default_backend`` option take
 MATMUL_MODES = ("auto", "opencl", "blas")  # what the ``matmul`` option takes
 
@@ -77,6 +76,7 @@ config = Config()
 def check_nans(primitive_name: str, value) -> None:
     """With ``debug_nans`` on: raise FloatingPointError when an operation produced a NaN."""
     import numpy as np
+
     from .errors import user_frame_description
     arr = np.asarray(value)
     if arr.dtype.kind in "fc" and np.isnan(arr).any():

@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .config import config as _config, check_nans
+from .config import check_nans
+from .config import config as _config
 from .errors import ConcretizationError, TracerArrayConversionError, UnexpectedTracerError, user_frame_description
 
 # --------------------------------------------------------------------------- avals

@@ -36,6 +36,7 @@ import numpy as np
 
 import functrace as ft
 import functrace.numpy as fnp
+
 from . import nn
 from . import primitives as P
 from .config import config

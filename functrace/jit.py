@@ -16,13 +16,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import tree_util
 from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
 from .staging import trace_to_jaxpr
-from . import tree_util
-
 
 _ARRAY_TYPES = {np.ndarray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
 

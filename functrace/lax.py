@@ -36,7 +36,6 @@ from .optimize import dce
 from .primitives import new_primitive, shape_of
 from .staging import trace_to_jaxpr
 
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -247,7 +246,7 @@ def _bind_branches(index, branches: Sequence[Callable], labels: Sequence[str], o
     all_consts = [c for _, consts, _ in traced for c in consts]
     counts = [len(consts) for _, consts, _ in traced]
     new_branches = []
-    for k, (closed, consts, _) in enumerate(traced):
+    for k, (closed, _, _) in enumerate(traced):
         before = sum(counts[:k])
         j = closed.jaxpr
         others_before = [Var(get_aval(c)) for c in all_consts[:before]]

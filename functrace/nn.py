@@ -15,13 +15,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import primitives as P
 from . import numpy as fnp
+from . import primitives as P
 from .autodiff import jvp_flat, vjp_flat
 from .core import ShapedArray, get_aval
 from .errors import ShapeError, user_frame_description
 from .primitives import new_primitive, shape_of
-
 
 # --------------------------------------------------------------------------- activations
 

@@ -6,10 +6,21 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
-                   current_phase, get_aval, new_main)
-from .errors import ConcretizationError
 from . import tree_util
+from .core import (
+    ClosedJaxpr,
+    Jaxpr,
+    JaxprEqn,
+    Literal,
+    ShapedArray,
+    Trace,
+    Tracer,
+    Var,
+    current_phase,
+    get_aval,
+    new_main,
+)
+from .errors import ConcretizationError
 
 
 class StagingTracer(Tracer):

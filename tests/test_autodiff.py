@@ -9,8 +9,6 @@ import functrace.numpy as fnp
 from functrace.test_util import check_grads, numerical_grad
 
 
-
-
 def test_mlp_grad_matches_pytree_and_numbers():
     rng = np.random.default_rng(0)
     params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}

@@ -15,8 +15,8 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.test_util import numerical_grad
 from functrace import lax
+from functrace.test_util import numerical_grad
 
 RNG = np.random.default_rng(1234)
 

@@ -35,7 +35,7 @@ def test_constants_and_dead_code():
     w = np.arange(6.0).reshape(2, 3)
 
     def f(x):
-        unused = fnp.exp(x)  # dead: removed
+        fnp.exp(x)  # dead: removed
         return x @ w
     closed = ft.make_jaxpr(f)(np.ones(2))
     assert [e.primitive.name for e in closed.eqns] == ["dot_general"]

@@ -12,14 +12,12 @@ weak, numpy scalars are strong).
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
 from functrace.core import Tracer
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -221,19 +219,18 @@ def _binary_cases():
         ]
         if not name.startswith("bitwise"):  # numpy: TypeError for bitwise ops on floats
             cases.append(Case(f"{name}-int-float", f, ref, ints(3, 4), rn(3, 4) + 5))
-    for name in ["power"]:
-        f, ref = fnp.power, np.power
-        cases += [
-            Case("power-int-int", f, ref, ints(3, 4), RNG.integers(0, 4, (3, 4))),
-            Case("power-float-pyint2", f, ref, rn(3, 4), 2),
-            Case("power-float-pyint3", f, ref, rn(3, 4), 3),
-            Case("power-float-pyint-neg", f, ref, pos(3, 4), -2),
-            Case("power-int-pyint", f, ref, ints(3, 4), 3),
-            Case("power-pyint-int", f, ref, 2, RNG.integers(0, 5, (3,))),
-            Case("power-f32-pyint", f, ref, rn(3, dtype=np.float32), 2),
-            Case("power-f32-halfpy", f, ref, pos(3, dtype=np.float32), 0.5),
-            Case("power-int-pyfloat", f, ref, RNG.integers(1, 5, (3,)), 0.5),
-        ]
+    f, ref = fnp.power, np.power
+    cases += [
+        Case("power-int-int", f, ref, ints(3, 4), RNG.integers(0, 4, (3, 4))),
+        Case("power-float-pyint2", f, ref, rn(3, 4), 2),
+        Case("power-float-pyint3", f, ref, rn(3, 4), 3),
+        Case("power-float-pyint-neg", f, ref, pos(3, 4), -2),
+        Case("power-int-pyint", f, ref, ints(3, 4), 3),
+        Case("power-pyint-int", f, ref, 2, RNG.integers(0, 5, (3,))),
+        Case("power-f32-pyint", f, ref, rn(3, dtype=np.float32), 2),
+        Case("power-f32-halfpy", f, ref, pos(3, dtype=np.float32), 0.5),
+        Case("power-int-pyfloat", f, ref, RNG.integers(1, 5, (3,)), 0.5),
+    ]
     for name in ["bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
                  "equal", "not_equal", "add", "multiply"]:
         cases.append(Case(f"{name}-bool", getattr(fnp, name), getattr(np, name), bools(3, 4), bools(4)))

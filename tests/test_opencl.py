@@ -426,6 +426,7 @@ def test_float64_on_a_device_without_fp64(monkeypatch):
 
 def test_host_step_threshold_follows_the_launch_latency(monkeypatch):
     from types import SimpleNamespace
+
     from functrace.backends.opencl.executable import host_step_elements
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
     in_thread = SimpleNamespace(device=SimpleNamespace(max_compute_units=1))
@@ -853,6 +854,7 @@ def _one_case_per_primitive():
     """For every primitive in the registry, a program using it: from EXTRA_CASES, else the first
     systematic gradient case that uses it."""
     import test_grads_systematic as sysgrads
+
     import functrace.primitives as P
     chosen = {name: pytest.param(name, f, (_X, _Y), id=f"{name}:extra") for name, f in EXTRA_CASES.items()}
     chosen["iota"] = pytest.param("iota", lambda x: x * ft.primitives.iota(x.dtype, x.shape, 0), (_X,), id="iota")

@@ -68,8 +68,19 @@ def child(code: str, cache, env: dict | None = None, prefix: tuple = (), **popen
 
 
 def finished(proc: subprocess.Popen, timeout: float = 120) -> str:
-    """The stdout of ``proc`` once it exited 0 (else a failure showing its stderr)."""
-    out, err = proc.communicate(timeout=timeout)
+    """The rest of ``proc``'s stdout once it exited 0 (else a failure showing its stderr).  Not
+    ``communicate()``: with two pipes it reads their descriptors directly and loses what an
+    earlier ``readline()`` had buffered (the child's last line, if printed soon enough: a loaded
+    machine's full-suite run got '')."""
+    got: dict = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: got.__setitem__(k, f.read()), daemon=True)
+               for k, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    proc.wait(timeout=timeout)
+    for r in readers:
+        r.join(timeout)
+    out, err = got.get("out", ""), got.get("err", "")
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{out}\n{err}"
     return out
 

@@ -14,8 +14,8 @@ def names(closed):
 
 
 def trace_raw(f, *args):
-    from functrace.staging import trace_to_jaxpr
     from functrace.core import get_aval
+    from functrace.staging import trace_to_jaxpr
     return trace_to_jaxpr(lambda *a: [f(*a)], [get_aval(a) for a in args])
 
 
@@ -52,7 +52,7 @@ def test_fold_constants_and_growth_limit():
 
 def test_simplify_algebra():
     def f(x):
-        y = -(-x) * 1.0 + 0.0
+        y = -(-x) * 1.0 + 0.0  # noqa: B002 (a double negation, to be simplified away)
         z = fnp.reshape(fnp.reshape(y, (2, 3)), (3, 2))
         return fnp.transpose(fnp.transpose(z))
     closed = trace_raw(f, np.ones(6))
@@ -84,7 +84,7 @@ def test_analysis_saved_values_and_last_use():
     saved_names = {e.primitive.name for e in closed.eqns for v in e.out_vars if v in a.saved_for_backward}
     assert "tanh" in saved_names            # tanh(x @ w) is needed by its derivative
     assert a.peak_bytes > 0
-    for v, i in a.last_use.items():
+    for i in a.last_use.values():
         assert i <= len(closed.eqns)
     assert all(e.phase in ("forward", "backward") for e in closed.eqns)
     assert any(e.phase == "backward" for e in closed.eqns)
@@ -95,8 +95,8 @@ def test_partial_eval_splits_known_and_unknown():
         a = fnp.sin(x)
         b = a * 2.0
         return [b, b * t + fnp.cos(x) * t]
-    from functrace.staging import trace_to_jaxpr
     from functrace.core import get_aval
+    from functrace.staging import trace_to_jaxpr
     closed = trace_to_jaxpr(f, [get_aval(np.ones(2)), get_aval(np.ones(2))])
     keep_all = lambda eqn: True
     known, unknown, mask = partial_eval(closed, [False, True], keep_all)

@@ -28,3 +28,14 @@ def test_options_live_in_config_and_the_readme_lists_them():
     assert readers == []
     readme = (root / "README.md").read_text()
     assert all(f"| `{name}` |" in readme for name in ft.config._DEFAULTS), sorted(ft.config._DEFAULTS)
+
+
+def test_ruff_finds_nothing():
+    """The lint configured in pyproject.toml (pyflakes, import order, bugbear) over the package,
+    the tests and the benchmarks; ruff comes with the ``test`` extra."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "functrace", "tests", "benchmarks"],
+                         cwd=root, capture_output=True, text=True)
+    assert "No module named ruff" not in run.stderr, "ruff is missing: pip install '.[test]'"
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -95,7 +95,7 @@ class NumpyExecutable:
         env = list(self.template)
         for s, a in zip(self.in_slots, args):
             env[s] = a
-        for (impl, params, ins, out, multiple, frees), eqn in zip(self.steps, self.closed.jaxpr.eqns):
+        for (impl, params, ins, out, multiple, _), eqn in zip(self.steps, self.closed.jaxpr.eqns):
             result = impl(*[env[i] for i in ins], **params)
             for r in (result if multiple else (result,)):
                 check_nans(eqn.primitive.name, r)

@@ -14,14 +14,16 @@ import string as _string
 
 import numpy as _np
 
-from ..core import PY_SCALAR_TYPES as _PY_SCALARS, Tracer as _Tracer
-from ..errors import (NotInFunctrace as _NotInFunctrace, ShapeError as _ShapeError,
-                      user_frame_description as _user_frame_description)
-from .. import primitives as _P
-from ..primitives import shape_of as _shape_of
-
 # numpy names re-exported as they are (dtypes and constants)
-from numpy import dtype, pi, e, inf, nan, newaxis, ndarray
+from numpy import dtype, e, inf, nan, ndarray, newaxis, pi
+
+from .. import primitives as _P
+from ..core import PY_SCALAR_TYPES as _PY_SCALARS
+from ..core import Tracer as _Tracer
+from ..errors import NotInFunctrace as _NotInFunctrace
+from ..errors import ShapeError as _ShapeError
+from ..errors import user_frame_description as _user_frame_description
+from ..primitives import shape_of as _shape_of
 
 _WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 _DEFAULT_DTYPE = {"b": _np.dtype(bool), "i": _np.dtype(_np.int64), "f": _np.dtype(_np.float64),
@@ -1261,5 +1263,7 @@ def __getattr__(name: str):
 
 # --------------------------------------------------------------------------- tracer methods
 
-from . import linalg  # noqa: E402  (it uses the functions above)
-from . import _tracer_methods  # noqa: E402,F401  (installs operators on Tracer)
+from . import (
+    _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
+    linalg,  # noqa: E402  (it uses the functions above)
+)

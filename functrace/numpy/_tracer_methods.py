@@ -1,8 +1,8 @@
 """Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy."""
 from __future__ import annotations
 
-
 import functrace.numpy as fnp
+
 from ..core import Tracer
 
 

@@ -2,6 +2,7 @@
 import numpy as _np
 
 import functrace.numpy as _fnp
+
 from ..errors import NotInFunctrace as _NotInFunctrace
 
 

@@ -18,9 +18,22 @@ import numpy as np
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import _nbytes, _size, analyze
-from .fusion import (CTYPE, REDUCTIONS, VIEW_PRIMS, Group, View, _reduce_combine, access_for,
-                     column_reduction_kernel, elementwise_kernel, f32_helpers, fusable, leading_axes,
-                     reduction_kernel, view_after)
+from .fusion import (
+    CTYPE,
+    REDUCTIONS,
+    VIEW_PRIMS,
+    Group,
+    View,
+    _reduce_combine,
+    access_for,
+    column_reduction_kernel,
+    elementwise_kernel,
+    f32_helpers,
+    fusable,
+    leading_axes,
+    reduction_kernel,
+    view_after,
+)
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, _load_builtin_lowerings, lower
 from .runtime import Array, Runtime
@@ -362,7 +375,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             vec = _vector_width(rt, g.eqns)
             n = _size(g.shape)
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
-            source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]
+            source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]  # noqa: B023 (called at once)
             plan.steps += _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n)
             k += 1
         elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
@@ -393,9 +406,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             items = n_out * chunks
             if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
                 chunks, items = 1, -(-n_out // vec)
-                source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
+                source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]  # noqa: B023 (called at once)
             else:
-                source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
+                source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]  # noqa: B023 (called at once)
             if chunks > 1 and _host_is_cheaper(rt, _size(x.aval.shape)):  # two launches: not batched
                 plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
                 continue
@@ -416,7 +429,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             run = run_length(item, accesses)
             items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
             step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
-            plan.steps += _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)
+            plan.steps += _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)  # noqa: B023 (called at once)
             k += 1
         else:
             lowered = lower(item, rt) if rt is not None else None

@@ -413,6 +413,7 @@ def _load_decisions(rt) -> None:
         return
     rt._matmul_choices_loaded = True
     import ast
+
     from .runtime import _read_entry
     payload = _read_entry(_decisions_path(rt), _decisions_key(rt))
     if payload is None:

@@ -31,7 +31,6 @@ import warnings
 import weakref
 from collections import OrderedDict
 
-
 import numpy as np
 
 from ...config import config
