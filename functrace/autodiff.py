@@ -225,7 +225,8 @@ def _check_float_inputs(leaves, fname: str, transform: str):
 
 
 def _vjp_flat(fun: Callable, primal_leaves: list, fname: str):
-    """Run ``fun`` on the tape; returns (out leaves, out tree, aux, backward function)."""
+    """Run ``fun`` on a new tape whose first entries are ``primal_leaves``; returns (the tape, its
+    main trace, ``fun``'s outputs as traced)."""
     tape: list = []
     with new_main(VJPTrace, tape, fname) as main:
         trace = main.trace

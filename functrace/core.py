@@ -309,7 +309,8 @@ class Primitive:
     * ``impl(*arrays, **params) -> array`` (numpy reference implementation)
     * ``jvp`` / ``vjp``: per-argument derivative rules (see ``autodiff.py``)
     * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
-    * ``lowering``: OpenCL lowering (backend issue)
+
+    OpenCL lowerings are registered apart, by primitive name (``backends/opencl/lowerings.py``).
     """
 
     def __init__(self, name: str, multiple_results: bool = False):

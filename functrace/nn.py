@@ -57,10 +57,10 @@ def gelu(x, approximate: bool = True):
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
-erf_p = P.elementwise("erf", np.frompyfunc(math.erf, 1, 1),
+_erf_object = np.frompyfunc(math.erf, 1, 1)  # (numpy has no erf ufunc: math.erf per element)
+erf_p = P.elementwise("erf", lambda x: _erf_object(x).astype(np.asarray(x).dtype),
                       [lambda ans, x: P.mul(P.scalar_like(x, 2.0 / math.sqrt(math.pi)),
                                             P.exp_p.bind(P.neg(P.mul(x, x))))])
-erf_p.impl = lambda x: np.frompyfunc(math.erf, 1, 1)(x).astype(np.asarray(x).dtype)
 
 
 def erf(x):

@@ -628,7 +628,9 @@ PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
 
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (elements produced by all its equations) so small that, on a
-    CPU device, a kernel launch's latency (~40 us with PoCL) exceeds it?"""
+    CPU device, launching kernels (2-8 us each on a driver running them in the calling thread,
+    20-50 us with a wait on PoCL's pthread device; see ``host_step_elements``) costs more than
+    running it on the host?"""
     total = 0
     for eqn in closed.jaxpr.eqns:
         if eqn.params and any(isinstance(v, ClosedJaxpr) for v in eqn.params.values()):
