@@ -28,9 +28,18 @@ from .autodiff import float_mask, jvp_of_closed, vjp_flat
 from .batching import vmap
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
 from .errors import UnexpectedTracerError, user_frame_description
-from .lax import _avals, _fname, _hoist_consts, _run, _split3, _stage, _to_array, _zeros_if_none
 from .optimize import dce, partial_eval
 from .primitives import new_primitive, shape_of
+from .subprograms import (
+    as_operand,
+    avals_of,
+    function_name,
+    hoist_consts,
+    run_subprogram,
+    split3,
+    stage_subprogram,
+    zeros_for_none,
+)
 
 
 class _Traced:
@@ -53,8 +62,8 @@ class _Traced:
         self.nondiff_pos = [i for i, x in enumerate(self.static_leaves) if isinstance(x, Tracer)]
         self.nondiff = [self.static_leaves[i] for i in self.nondiff_pos]
         leaves, self.in_tree = tree_util.tree_flatten(diff)
-        self.leaves = [_to_array(x) for x in leaves]
-        self.in_avals = _avals(self.leaves)
+        self.leaves = [as_operand(x) for x in leaves]
+        self.in_avals = avals_of(self.leaves)
         self.arg_trees = [tree_util.tree_structure(a) for a in diff]
         n_nd = len(self.nondiff)
         out_tree_box = []
@@ -65,7 +74,7 @@ class _Traced:
             out_tree_box.append(out_tree)
             return out_leaves
 
-        self.program, self.consts = _hoist_consts(_stage(flat_fun, _avals(self.nondiff) + self.in_avals))
+        self.program, self.consts = hoist_consts(stage_subprogram(flat_fun, avals_of(self.nondiff) + self.in_avals))
         self.out_tree = out_tree_box[0]
 
     def operands(self) -> list:
@@ -98,7 +107,7 @@ def _match_types(vals: list, ref_avals: list, what: str, fname: str) -> list:
             raise TypeError(f"{what} of `{fname}`: leaf {k} has type {va.str_short()}, expected "
                             f"{ra.str_short()} {user_frame_description()}")
         out.append(P.convert_element_type(v, ra.dtype) if is_float_dtype(ra.dtype) and va.dtype != ra.dtype
-                   else _to_array(v))
+                   else as_operand(v))
     return out
 
 
@@ -135,7 +144,7 @@ def _force_batched(vals, dims):
 
 def _batch_call(call: ClosedJaxpr, vals: list) -> ClosedJaxpr:
     """The primal program vmapped over axis 0 of every operand."""
-    return _stage(vmap(lambda *a: eval_jaxpr(call.jaxpr, call.consts, *a), in_axes=0), _avals(vals))
+    return stage_subprogram(vmap(lambda *a: eval_jaxpr(call.jaxpr, call.consts, *a), in_axes=0), avals_of(vals))
 
 
 def _run_batched_rule(f: Callable, args: tuple, what: str, fname: str):
@@ -161,21 +170,21 @@ def _run_batched_rule(f: Callable, args: tuple, what: str, fname: str):
 
 custom_jvp_call_p = new_primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
-custom_jvp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_jvp_call_p.impl = lambda *args, call, **_: run_subprogram(call, args)
 custom_jvp_call_p.inline_body = "call"
 custom_jvp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
 
 def _custom_jvp_jvp(primals, tangents, *, call, jvp, num_consts, num_nondiff):
     _check_no_derivative([t is not None for t in tangents], num_consts, num_nondiff, "custom_jvp", jvp.fname)
-    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
-    tan = _zeros_if_none(tangents[num_consts + num_nondiff:], args)
+    _, nondiff, args = split3(primals, num_consts, num_nondiff)
+    tan = zeros_for_none(tangents[num_consts + num_nondiff:], args)
     return jvp(nondiff, args, tan)
 
 
 def _custom_jvp_vjp(primals, needs_ct, *, call, jvp, num_consts, num_nondiff):
     _check_no_derivative(needs_ct, num_consts, num_nondiff, "custom_jvp", jvp.fname)
-    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
+    _, nondiff, args = split3(primals, num_consts, num_nondiff)
     outs = custom_jvp_call_p.bind(*primals, call=call, jvp=jvp, num_consts=num_consts, num_nondiff=num_nondiff)
     diff = [n and is_float_dtype(get_aval(a).dtype) for n, a in zip(needs_ct[num_consts + num_nondiff:], args)]
 
@@ -243,7 +252,7 @@ class custom_jvp:
         self.jvp = jvp
 
     def __call__(self, *args):
-        fname = _fname(self.fun)
+        fname = function_name(self.fun)
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function `{fname}`; use defjvp.")
         tr = _Traced(self.fun, args, self.nondiff_argnums)
@@ -276,7 +285,7 @@ class custom_jvp:
 
 custom_vjp_call_p = new_primitive("custom_vjp_call")
 custom_vjp_call_p.multiple_results = True
-custom_vjp_call_p.impl = lambda *args, call, **_: _run(call, args)
+custom_vjp_call_p.impl = lambda *args, call, **_: run_subprogram(call, args)
 custom_vjp_call_p.inline_body = "call"
 custom_vjp_call_p.abstract_eval = lambda *avals, call, **_: call.out_avals
 
@@ -288,11 +297,11 @@ def _custom_vjp_jvp(primals, tangents, *, call, fwd, bwd, num_consts, num_nondif
 
 def _custom_vjp_vjp(primals, needs_ct, *, call, fwd, bwd, num_consts, num_nondiff):
     _check_no_derivative(needs_ct, num_consts, num_nondiff, "custom_vjp", fwd.fname)
-    _, nondiff, args = _split3(primals, num_consts, num_nondiff)
+    _, nondiff, args = split3(primals, num_consts, num_nondiff)
     outs, residuals = fwd(nondiff, args)
 
     def backward(cts):
-        return [None] * (num_consts + num_nondiff) + list(bwd(nondiff, residuals, _zeros_if_none(cts, outs)))
+        return [None] * (num_consts + num_nondiff) + list(bwd(nondiff, residuals, zeros_for_none(cts, outs)))
 
     return outs, backward
 
@@ -342,7 +351,7 @@ class custom_vjp:
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
-        fname = _fname(self.fun)
+        fname = function_name(self.fun)
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function `{fname}`; use defvjp.")
         tr = _Traced(self.fun, args, self.nondiff_argnums)
@@ -404,14 +413,14 @@ class checkpoint_policies:
 
 checkpoint_p = new_primitive("checkpoint")
 checkpoint_p.multiple_results = True
-checkpoint_p.impl = lambda *args, jaxpr, policy: _run(jaxpr, args)
+checkpoint_p.impl = lambda *args, jaxpr, policy: run_subprogram(jaxpr, args)
 checkpoint_p.inline_body = "jaxpr"
 checkpoint_p.abstract_eval = lambda *avals, jaxpr, policy: jaxpr.out_avals
 
 
 def _checkpoint_jvp(primals, tangents, *, jaxpr, policy):
-    fl = float_mask(_avals(primals))
-    t_in = [t for t, f in zip(_zeros_if_none(tangents, primals), fl) if f]
+    fl = float_mask(avals_of(primals))
+    t_in = [t for t, f in zip(zeros_for_none(tangents, primals), fl) if f]
     outs = checkpoint_p.bind(*primals, *t_in, jaxpr=dce(jvp_of_closed(jaxpr)), policy=policy)
     n = len(jaxpr.out_avals)
     it = iter(outs[n:])
@@ -430,14 +439,14 @@ def _checkpoint_vjp(primals, needs_ct, *, jaxpr, policy):
         return list(outs) + [P.zeros_like(p) if c is None else c
                              for c, p in zip(cts, [p for p, d in zip(args[:n_in], diff) if d])]
 
-    comb = _stage(combined, _avals(primals) + [a for a, f in zip(jaxpr.out_avals, out_fl) if f])
+    comb = stage_subprogram(combined, avals_of(primals) + [a for a, f in zip(jaxpr.out_avals, out_fl) if f])
     known, unknown, _ = partial_eval(comb, [False] * n_in + [True] * sum(out_fl), policy)
     n_out = len(jaxpr.out_avals)
     fwd_outs = checkpoint_p.bind(*primals, jaxpr=known, policy=policy)
     outs, residuals = fwd_outs[:n_out], fwd_outs[n_out:]
 
     def backward(cts):
-        ct_in = [c for c, f in zip(_zeros_if_none(cts, outs), out_fl) if f]
+        ct_in = [c for c, f in zip(zeros_for_none(cts, outs), out_fl) if f]
         res = iter(checkpoint_p.bind(*primals, *residuals, *ct_in, jaxpr=unknown, policy=policy))
         return [next(res) if d else None for d in diff]
 
@@ -448,8 +457,8 @@ def _checkpoint_batch(vals, dims, *, jaxpr, policy):
     size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
     moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(vals, dims)]
     axes = tuple(0 if d is not None else None for d in dims)
-    new = _stage(vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size),
-                 _avals(moved))
+    new = stage_subprogram(vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size),
+                 avals_of(moved))
     outs = checkpoint_p.bind(*moved, jaxpr=new, policy=policy)
     return outs, [0] * len(outs)
 

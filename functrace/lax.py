@@ -13,7 +13,7 @@ enclosing transformation sees them.  Rules:
 * batching: sub-programs are vmapped; a batched ``cond`` predicate becomes a select, a
   batched ``while_loop`` predicate runs until every member is done.
 
-Sub-programs are made without dead equations (``_stage``), since the jit optimizer does
+Sub-programs are made without dead equations (``stage_subprogram``), since the jit optimizer does
 not enter them.  Types follow JAX: a ``cond`` predicate is a bool or an integer (nonzero is
 true), a ``switch`` index is clamped, loop carries given as Python scalars are weakly typed
 (``scan(f, 0.0, xs_float32)`` carries float32), and a ``fori_loop`` index has the bounds'
@@ -34,37 +34,18 @@ from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_
 from .errors import ConcretizationError, user_frame_description
 from .optimize import dce
 from .primitives import new_primitive, shape_of
-from .staging import trace_to_jaxpr
+from .subprograms import (
+    as_operand,
+    avals_of,
+    function_name,
+    hoist_consts,
+    run_subprogram,
+    split3,
+    stage_subprogram,
+    zeros_for_none,
+)
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _run(closed: ClosedJaxpr, args: Sequence) -> list:
-    """Evaluate a sub-program (compiled once for the numpy backend when all inputs are arrays)."""
-    if any(isinstance(a, Tracer) for a in args):
-        return eval_jaxpr(closed.jaxpr, closed.consts, *args)
-    exe = getattr(closed, "_numpy_exe", None)
-    if exe is None:
-        from .backends.numpy_backend import NumpyExecutable
-        exe = closed._numpy_exe = NumpyExecutable(closed)
-    return exe(*args)
-
-
-def _stage(fun: Callable, in_avals: Sequence, fun_name: str | None = None) -> ClosedJaxpr:
-    """Trace ``fun`` (flat lists in and out) into a sub-program, without dead equations.
-
-    Sub-programs built by the rules below often contain work nothing reads (e.g. the forward
-    half of ``vjp_of_closed`` where the backward pass does not need it); the jit optimizer
-    does not look inside sub-programs, so dead code is dropped here, where they are made.
-    ``fun_name``: the user's function, for errors."""
-    return dce(trace_to_jaxpr(fun, in_avals, fun_name))
-
-
-def _hoist_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
-    """Turn a traced function's captured values into leading inputs: returns (the program
-    taking [*captured, *inputs], the captured values)."""
-    j = closed.jaxpr
-    return ClosedJaxpr(Jaxpr([], j.const_vars + j.in_vars, j.eqns, j.outs), []), list(closed.consts)
 
 
 def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
@@ -80,12 +61,8 @@ def _trace_user_fn(fun: Callable, in_avals: list, in_tree):
         out_tree_box.append(tree)
         return leaves
 
-    opened, consts = _hoist_consts(_stage(flat, in_avals, _fname(fun)))
+    opened, consts = hoist_consts(stage_subprogram(flat, in_avals, function_name(fun)))
     return opened, consts, out_tree_box[0]
-
-
-def _avals(xs) -> list:
-    return [get_aval(x) for x in xs]
 
 
 def _flatten_operands(tree) -> tuple[list, list, Any]:
@@ -93,7 +70,7 @@ def _flatten_operands(tree) -> tuple[list, list, Any]:
     conversion, so Python scalars stay weakly typed, as in JAX (``0`` as a loop counter does
     not turn an int32 or float32 computation into a 64-bit one)."""
     leaves, treedef = tree_util.tree_flatten(tree)
-    return [_to_array(x) for x in leaves], _avals(leaves), treedef
+    return [as_operand(x) for x in leaves], avals_of(leaves), treedef
 
 
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
@@ -124,18 +101,6 @@ def _check_same_avals(what: str, got: Sequence, want: Sequence, fname: str):
                         f"expected {want_s} {user_frame_description()}")
 
 
-def _fname(f) -> str:
-    return getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
-
-
-def _to_array(x):
-    return x if isinstance(x, Tracer) or isinstance(x, np.ndarray) else np.asarray(x)
-
-
-def _zeros_if_none(ts, xs):
-    return [P.zeros_like(x) if t is None else t for t, x in zip(ts, xs)]
-
-
 # --------------------------------------------------------------------------- cond / switch
 
 cond_p = new_primitive("cond")
@@ -144,7 +109,7 @@ cond_p.multiple_results = True
 
 def _cond_impl(index, *ops, branches):
     i = int(np.clip(int(index), 0, len(branches) - 1))
-    return _run(branches[i], ops)
+    return run_subprogram(branches[i], ops)
 
 
 def _cond_abstract(index, *ops, branches):
@@ -154,9 +119,9 @@ def _cond_abstract(index, *ops, branches):
 def _cond_jvp(primals, tangents, *, branches):
     index, ops = primals[0], primals[1:]
     tops = tangents[1:]
-    fl = float_mask(_avals(ops))
+    fl = float_mask(avals_of(ops))
     new_branches = tuple(dce(jvp_of_closed(b)) for b in branches)
-    t_in = [t for t, f in zip(_zeros_if_none(tops, ops), fl) if f]
+    t_in = [t for t, f in zip(zeros_for_none(tops, ops), fl) if f]
     outs = cond_p.bind(index, *ops, *t_in, branches=new_branches)
     n = len(branches[0].out_avals)
     out_fl = float_mask(branches[0].out_avals)
@@ -172,7 +137,7 @@ def _cond_vjp(primals, needs_ct, *, branches):
 
     def backward(cts):
         bwd = tuple(dce(vjp_of_closed(b, diff)) for b in branches)
-        ct_in = [c for c, f in zip(_zeros_if_none(cts, outs), out_fl) if f]
+        ct_in = [c for c, f in zip(zeros_for_none(cts, outs), out_fl) if f]
         res = cond_p.bind(index, *ops, *ct_in, branches=bwd)
         it = iter(res)
         return [None] + [next(it) if d else None for d in diff]
@@ -187,8 +152,8 @@ def _cond_batch(vals, dims, *, branches):
     moved = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(ops, odims)]
     axes0 = tuple(0 if d is not None else None for d in odims)
     new_branches = tuple(
-        _stage(vmap(lambda *a, b=b: eval_jaxpr(b.jaxpr, b.consts, *a), in_axes=axes0, axis_size=size),
-               _avals(moved))
+        stage_subprogram(vmap(lambda *a, b=b: eval_jaxpr(b.jaxpr, b.consts, *a), in_axes=axes0, axis_size=size),
+               avals_of(moved))
         for b in branches)
     if idim is None:
         return cond_p.bind(index, *moved, branches=new_branches), [0] * len(branches[0].out_avals)
@@ -217,7 +182,7 @@ cond_p.batch = _cond_batch
 
 
 def _scalar_operand(x, what: str):
-    x = _to_array(x)
+    x = as_operand(x)
     aval = get_aval(x)
     if aval.shape != ():
         raise TypeError(f"{what} must be a scalar, got {aval.str_short()} {user_frame_description()}")
@@ -230,9 +195,9 @@ def _describe_outputs(tree, avals) -> str:
 
 def _bind_branches(index, branches: Sequence[Callable], labels: Sequence[str], operands, what: str):
     """Trace every branch on the operands' types and bind ``cond_p`` (index: int32 scalar)."""
-    leaves = [_to_array(x) for x in tree_util.tree_leaves(operands)]
+    leaves = [as_operand(x) for x in tree_util.tree_leaves(operands)]
     in_tree = tree_util.tree_structure(operands)
-    avals = _avals(leaves)
+    avals = avals_of(leaves)
     traced = [_trace_user_fn(b, avals, in_tree) for b in branches]
     ref_closed, _, ref_tree = traced[0]
     ref = _describe_outputs(ref_tree, ref_closed.out_avals)
@@ -240,7 +205,7 @@ def _bind_branches(index, branches: Sequence[Callable], labels: Sequence[str], o
         got = _describe_outputs(tree, closed.out_avals)
         if tree != ref_tree or got != ref:
             raise TypeError(f"{what} branches must return the same structure, dtypes and shapes: {labels[0]} "
-                            f"`{_fname(branches[0])}` returns {ref}, but {label} `{_fname(b)}` returns {got} "
+                            f"`{function_name(branches[0])}` returns {ref}, but {label} `{function_name(b)}` returns {got} "
                             f"{user_frame_description()}")
     # every branch takes the hoisted values of all branches, then the operands
     all_consts = [c for _, consts, _ in traced for c in consts]
@@ -293,8 +258,8 @@ while_p.multiple_results = True
 def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     cc, bc = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts]
     carry = list(args[cond_nconsts + body_nconsts:])
-    while bool(_run(cond_jaxpr, [*cc, *carry])[0]):
-        carry = _run(body_jaxpr, [*bc, *carry])
+    while bool(run_subprogram(cond_jaxpr, [*cc, *carry])[0]):
+        carry = run_subprogram(body_jaxpr, [*bc, *carry])
     return carry
 
 
@@ -306,7 +271,7 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
     nc, nb = cond_nconsts, body_nconsts
     cc, bc, init = primals[:nc], primals[nc:nc + nb], primals[nc + nb:]
     tbc, tinit = tangents[nc:nc + nb], tangents[nc + nb:]
-    bc_fl, carry_fl = float_mask(_avals(bc)), float_mask(_avals(init))
+    bc_fl, carry_fl = float_mask(avals_of(bc)), float_mask(avals_of(init))
     jbody = jvp_of_closed(body_jaxpr)  # [bc, carry, t_bc, t_carry] -> [carry, t_carry]
     n_tbc = sum(bc_fl)
     n_carry = len(init)
@@ -316,13 +281,13 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
         consts, carry = args[:nb + n_tbc], args[nb + n_tbc:]
         return eval_jaxpr(jbody.jaxpr, jbody.consts, *consts[:nb], *carry[:n_carry], *consts[nb:], *carry[n_carry:])
 
-    t_carry_avals = [a for a, f in zip(_avals(init), carry_fl) if f]
-    new_body = _stage(body, _avals(bc) + [a for a, f in zip(_avals(bc), bc_fl) if f]
-                      + _avals(init) + t_carry_avals)
-    new_cond = _stage(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a[:nc + n_carry]),
-                      _avals(cc) + _avals(init) + t_carry_avals)
-    t_bc_in = [t for t, f in zip(_zeros_if_none(tbc, bc), bc_fl) if f]
-    t_init_in = [t for t, f in zip(_zeros_if_none(tinit, init), carry_fl) if f]
+    t_carry_avals = [a for a, f in zip(avals_of(init), carry_fl) if f]
+    new_body = stage_subprogram(body, avals_of(bc) + [a for a, f in zip(avals_of(bc), bc_fl) if f]
+                      + avals_of(init) + t_carry_avals)
+    new_cond = stage_subprogram(lambda *a: eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *a[:nc + n_carry]),
+                      avals_of(cc) + avals_of(init) + t_carry_avals)
+    t_bc_in = [t for t, f in zip(zeros_for_none(tbc, bc), bc_fl) if f]
+    t_init_in = [t for t, f in zip(zeros_for_none(tinit, init), carry_fl) if f]
     outs = while_p.bind(*cc, *bc, *t_bc_in, *init, *t_init_in, cond_jaxpr=new_cond, body_jaxpr=new_body,
                         cond_nconsts=nc, body_nconsts=nb + n_tbc)
     it = iter(outs[n_carry:])
@@ -361,9 +326,9 @@ def _while_batch(vals, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
         new = body_b(*consts[:nb], *carry)
         return [P.select(P.reshape(pred, (size,) + (1,) * (len(shape_of(n)) - 1)), n, c) for n, c in zip(new, carry)]
 
-    carry_avals = _avals(init)
-    new_cond = _stage(any_cond, _avals(cc) + carry_avals)
-    new_body = _stage(guarded_body, _avals(bc) + _avals(cc) + carry_avals)
+    carry_avals = avals_of(init)
+    new_cond = stage_subprogram(any_cond, avals_of(cc) + carry_avals)
+    new_body = stage_subprogram(guarded_body, avals_of(bc) + avals_of(cc) + carry_avals)
     outs = while_p.bind(*cc, *bc, *cc, *init, cond_jaxpr=new_cond, body_jaxpr=new_body,
                         cond_nconsts=nc, body_nconsts=nb + nc)
     return outs, [0] * len(outs)
@@ -385,16 +350,16 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     args_tree = tree_util.tree_structure((init_val,))
     body_c, body_consts, body_tree = _trace_user_fn(body_fun, avals, args_tree)
     if body_tree != tree:
-        raise TypeError(f"while_loop: body_fun `{_fname(body_fun)}` must return the structure of init_val "
+        raise TypeError(f"while_loop: body_fun `{function_name(body_fun)}` must return the structure of init_val "
                         f"({tree}), got {body_tree} {user_frame_description()}")
     promoted = _promote_weak_carry(leaves, avals, body_c.out_avals)
     if promoted is not None:
         leaves, avals = promoted
         body_c, body_consts, _ = _trace_user_fn(body_fun, avals, args_tree)
-    _check_same_avals("while_loop body output", body_c.out_avals, avals, _fname(body_fun))
+    _check_same_avals("while_loop body output", body_c.out_avals, avals, function_name(body_fun))
     cond_c, cond_consts, _ = _trace_user_fn(cond_fun, avals, args_tree)
     if len(cond_c.out_avals) != 1 or cond_c.out_avals[0].shape != () or cond_c.out_avals[0].dtype != np.dtype(bool):
-        raise TypeError(f"while_loop: cond_fun `{_fname(cond_fun)}` must return a boolean scalar, got "
+        raise TypeError(f"while_loop: cond_fun `{function_name(cond_fun)}` must return a boolean scalar, got "
                         f"{[a.str_short() for a in cond_c.out_avals]} {user_frame_description()}")
     outs = while_p.bind(*cond_consts, *body_consts, *leaves, cond_jaxpr=cond_c, body_jaxpr=body_c,
                         cond_nconsts=len(cond_consts), body_nconsts=len(body_consts))
@@ -413,7 +378,7 @@ def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
     xs = args[num_consts + num_carry:]
     ys = []
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        out = _run(jaxpr, consts + carry + [x[i] for x in xs])
+        out = run_subprogram(jaxpr, consts + carry + [x[i] for x in xs])
         carry = list(out[:num_carry])
         ys.append(out[num_carry:])
     if reverse:
@@ -429,15 +394,11 @@ def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse):
     return list(jaxpr.out_avals[:num_carry]) + [ShapedArray((length,) + a.shape, a.dtype) for a in y_avals]
 
 
-def _split3(xs, a, b):
-    return list(xs[:a]), list(xs[a:a + b]), list(xs[a + b:])
-
-
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
-    consts, init, xs = _split3(primals, num_consts, num_carry)
-    tc, tinit, txs = _split3(tangents, num_consts, num_carry)
+    consts, init, xs = split3(primals, num_consts, num_carry)
+    tc, tinit, txs = split3(tangents, num_consts, num_carry)
     body_in = jaxpr.in_avals
-    c_fl, carry_fl, x_fl = _split3(float_mask(body_in), num_consts, num_carry)
+    c_fl, carry_fl, x_fl = split3(float_mask(body_in), num_consts, num_carry)
     jbody = jvp_of_closed(jaxpr)  # [consts, carry, x, t_consts, t_carry, t_x] -> [carry, y, t_carry, t_y]
     ntc, ntcarry, ntx = sum(c_fl), sum(carry_fl), sum(x_fl)
     out_fl = float_mask(jaxpr.out_avals)
@@ -446,8 +407,8 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
     def body(*args):
         cs, tcs, cr, tcr, x, tx = (args[:num_consts], args[num_consts:num_consts + ntc],
-                                   *_split3(args[num_consts + ntc:], num_carry, ntcarry)[:2],
-                                   *_split3(args[num_consts + ntc + num_carry + ntcarry:], len(xs), ntx)[:2])
+                                   *split3(args[num_consts + ntc:], num_carry, ntcarry)[:2],
+                                   *split3(args[num_consts + ntc + num_carry + ntcarry:], len(xs), ntx)[:2])
         out = eval_jaxpr(jbody.jaxpr, jbody.consts, *cs, *cr, *x, *tcs, *tcr, *tx)
         carry_o, y_o = out[:num_carry], out[num_carry:num_carry + ny]
         t_o = out[num_carry + ny:]
@@ -456,13 +417,13 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
     x_slice_avals = body_in[num_consts + num_carry:]
     sel = lambda avs, fl: [a for a, f in zip(avs, fl) if f]
-    new_body = _stage(body, list(body_in[:num_consts]) + sel(body_in[:num_consts], c_fl)
+    new_body = stage_subprogram(body, list(body_in[:num_consts]) + sel(body_in[:num_consts], c_fl)
                       + list(body_in[num_consts:num_consts + num_carry])
                       + sel(body_in[num_consts:num_consts + num_carry], carry_fl)
                       + list(x_slice_avals) + sel(x_slice_avals, x_fl))
-    t_consts = sel(_zeros_if_none(tc, consts), c_fl)
-    t_init = sel(_zeros_if_none(tinit, init), carry_fl)
-    t_xs = sel(_zeros_if_none(txs, xs), x_fl)
+    t_consts = sel(zeros_for_none(tc, consts), c_fl)
+    t_init = sel(zeros_for_none(tinit, init), carry_fl)
+    t_xs = sel(zeros_for_none(txs, xs), x_fl)
     outs = scan_p.bind(*consts, *t_consts, *init, *t_init, *xs, *t_xs, jaxpr=new_body,
                        num_consts=num_consts + ntc, num_carry=num_carry + ntcarry, length=length, reverse=reverse)
     carry_o = outs[:num_carry]
@@ -474,10 +435,10 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
 
 def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, reverse):
-    consts, init, xs = _split3(primals, num_consts, num_carry)
+    consts, init, xs = split3(primals, num_consts, num_carry)
     n_y = len(jaxpr.out_avals) - num_carry
     # forward: also emit the carry entering each step (the only residual)
-    fwd_body = _stage(
+    fwd_body = stage_subprogram(
         lambda *a: (lambda out: list(out) + list(a[num_consts:num_consts + num_carry]))(
             eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a)), jaxpr.in_avals)
     outs = scan_p.bind(*consts, *init, *xs, jaxpr=fwd_body, num_consts=num_consts, num_carry=num_carry,
@@ -485,14 +446,14 @@ def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, revers
     carry_out, ys, carries = outs[:num_carry], outs[num_carry:num_carry + n_y], outs[num_carry + n_y:]
 
     in_fl = float_mask(jaxpr.in_avals)
-    c_fl, carry_fl, x_fl = _split3(in_fl, num_consts, num_carry)
+    c_fl, carry_fl, x_fl = split3(in_fl, num_consts, num_carry)
     out_fl = float_mask(jaxpr.out_avals)
     carry_out_fl, y_fl = out_fl[:num_carry], out_fl[num_carry:]
     diff = in_fl  # cotangents for every float input of the body
 
     def backward(cts):
-        ct_carry_out = _zeros_if_none(cts[:num_carry], carry_out)
-        ct_ys = _zeros_if_none(cts[num_carry:], ys)
+        ct_carry_out = zeros_for_none(cts[:num_carry], carry_out)
+        ct_ys = zeros_for_none(cts[num_carry:], ys)
         body_vjp = vjp_of_closed(jaxpr, diff)  # [consts, carry, x, ct_carry(float), ct_y(float)] -> cts(float ins)
         n_fc, n_fcarry = sum(c_fl), sum(carry_fl)
 
@@ -512,7 +473,7 @@ def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, revers
         carry_avals = jaxpr.in_avals[num_consts:num_consts + num_carry]
         x_avals = jaxpr.in_avals[num_consts + num_carry:]
         y_avals = jaxpr.out_avals[num_carry:]
-        bwd = _stage(bwd_step, list(jaxpr.in_avals[:num_consts]) + _avals(init_ct) + _avals(acc0)
+        bwd = stage_subprogram(bwd_step, list(jaxpr.in_avals[:num_consts]) + avals_of(init_ct) + avals_of(acc0)
                      + list(carry_avals) + list(x_avals) + list(y_avals))
         res = scan_p.bind(*consts, *init_ct, *acc0, *carries, *xs, *ct_ys, jaxpr=bwd, num_consts=num_consts,
                           num_carry=len(init_ct) + len(acc0), length=length, reverse=not reverse)
@@ -527,8 +488,8 @@ def _scan_vjp(primals, needs_ct, *, jaxpr, num_consts, num_carry, length, revers
 
 def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse):
     size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
-    consts, init, xs = _split3(vals, num_consts, num_carry)
-    cd, _, xd = _split3(dims, num_consts, num_carry)
+    consts, init, xs = split3(vals, num_consts, num_carry)
+    cd, _, xd = split3(dims, num_consts, num_carry)
     consts = [P.moveaxis(v, d, 0) if d is not None else v for v, d in zip(consts, cd)]
     init = [P.moveaxis(v, d, 0) if d is not None else
             P.broadcast_in_dim(v, (size,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
@@ -539,7 +500,7 @@ def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse):
     body = vmap(lambda *a: eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *a), in_axes=axes, axis_size=size)
     x_slice_avals = [ShapedArray((size,) + a.shape if d is not None else a.shape, a.dtype)
                      for a, d in zip(jaxpr.in_avals[num_consts + num_carry:], xd)]
-    new_body = _stage(body, _avals(consts) + _avals(init) + x_slice_avals)
+    new_body = stage_subprogram(body, avals_of(consts) + avals_of(init) + x_slice_avals)
     outs = scan_p.bind(*consts, *init, *xs, jaxpr=new_body, num_consts=num_consts, num_carry=num_carry,
                        length=length, reverse=reverse)
     return outs, [0] * num_carry + [1] * (len(outs) - num_carry)
@@ -554,9 +515,9 @@ scan_p.batch = _scan_batch
 
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False):
     """``carry, ys = scan(f, init, xs)`` with ``f(carry, x) -> (carry, y)``; ys are stacked."""
-    fname = _fname(f)
+    fname = function_name(f)
     x_leaves, x_tree = tree_util.tree_flatten(xs)
-    x_leaves = [_to_array(x) for x in x_leaves]
+    x_leaves = [as_operand(x) for x in x_leaves]
     lengths = {shape_of(x)[0] for x in x_leaves if shape_of(x)}
     if any(shape_of(x) == () for x in x_leaves):
         raise ValueError(f"scan of `{fname}`: every xs leaf needs a leading axis to scan over")
@@ -587,13 +548,13 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         out_tree_box.append(yt)
         return cl + yl
 
-    closed = _stage(flat, c_avals + x_avals, fname)
+    closed = stage_subprogram(flat, c_avals + x_avals, fname)
     promoted = _promote_weak_carry(c_leaves, c_avals, closed.out_avals)
     if promoted is not None:
         c_leaves, c_avals = promoted
-        closed = _stage(flat, c_avals + x_avals, fname)
+        closed = stage_subprogram(flat, c_avals + x_avals, fname)
     _check_same_avals("scan carry", closed.out_avals[:len(c_leaves)], c_avals, fname)
-    body, consts = _hoist_consts(closed)
+    body, consts = hoist_consts(closed)
     outs = scan_p.bind(*consts, *c_leaves, *x_leaves, jaxpr=body, num_consts=len(consts),
                        num_carry=len(c_leaves), length=n, reverse=reverse)
     carry = tree_util.tree_unflatten(c_tree, outs[:len(c_leaves)])
@@ -613,7 +574,7 @@ def _concrete_int(x):
 def _index_type(lower, upper) -> tuple[np.dtype, bool]:
     """(dtype, weak) of a ``fori_loop`` index: the bounds' common integer dtype, weakly typed
     when both bounds are Python ints (as in JAX, so ``v + i`` keeps a float32 ``v`` float32)."""
-    avals = _avals((lower, upper))
+    avals = avals_of((lower, upper))
     for a in avals:
         if a.shape != () or a.dtype.kind not in "iu":
             raise TypeError(f"fori_loop bounds must be integer scalars, got {a.str_short()} "
@@ -647,5 +608,5 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
         return i + 1, hi_, body_fun(i, val)
 
     if not weak:
-        lower, upper = (P.convert_element_type(_to_array(b), dtype) for b in (lower, upper))
+        lower, upper = (P.convert_element_type(as_operand(b), dtype) for b in (lower, upper))
     return while_loop(cond_fun, body, (lower, upper, init_val))[2]

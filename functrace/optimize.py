@@ -107,7 +107,7 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, [rename(a) for a in closed.jaxpr.outs])
 
 
-def _size(shape) -> int:
+def shape_size(shape) -> int:
     """Elements of an array of this shape (math.prod: np.prod costs ~5 us a call)."""
     return math.prod(int(d) for d in shape)
 
@@ -124,8 +124,8 @@ def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
         vals = [a.val if type(a) is Literal else known.get(a, _MISSING) for a in inputs]
         foldable = (not eqn.primitive.multiple_results and eqn.primitive.impl is not None
                     and all(v is not _MISSING for v in vals)
-                    and _size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
-                        [_size(np.shape(v)) for v in vals], default=0))
+                    and shape_size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
+                        [shape_size(np.shape(v)) for v in vals], default=0))
         if foldable:
             out = np.asarray(eqn.primitive.impl(*vals, **eqn.params))
             var = eqn.out_vars[0]
@@ -429,8 +429,8 @@ class Analysis:
     peak_at: int = -1
 
 
-def _nbytes(aval) -> int:
-    return _size(aval.shape) * aval.dtype.itemsize
+def aval_nbytes(aval) -> int:
+    return shape_size(aval.shape) * aval.dtype.itemsize
 
 
 def analyze(closed: ClosedJaxpr) -> Analysis:
@@ -463,13 +463,13 @@ def analyze(closed: ClosedJaxpr) -> Analysis:
     produced = set()
     for i, eqn in enumerate(jaxpr.eqns):
         for v in eqn.out_vars:
-            live += _nbytes(v.aval)
+            live += aval_nbytes(v.aval)
             produced.add(v)
         if live > peak:
             peak, peak_at = live, i
         for v in dying.get(i, ()):
             if v in produced:
-                live -= _nbytes(v.aval)
+                live -= aval_nbytes(v.aval)
     return Analysis(last_use, list(saved), peak, peak_at)
 
 
@@ -486,7 +486,7 @@ class Report:
             lines.append(f"{name:<20} {n:>9}")
         a = self.analysis
         lines.append(f"saved for backward: {len(a.saved_for_backward)} values, "
-                     f"{sum(_nbytes(v.aval) for v in a.saved_for_backward)} bytes")
+                     f"{sum(aval_nbytes(v.aval) for v in a.saved_for_backward)} bytes")
         lines.append(f"peak live intermediate bytes: {a.peak_bytes}")
         return "\n".join(lines)
 

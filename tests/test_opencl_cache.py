@@ -89,7 +89,7 @@ def valid_entries(cache) -> dict:
     """{file name: payload} of the program binaries in ``cache`` that verify (all must)."""
     found = {}
     for path in sorted((cache / "opencl").glob("*.bin")):
-        payload = cl_runtime._read_entry(str(path), path.stem)
+        payload = cl_runtime.read_entry(str(path), path.stem)
         assert payload is not None, f"{path.name} does not verify"
         found[path.name] = payload
     return found
@@ -189,7 +189,7 @@ def test_a_binary_the_driver_refuses_is_replaced(binary_cache):
     two = SCALE.format("2.0")
     scaled_by(two)
     (path,) = binary_cache.dir.glob("*.bin")
-    cl_runtime._write_entry(str(path), path.stem, b"\x7fELF not a program")
+    cl_runtime.write_entry(str(path), path.stem, b"\x7fELF not a program")
     rt._programs.clear()
     assert scaled_by(two) == 2.0
     assert valid_entries(binary_cache.dir.parent)[path.name] != b"\x7fELF not a program"
@@ -302,7 +302,7 @@ def test_a_read_only_cache_directory(tmp_path):
             d.chmod(0o755)
     worst, loads = out.split()
     assert float(worst) < 1e-6 and int(loads) == 1
-    assert entries[0].exists() and cl_runtime._read_entry(str(entries[0]), entries[0].stem) is None
+    assert entries[0].exists() and cl_runtime.read_entry(str(entries[0]), entries[0].stem) is None
 
 
 # ---------------------------------------------------------------------- concurrent and killed writers

@@ -39,3 +39,19 @@ def test_ruff_finds_nothing():
                          cwd=root, capture_output=True, text=True)
     assert "No module named ruff" not in run.stderr, "ruff is missing: pip install '.[test]'"
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_no_module_imports_another_modules_private_names():
+    """What modules share is public (``lax`` and ``custom`` share ``subprograms``; the OpenCL
+    lowerings share ``lowerings``' helpers); a leading underscore means the module's own."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "functrace"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module is not None \
+                    and (node.level > 0 or node.module.startswith("functrace")):  # (submodules may be private)
+                found += [f"{path.relative_to(root)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import Lowered, register
-from .norms import device_inputs, real_type, specialize
+from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
 

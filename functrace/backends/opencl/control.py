@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import Lowered, register
-from .norms import device_inputs
+from .lowerings import Lowered, device_inputs, register
 
 
 def _compile(closed):

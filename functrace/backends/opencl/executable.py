@@ -17,28 +17,28 @@ import numpy as np
 
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
-from ...optimize import _nbytes, _size, analyze
+from ...optimize import analyze, aval_nbytes, shape_size
 from .fusion import (
     CTYPE,
     REDUCTIONS,
     VIEW_PRIMS,
     Group,
     View,
-    _reduce_combine,
     access_for,
     column_reduction_kernel,
     elementwise_kernel,
     f32_helpers,
     fusable,
     leading_axes,
+    reduce_combine,
     reduction_kernel,
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import FP64_PRAGMA, LaunchContext, _load_builtin_lowerings, lower
+from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
 from .runtime import Array, Runtime
 
-_load_builtin_lowerings()
+load_builtin_lowerings()
 
 _LOCAL = None  # reductions: work-group size left to the driver
 WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (measured 1.6x faster on PoCL than
@@ -373,7 +373,7 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
             name = f"fused{k}_{ops}"
             vec = _vector_width(rt, g.eqns)
-            n = _size(g.shape)
+            n = shape_size(g.shape)
             items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
             source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]  # noqa: B023 (called at once)
             plan.steps += _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n)
@@ -390,8 +390,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             if _unfit_dtype(rt, eqns) is not None:
                 plan.steps.extend(HostStep(e, _dtype_reason(rt, eqns)) for e in eqns)
                 continue
-            n_out = _size(item.out_vars[0].aval.shape)
-            R = _size([x.aval.shape[d] for d in item.params["axes"]])
+            n_out = shape_size(item.out_vars[0].aval.shape)
+            R = shape_size([x.aval.shape[d] for d in item.params["axes"]])
             chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
             if g is not None:
                 from .fusion import group_inputs
@@ -409,17 +409,17 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]  # noqa: B023 (called at once)
             else:
                 source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]  # noqa: B023 (called at once)
-            if chunks > 1 and _host_is_cheaper(rt, _size(x.aval.shape)):  # two launches: not batched
+            if chunks > 1 and _host_is_cheaper(rt, shape_size(x.aval.shape)):  # two launches: not batched
                 plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
                 continue
             finish = None
             if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
                 finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
             step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
-            plan.steps += _kernel_steps(plan, rt, step, source, _size(x.aval.shape))
+            plan.steps += _kernel_steps(plan, rt, step, source, shape_size(x.aval.shape))
             k += 1
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
-            n = _size(item.out_vars[0].aval.shape)
+            n = shape_size(item.out_vars[0].aval.shape)
             accesses, buffers = {}, []
             for v in layout_inputs(item):  # each read in its own contiguous index space
                 acc, buf = _accesses(plan, [v], v.aval.shape)
@@ -448,7 +448,7 @@ def _streaming(rt, values: list) -> bool:
     if rt is None or not rt.is_cpu:
         return False
     cache = cache_bytes(rt)
-    return cache > 0 and sum(_nbytes(v.aval) for v in values) > cache
+    return cache > 0 and sum(aval_nbytes(v.aval) for v in values) > cache
 
 
 def cache_bytes(rt) -> int:
@@ -528,7 +528,7 @@ def _batch(plan: Plan, steps: list, index: int, needed: Callable) -> BatchStep:
             if v in made and not needed(v):
                 ptr[v] = f"((__global {ct}*)(scratch + {scratch}))"
                 # (an empty value still gets a distinct, in-bounds place: the parameter must exist)
-                scratch += max(-(-_nbytes(v.aval) // _SCRATCH_ALIGN), 1) * _SCRATCH_ALIGN
+                scratch += max(-(-aval_nbytes(v.aval) // _SCRATCH_ALIGN), 1) * _SCRATCH_ALIGN
             else:
                 ptr[v] = f"b{len(args)}"
                 args.append(v)
@@ -603,7 +603,7 @@ def _vector_width(rt, eqns) -> int:
 
 def _combine_source(name: str, eqn, chunks: int) -> str:
     ct = CTYPE[eqn.out_vars[0].aval.dtype]
-    op = _reduce_combine(eqn.primitive.name, ct, "acc", "p[i]", False)
+    op = reduce_combine(eqn.primitive.name, ct, "acc", "p[i]", False)
     return f"""
 __kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restrict out0) {{
     const long o = get_global_id(0);
@@ -636,7 +636,7 @@ def is_small(closed: ClosedJaxpr) -> bool:
         if eqn.params and any(isinstance(v, ClosedJaxpr) for v in eqn.params.values()):
             return False  # sub-programs (loops) may run many times
         for v in eqn.out_vars:
-            total += _size(v.aval.shape)
+            total += shape_size(v.aval.shape)
     return total < config.opencl_small_program_elements
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...core import Literal
-from ...optimize import _size
+from ...optimize import shape_size
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 
@@ -172,7 +172,7 @@ class Group:
 # --------------------------------------------------------------------------- access patterns
 
 
-def _contiguous_strides(shape) -> list:
+def contiguous_strides(shape) -> list:
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
@@ -193,10 +193,10 @@ class View:
 
     @staticmethod
     def of(var) -> "View":
-        return View(var, 0, tuple(_contiguous_strides(var.aval.shape)))
+        return View(var, 0, tuple(contiguous_strides(var.aval.shape)))
 
     def contiguous(self, shape) -> bool:
-        return all(s == c for s, c, n in zip(self.strides, _contiguous_strides(shape), shape) if n > 1)
+        return all(s == c for s, c, n in zip(self.strides, contiguous_strides(shape), shape) if n > 1)
 
 
 def view_after(eqn, src: View) -> View | None:
@@ -213,7 +213,7 @@ def view_after(eqn, src: View) -> View | None:
     if name == "reshape":
         if not src.contiguous(in_shape):
             return None
-        return View(src.base, off, tuple(_contiguous_strides(out_shape)))
+        return View(src.base, off, tuple(contiguous_strides(out_shape)))
     if name == "squeeze":
         return View(src.base, off, tuple(x for i, x in enumerate(st) if i not in p["dimensions"]))
     if name == "expand_dims":
@@ -257,13 +257,13 @@ def access_for(kernel_shape: tuple, src_shape: tuple, view: View | None = None) 
     """Access of a value of ``src_shape`` (a contiguous buffer, or a ``view`` of one) broadcast to
     ``kernel_shape`` by numpy's right-aligned rules."""
     nd, ns = len(kernel_shape), len(src_shape)
-    strides = view.strides if view is not None else tuple(_contiguous_strides(src_shape))
+    strides = view.strides if view is not None else tuple(contiguous_strides(src_shape))
     offset = view.offset if view is not None else 0
     stride_of = [0] * nd
     for i in range(ns):
         if src_shape[i] != 1:
             stride_of[nd - ns + i] = strides[i]
-    kstrides = _contiguous_strides(kernel_shape)
+    kstrides = contiguous_strides(kernel_shape)
     if all(s == 0 for d, s in enumerate(stride_of) if kernel_shape[d] > 1):
         return Access("scalar", offset=offset)
     if all(s == k for s, k, n in zip(stride_of, kstrides, kernel_shape) if n > 1):
@@ -296,7 +296,7 @@ def vector_readable(access: Access, vec: int, segment: int) -> bool:
 # --------------------------------------------------------------------------- code generation
 
 
-def _literal(val, ctype: str) -> str:
+def c_literal(val, ctype: str) -> str:
     v = np.asarray(val).item()
     if ctype in ("float", "double"):
         v = float(v)
@@ -364,7 +364,7 @@ class ExprWriter:
 
     def atom(self, a, ctype: str, e: str) -> str:
         if type(a) is Literal:
-            lit = _literal(a.val, ctype if a.aval.dtype != np.dtype(bool) else "uchar")
+            lit = c_literal(a.val, ctype if a.aval.dtype != np.dtype(bool) else "uchar")
             if a.aval.dtype == np.dtype(bool):
                 lit = ("-1" if np.asarray(a.val).item() else "0") if self.vector else lit
                 return f"((int{self.vec})({lit}))" if self.vector else lit
@@ -542,7 +542,7 @@ def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, v
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     out_names = {v: f"out{i}" for i, v in enumerate(outputs)}
     bodies = []
-    n = _size(group.shape)
+    n = shape_size(group.shape)
     ragged = n % vec != 0  # else no partial vector: no tail code (compiles faster)
     for tail in (False, True)[:1 + ragged]:  # the tail: the same vector code on masked lanes (a
         w = ExprWriter(True, in_names, accesses, vec, tail, segment=n)  # scalar loop there: 15% slower)
@@ -575,7 +575,7 @@ def _reduce_init(kind: str, ct: str) -> str:
     return {"reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
 
 
-def _reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
+def reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
     """C statement folding ``v`` into ``acc`` (max/min propagate NaN, as numpy's do)."""
     if kind == "reduce_sum":
         return f"{acc} += {v};"
@@ -618,11 +618,11 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     out = reduce_eqn.out_vars[0]
     ct = CTYPE[out.aval.dtype]
     kept = [d for d in range(len(xshape)) if d not in axes]
-    xstrides = _contiguous_strides(xshape)
+    xstrides = contiguous_strides(xshape)
     kept_shape = [xshape[d] for d in kept]
     red_shape = [xshape[d] for d in axes]
-    kept_cs, red_cs = _contiguous_strides(kept_shape), _contiguous_strides(red_shape)
-    R = _size(red_shape)
+    kept_cs, red_cs = contiguous_strides(kept_shape), contiguous_strides(red_shape)
+    R = shape_size(red_shape)
     # base offset of output o, and offset of reduced element r, in x's flat index space
     base_terms = [f"((o / {kept_cs[k]}) % {kept_shape[k]}) * {xstrides[d]}" for k, d in enumerate(kept)
                   if kept_shape[k] > 1] or ["0"]
@@ -632,7 +632,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     inputs = group_inputs(group) if group is not None else [x]
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
-    combine = lambda acc, v, vector: _reduce_combine(kind, ct, acc, v, vector)
+    combine = lambda acc, v, vector: reduce_combine(kind, ct, acc, v, vector)
     s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e", R)
     vec_loop = ""
     per = -(-R // chunks)
@@ -686,15 +686,15 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     x = reduce_eqn.inputs[0]
     kind = reduce_eqn.primitive.name
     ct = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
-    C = _size(reduce_eqn.out_vars[0].aval.shape)
-    R = _size(x.aval.shape) // C
+    C = shape_size(reduce_eqn.out_vars[0].aval.shape)
+    R = shape_size(x.aval.shape) // C
     inputs = group_inputs(group) if group is not None else [x]
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
 
     def body(vector: bool) -> str:
         lines, val = _reduce_operand(x, group, in_names, accesses, vec, vector, "e", C)
-        return "\n            ".join(lines + [_reduce_combine(kind, ct, "vacc" if vector else "acc", val, vector)])
+        return "\n            ".join(lines + [reduce_combine(kind, ct, "vacc" if vector else "acc", val, vector)])
 
     src = f"""
 __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{

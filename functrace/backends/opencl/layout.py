@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from ...core import Literal
-from ...optimize import _size
-from .fusion import CTYPE, Access, _contiguous_strides, _literal
+from ...optimize import shape_size
+from .fusion import CTYPE, Access, c_literal, contiguous_strides
 
 LAYOUT_PRIMS = ("pad", "concatenate", "reshape")
 
@@ -30,7 +30,7 @@ def run_length(eqn, accesses: dict) -> int:
     if eqn.primitive.name == "pad":
         return 1
     shape = eqn.out_vars[0].aval.shape
-    run = _size(shape[eqn.params["dimension"] + 1:]) if eqn.primitive.name == "concatenate" else _size(shape)
+    run = shape_size(shape[eqn.params["dimension"] + 1:]) if eqn.primitive.name == "concatenate" else shape_size(shape)
     return _run_for(run, [accesses[v] for v in layout_inputs(eqn)])
 
 
@@ -48,10 +48,10 @@ def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
     size / ``run``)."""
     ins = layout_inputs(eqn)
     names = {v: f"in{i}" for i, v in enumerate(ins)}
-    reads = [(names[v], accesses[v], _size(v.aval.shape)) for v in ins]
+    reads = [(names[v], accesses[v], shape_size(v.aval.shape)) for v in ins]
     write = {"pad": _pad_body, "concatenate": _concatenate_body, "reshape": _reshape_body}[eqn.primitive.name]
     out = eqn.out_vars[0].aval
-    return _kernel(name, CTYPE[out.dtype], reads, _size(out.shape), run,
+    return _kernel(name, CTYPE[out.dtype], reads, shape_size(out.shape), run,
                    lambda it, copy: write(eqn, accesses, names, CTYPE[out.dtype], it, copy))
 
 
@@ -59,7 +59,7 @@ def copy_kernel(name: str, ctype: str, shape: tuple, access: Access) -> tuple[st
     """(source, run) of kernel ``name(src, dst, long n)`` writing, contiguously, the ``shape``
     elements that ``access`` reads from ``src`` (a transpose or any strided view made dense);
     it runs ``size / run`` work-items."""
-    n = _size(shape)
+    n = shape_size(shape)
     run = _run_for(n, [access])
     return _kernel(name, ctype, [("in0", access, n)], n, run, lambda it, copy: "    " + copy("in0", "e")), run
 
@@ -105,8 +105,8 @@ def _reshape_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> s
 def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     x, value = eqn.inputs
     oshape, ishape = eqn.out_vars[0].aval.shape, x.aval.shape
-    ostrides, istrides = _contiguous_strides(oshape), _contiguous_strides(ishape)
-    fill = _literal(value.val, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
+    ostrides, istrides = contiguous_strides(oshape), contiguous_strides(ishape)
+    fill = c_literal(value.val, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
     lines, inside = [f"    {it} src = 0;"], []
     for d, ((lo, _, interior), size) in enumerate(zip(eqn.params["padding_config"], ishape)):
         if oshape[d] == 1 and size == 1 and lo == 0:
@@ -120,7 +120,7 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
         inside.append(f"({cond})")
         lines.append(f"    src += (t{d} / {step}) * {istrides[d]};" if step > 1 else f"    src += t{d} * {istrides[d]};")
     test = " && ".join(inside) or "1"
-    if _size(ishape) == 0:
+    if shape_size(ishape) == 0:
         test = "0"
     lines.append(f"    if ({test}) {{ {copy(names[x], 'src')} }} else {{ out0[e] = {fill}; }}")
     return "\n".join(lines)
@@ -129,7 +129,7 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
 def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     axis = eqn.params["dimension"]
     shape = eqn.out_vars[0].aval.shape
-    inner = _size(shape[axis + 1:])
+    inner = shape_size(shape[axis + 1:])
     lines = [f"    const {it} inner = e % {inner}, c = (e / {inner}) % {shape[axis]}, outer = e / {inner * shape[axis]};"]
     start, branches = 0, []
     for v in eqn.inputs:

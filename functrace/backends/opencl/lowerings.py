@@ -13,6 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
+from ...core import Literal
+
 LOWERINGS: dict[str, Callable] = {}
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"  # first line of every program
 
@@ -33,6 +37,43 @@ def kernel_source(filename: str) -> str:
     """The text of ``functrace/cl_kernels/<filename>`` (shipped with the package)."""
     with open(os.path.join(_KERNEL_DIR, filename)) as f:
         return f.read()
+
+
+# --------------------------------------------------------------------------- helpers of lowerings
+
+_SUFFIX = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+
+
+def real_type(dtype, rt):
+    """(OpenCL C type, kernel-name suffix) for a supported float dtype on ``rt``, else None."""
+    spec = _SUFFIX.get(np.dtype(dtype))
+    if spec is None or (spec[0] == "double" and not rt.supports_fp64):
+        return None
+    return spec
+
+
+def specialize(filename: str, defines: dict) -> str:
+    """The text of ``cl_kernels/<filename>`` between ``#define`` lines for ``defines`` and the
+    matching ``#undef`` lines (only identifiers and numbers are spliced, never user strings)."""
+    for k, v in defines.items():
+        assert k.isidentifier() and str(v).replace("_", "").replace(".", "").isalnum(), (k, v)
+    head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    tail = "".join(f"#undef {k}\n" for k in defines)
+    return f"\n/* ---- {filename} [{', '.join(f'{k}={v}' for k, v in defines.items())}] */\n" + head \
+        + kernel_source(filename) + "\n" + tail
+
+
+def device_inputs(eqn, ctx, inputs: list) -> list:
+    """Device arrays for the equation's inputs (a literal operand is uploaded, broadcast to its
+    abstract shape; the executable passes None for literals)."""
+    out = []
+    for a, x in zip(eqn.inputs, inputs):
+        if x is None and type(a) is Literal:
+            # .copy(): contiguous, and a 0-d literal stays 0-d (np.ascontiguousarray makes it 1-d)
+            x = ctx.rt.to_device(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape).copy())
+            ctx.rt.hold(x)  # a temporary that the kernel reads after this returns
+        out.append(x)
+    return out
 
 
 @dataclass
@@ -66,7 +107,7 @@ def lower(eqn, rt) -> Lowered | None:
     return fn(eqn, rt) if fn is not None else None
 
 
-def _load_builtin_lowerings() -> None:
+def load_builtin_lowerings() -> None:
     """Import the modules that register lowerings (each optional: a missing one means host steps)."""
     import importlib
     for mod in ("matmul", "norms", "attention", "gather", "scans", "control", "softmax"):

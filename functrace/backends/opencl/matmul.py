@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import config
-from .fusion import View, _contiguous_strides, access_for, f32_helpers
+from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
 
@@ -414,8 +414,8 @@ def _load_decisions(rt) -> None:
     rt._matmul_choices_loaded = True
     import ast
 
-    from .runtime import _read_entry
-    payload = _read_entry(_decisions_path(rt), _decisions_key(rt))
+    from .runtime import read_entry
+    payload = read_entry(_decisions_path(rt), _decisions_key(rt))
     if payload is None:
         return
     for key, (impl, t_cl, t_blas) in ast.literal_eval(payload.decode("utf-8")).items():  # as _save_decisions wrote it
@@ -424,11 +424,11 @@ def _load_decisions(rt) -> None:
 
 
 def _save_decisions(rt) -> None:
-    from .runtime import _write_entry
+    from .runtime import write_entry
     plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
     data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in list(_DECISIONS.items())}
     try:
-        _write_entry(_decisions_path(rt), _decisions_key(rt), repr(data).encode())
+        write_entry(_decisions_path(rt), _decisions_key(rt), repr(data).encode())
     except OSError:
         pass  # a cache we cannot write only costs a measurement
 
@@ -594,7 +594,7 @@ def lower(eqn, rt) -> Lowered | None:
         if perm is not None:  # a dense copy of the transposed view
             digest = hashlib.sha1(repr((shape, perm)).encode()).hexdigest()[:10]
             names[i] = f"matmul_permute_{side}_{ctype}_{digest}"
-            strides = _contiguous_strides(shape)
+            strides = contiguous_strides(shape)
             view_shape = tuple(shape[d] for d in perm)
             access = access_for(view_shape, view_shape, View(None, 0, tuple(strides[d] for d in perm)))
             lowered.shared[names[i]], runs[i] = copy_kernel(names[i], ctype, view_shape, access)

@@ -14,43 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core import Literal
-from ...optimize import _size
-from .lowerings import Lowered, kernel_source, register
-
-_SUFFIX = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
-
-
-def real_type(dtype, rt):
-    """(OpenCL C type, kernel-name suffix) for a supported float dtype on ``rt``, else None."""
-    spec = _SUFFIX.get(np.dtype(dtype))
-    if spec is None or (spec[0] == "double" and not rt.supports_fp64):
-        return None
-    return spec
-
-
-def specialize(filename: str, defines: dict) -> str:
-    """The text of ``cl_kernels/<filename>`` between ``#define`` lines for ``defines`` and the
-    matching ``#undef`` lines (only identifiers and numbers are spliced, never user strings)."""
-    for k, v in defines.items():
-        assert k.isidentifier() and str(v).replace("_", "").replace(".", "").isalnum(), (k, v)
-    head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
-    tail = "".join(f"#undef {k}\n" for k in defines)
-    return f"\n/* ---- {filename} [{', '.join(f'{k}={v}' for k, v in defines.items())}] */\n" + head \
-        + kernel_source(filename) + "\n" + tail
-
-
-def device_inputs(eqn, ctx, inputs: list) -> list:
-    """Device arrays for the equation's inputs (a literal operand is uploaded, broadcast to its
-    abstract shape; the executable passes None for literals)."""
-    out = []
-    for a, x in zip(eqn.inputs, inputs):
-        if x is None and type(a) is Literal:
-            # .copy(): contiguous, and a 0-d literal stays 0-d (np.ascontiguousarray makes it 1-d)
-            x = ctx.rt.to_device(np.broadcast_to(np.asarray(a.val, a.aval.dtype), a.aval.shape).copy())
-            ctx.rt.hold(x)  # a temporary that the kernel reads after this returns
-        out.append(x)
-    return out
+from ...optimize import shape_size
+from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 
 def _check(eqn, rt, n_float: int):
@@ -64,12 +29,12 @@ def _check(eqn, rt, n_float: int):
     if spec is None:
         return None
     xs, ws = avals[0].shape, avals[1].shape
-    if len(xs) < 1 or ws != xs[-1:] or _size(xs) == 0:
+    if len(xs) < 1 or ws != xs[-1:] or shape_size(xs) == 0:
         return None
     if n_float > 2 and avals[2].shape != xs:
         return None
     D = xs[-1]
-    return spec[0], spec[1], _size(xs) // D, D
+    return spec[0], spec[1], shape_size(xs) // D, D
 
 
 @register("rms_norm")

@@ -129,7 +129,7 @@ def _marker(device, kind: str = "usable") -> str:
 def _read_verdict(device, kind: str) -> str | None:
     """The verdict of ``kind`` an earlier process kept about this device and driver (None: none,
     or a file that does not verify, which is deleted)."""
-    saved = _read_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}")
+    saved = read_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}")
     return None if saved is None else saved.decode("utf-8", "replace")
 
 
@@ -137,7 +137,7 @@ def _keep_verdict(device, kind: str, verdict: str) -> None:
     """Keep a verdict about the driver for later processes (in a cache we cannot write: they
     probe again)."""
     try:
-        _write_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}", verdict.encode())
+        write_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}", verdict.encode())
     except OSError:
         pass
 
@@ -398,7 +398,7 @@ class Runtime:
     def _load_or_build(self, key: str, source: str, options: str):
         cl = self.cl
         path = self._binary_path(key)
-        binary = _read_entry(path, key)  # verified against its checksum before the driver sees it
+        binary = read_entry(path, key)  # verified against its checksum before the driver sees it
         if binary is not None:
             try:
                 prog = cl.Program(self.context, [self.device], [binary]).build(options=options)
@@ -418,7 +418,7 @@ class Runtime:
     def _save_binary(self, key: str, prog) -> None:
         try:
             binary = prog.get_info(self.cl.program_info.BINARIES)[0]
-            _write_entry(self._binary_path(key), key, binary)
+            write_entry(self._binary_path(key), key, binary)
         except Exception:
             pass  # a cache we cannot write only costs compile time
         self._binary_saved.add(key)
@@ -641,7 +641,7 @@ def _entry_digest(key: str, payload: bytes) -> bytes:
     return hashlib.sha256(key.encode() + b"\0" + payload).digest()
 
 
-def _write_entry(path: str, key: str, payload: bytes) -> None:
+def write_entry(path: str, key: str, payload: bytes) -> None:
     """Write the cache file ``path`` holding ``payload`` for ``key`` (atomically: readers see the
     old file, none, or this one, never a part).  OSError when the cache is not writable."""
     directory = os.path.dirname(path)
@@ -656,8 +656,8 @@ def _write_entry(path: str, key: str, payload: bytes) -> None:
         raise
 
 
-def _read_entry(path: str, key: str) -> bytes | None:
-    """The payload ``_write_entry(path, key, ...)`` wrote; None when there is none or the file does
+def read_entry(path: str, key: str) -> bytes | None:
+    """The payload ``write_entry(path, key, ...)`` wrote; None when there is none or the file does
     not verify (truncated, bit-flipped, another key's, not ours): such a file is deleted, so the
     entry the caller rebuilds replaces it."""
     try:

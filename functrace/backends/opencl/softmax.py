@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import Lowered, register
-from .norms import device_inputs, real_type, specialize
+from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 
 def _lower(eqn, rt, kind: str) -> Lowered | None:
