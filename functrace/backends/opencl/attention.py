@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import nn
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
@@ -73,7 +74,7 @@ def _local(rt, dims: int):
     return (1,) * dims if getattr(rt, "is_cpu", False) else None
 
 
-@register("attention")
+@register(nn.attention_p)
 def lower_attention(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:
@@ -98,7 +99,7 @@ def lower_attention(eqn, rt):
                    f"tiles, {W} query rows per work-item, masked tiles skipped)")
 
 
-@register("attention_bwd")
+@register(nn.attention_bwd_p)
 def lower_attention_bwd(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:

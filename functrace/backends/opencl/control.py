@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import lax
 from .lowerings import Lowered, device_inputs, register
 
 
@@ -37,7 +38,7 @@ def _copy(ctx, arr):
     return out
 
 
-@register("cond")
+@register(lax.cond_p)
 def lower_cond(eqn, rt) -> Lowered:
     branches = [_compile(b) for b in eqn.params["branches"]]
 
@@ -51,7 +52,7 @@ def lower_cond(eqn, rt) -> Lowered:
                                            f"(up to {launches} launches; the index is read on the host)")
 
 
-@register("while")
+@register(lax.while_p)
 def lower_while(eqn, rt) -> Lowered:
     p = eqn.params
     cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
@@ -69,7 +70,7 @@ def lower_while(eqn, rt) -> Lowered:
                                    f"per iteration; the predicate is read on the host)")
 
 
-@register("scan")
+@register(lax.scan_p)
 def lower_scan(eqn, rt) -> Lowered:
     p = eqn.params
     body = _compile(p["jaxpr"])

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ... import primitives as P
 from ...core import Literal
 from .fusion import CTYPE
 from .lowerings import Lowered, register
@@ -70,7 +71,7 @@ def _supported(eqn, rt, float_only: bool) -> bool:
     return not any(type(a) is Literal for i, a in enumerate(eqn.inputs) if i != 1)
 
 
-@register("take")
+@register(P.take_p)
 def lower_take(eqn, rt) -> Lowered | None:
     if not _supported(eqn, rt, float_only=False):
         return None
@@ -104,7 +105,7 @@ __kernel void {name}(__global const {t}* restrict x, __global const {it}* restri
     return Lowered(source, [name], run, 1 if total else 0, f"gather ({name}, {P}x{K}x{Q} elements)")
 
 
-@register("scatter_add")
+@register(P.scatter_add_p)
 def lower_scatter_add(eqn, rt) -> Lowered | None:
     if not _supported(eqn, rt, float_only=True):
         return None

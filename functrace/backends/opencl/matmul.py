@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import primitives as P
 from ...config import config
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
@@ -573,7 +574,7 @@ def lower_with_epilogue(dot, bias, act: str, rt) -> Lowered | None:
     return lowered
 
 
-@register("dot_general")
+@register(P.dot_general_p)
 def lower(eqn, rt) -> Lowered | None:
     """Any ``dot_general``: operands whose layout is not a (transposed) batched matmul are first
     copied into canonical order by a permuting kernel (the output order is then already right)."""

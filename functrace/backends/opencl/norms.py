@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import nn
 from ...optimize import shape_size
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
@@ -37,7 +38,7 @@ def _check(eqn, rt, n_float: int):
     return spec[0], spec[1], shape_size(xs) // D, D
 
 
-@register("rms_norm")
+@register(nn.rms_norm_p)
 def lower_rms_norm(eqn, rt):
     chk = _check(eqn, rt, 2)
     if chk is None:
@@ -66,7 +67,7 @@ def _dw_chunks(R: int, D: int) -> int:
     return max(1, min(want, -(-R // 16), 256))
 
 
-@register("rms_norm_bwd")
+@register(nn.rms_norm_bwd_p)
 def lower_rms_norm_bwd(eqn, rt):
     chk = _check(eqn, rt, 3)
     if chk is None:

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ... import primitives as P
 from ...core import Literal
 from .fusion import CTYPE
 from .lowerings import Lowered, register
@@ -57,7 +58,7 @@ __kernel void {name}(__global const {t}* restrict x, __global {ot}* restrict out
     return Lowered(source, [name], run, 1 if lines else 0, f"{label} ({name}: {P}x{Q} lines of {n})")
 
 
-@register("cumsum")
+@register(P.cumsum_p)
 def lower_cumsum(eqn, rt) -> Lowered | None:
     if not _supported(eqn, rt):
         return None
@@ -94,11 +95,11 @@ def _lower_arg_reduction(eqn, rt, cmp: str) -> Lowered | None:
     return _line_lowering(eqn, f"{kind}_{t}", body, np.int64, kind)
 
 
-@register("argmax")
+@register(P.argmax_p)
 def lower_argmax(eqn, rt) -> Lowered | None:
     return _lower_arg_reduction(eqn, rt, ">")
 
 
-@register("argmin")
+@register(P.argmin_p)
 def lower_argmin(eqn, rt) -> Lowered | None:
     return _lower_arg_reduction(eqn, rt, "<")

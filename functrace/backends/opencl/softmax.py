@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import nn
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 
@@ -30,11 +31,11 @@ def _lower(eqn, rt, kind: str) -> Lowered | None:
                    f"{kind} (OpenCL softmax.cl: {name}, one work-item per row of {D})")
 
 
-@register("softmax")
+@register(nn.softmax_p)
 def lower_softmax(eqn, rt) -> Lowered | None:
     return _lower(eqn, rt, "softmax")
 
 
-@register("log_softmax")
+@register(nn.log_softmax_p)
 def lower_log_softmax(eqn, rt) -> Lowered | None:
     return _lower(eqn, rt, "log_softmax")
