@@ -27,13 +27,12 @@ from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_flat
 from .batching import vmap
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
-from .errors import UnexpectedTracerError, user_frame_description
+from .errors import UnexpectedTracerError, function_name, user_frame_description
 from .optimize import dce, partial_eval
 from .primitives import new_primitive, shape_of
 from .subprograms import (
     as_operand,
     avals_of,
-    function_name,
     hoist_consts,
     run_subprogram,
     split3,

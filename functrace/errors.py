@@ -88,6 +88,11 @@ class DtypeError(FunctraceError, TypeError):
     """A dtype the operation or transformation cannot handle."""
 
 
+def function_name(f) -> str:
+    """The name of the user's function ``f``, for messages."""
+    return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+
+
 def check_callable(fun, transform: str) -> None:
     """Transformations take functions: say so at once, not at the first call."""
     if not callable(fun):

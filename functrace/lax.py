@@ -31,13 +31,12 @@ from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
 from .batching import vmap
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_aval, is_float_dtype
-from .errors import ConcretizationError, user_frame_description
+from .errors import ConcretizationError, function_name, user_frame_description
 from .optimize import dce
 from .primitives import new_primitive, shape_of
 from .subprograms import (
     as_operand,
     avals_of,
-    function_name,
     hoist_consts,
     run_subprogram,
     split3,

@@ -46,11 +46,6 @@ def avals_of(xs) -> list:
     return [get_aval(x) for x in xs]
 
 
-def function_name(f) -> str:
-    """``f``'s name for messages."""
-    return getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
-
-
 def as_operand(x):
     """``x`` as a tracer or a numpy array (Python scalars and lists become arrays)."""
     return x if isinstance(x, Tracer) or isinstance(x, np.ndarray) else np.asarray(x)
