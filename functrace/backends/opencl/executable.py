@@ -45,8 +45,25 @@ WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (measu
                  # letting the driver choose); the global size is rounded up and extra work-items do nothing
 
 
+class Step:
+    """What the executable asks of every step of a plan: the values it ``reads`` and ``writes``
+    (for buffer lifetimes), the ``kernel_names`` it launches and how many ``launches`` a call
+    makes, its ``host_equations`` (for the report's count), ``run(exe, env, get)`` to enqueue
+    its kernels or compute on the host with the call's values in ``env`` (``get(v)`` materializes
+    a view), and ``describe()``: its lines of the compile report."""
+
+    kernel_names: list = []
+    launches = 1
+    host_equations = 0
+
+    def _eqn_names(self) -> str:
+        return ", ".join(e.primitive.name for e in self.eqns)
+
+
 @dataclass
-class KernelStep:
+class KernelStep(Step):
+    """A generated elementwise (or layout) kernel over ``n`` elements."""
+
     name: str
     inputs: list
     outputs: list
@@ -55,9 +72,26 @@ class KernelStep:
     eqns: list
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
 
+    reads = property(lambda self: self.inputs)
+    writes = property(lambda self: self.outputs)
+    kernel_names = property(lambda self: [self.name])
+    items = property(lambda self: self.global_size)  # work-items of its launch
+    scalar_args = property(lambda self: [f"{self.n}L"])  # after its buffers, as a batch calls it
+
+    def run(self, exe, env, get) -> None:
+        outs = [exe._alloc(v.aval.shape, v.aval.dtype) for v in self.outputs]
+        bufs = [get(b).buffer for b in self.inputs] + [o.buffer for o in outs]
+        exe.kernels[self.name](exe.rt.queue, (self.global_size,), (WORK_GROUP,), *bufs, np.int64(self.n))
+        env.update(zip(self.outputs, outs))
+
+    def describe(self) -> list:
+        return [f"  kernel  {self.name}: {self._eqn_names()}"]
+
 
 @dataclass
-class ReduceStep:
+class ReduceStep(Step):
+    """A generated reduction kernel (and a kernel combining its chunks' partial results)."""
+
     name: str
     inputs: list
     output: object
@@ -67,14 +101,33 @@ class ReduceStep:
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
+    scalar_args = ()
 
-    @property
-    def outputs(self) -> list:
-        return [self.output]
+    outputs = property(lambda self: [self.output])
+    reads = property(lambda self: self.inputs)
+    writes = property(lambda self: [self.output])
+    kernel_names = property(lambda self: [self.name] + ([self.finish] if self.finish else []))
+    launches = property(lambda self: 2 if self.finish else 1)
+
+    def run(self, exe, env, get) -> None:
+        queue, kernels = exe.rt.queue, exe.kernels
+        out = exe._alloc(self.output.aval.shape, self.output.aval.dtype)
+        bufs = [get(b).buffer for b in self.inputs]
+        if self.finish is None:
+            kernels[self.name](queue, (self.items,), _LOCAL, *bufs, out.buffer)
+        else:
+            partial = exe._alloc((self.items,), self.output.aval.dtype)
+            kernels[self.name](queue, (self.items,), _LOCAL, *bufs, partial.buffer)
+            kernels[self.finish](queue, (self.n_out,), _LOCAL, partial.buffer, out.buffer)
+            partial.recycle()
+        env[self.output] = out
+
+    def describe(self) -> list:
+        return [f"  kernel  {self.name}: {self._eqn_names()}"]
 
 
 @dataclass
-class BatchStep:
+class BatchStep(Step):
     """Consecutive small steps run by one launch of a kernel that does their work-items one after
     another in a single work-item: on a CPU device each of them alone costs less than a launch."""
 
@@ -85,15 +138,31 @@ class BatchStep:
     args: list     # the kernel's buffer arguments, in order (then the scratch buffer, if any)
     scratch: int   # bytes of scratch for the values it keeps to itself
 
-    @property
-    def eqns(self) -> list:
-        return [e for s in self.steps for e in s.eqns]
+    eqns = property(lambda self: [e for s in self.steps for e in s.eqns])
+    reads = property(lambda self: self.inputs)
+    writes = property(lambda self: self.outputs)
+    kernel_names = property(lambda self: [self.name])
+
+    def run(self, exe, env, get) -> None:
+        for v in self.outputs:
+            env[v] = exe._alloc(v.aval.shape, v.aval.dtype)
+        scratch = [exe._scratch[self.name].buffer] if self.scratch else []
+        exe.kernels[self.name](exe.rt.queue, (1,), (1,), *[get(v).buffer for v in self.args], *scratch)
+
+    def describe(self) -> list:
+        return [f"  kernel  {self.name}: {len(self.steps)} small steps in one launch (one work-item)"] + \
+               [f"    {s.name}: {s._eqn_names()}" for s in self.steps]
 
 
 @dataclass
-class HostStep:
+class HostStep(Step):
+    """An equation for the host, while planning: runs of them become ``HostSegment``s."""
+
     eqn: object
     reason: str  # why it runs on the host (for the report)
+
+    reads = property(lambda self: [a for a in self.eqn.inputs if type(a) is not Literal])
+    writes = property(lambda self: list(self.eqn.out_vars))
 
 
 _TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
@@ -101,22 +170,47 @@ _NO_FP64 = "float64 on a device without cl_khr_fp64"
 
 
 @dataclass
-class HostSegment:
+class HostSegment(Step):
     """Consecutive host steps run as one generated numpy function (see ``numpy_backend``)."""
 
     eqns: list
     reasons: list  # per equation, why it runs on the host
     inputs: list
     outputs: list
-    run: object
+    compute: object  # the NumpyExecutable: host values of ``inputs`` -> values of ``outputs``
+    launches = 0
+
+    reads = property(lambda self: self.inputs)
+    writes = property(lambda self: self.outputs)
+    host_equations = property(lambda self: len(self.eqns))
+
+    def run(self, exe, env, get) -> None:
+        ins = [exe._host_value(env, v) for v in self.inputs]
+        for v, r in zip(self.outputs, self.compute(*ins)):
+            env[v] = Array.from_host(exe.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
+
+    def describe(self) -> list:
+        return [f"  host    {e.primitive.name} (numpy on the host; {why})" for e, why in zip(self.eqns, self.reasons)]
 
 
 @dataclass
-class LoweredStep:
+class LoweredStep(Step):
     """An equation run by hand-written kernels (see ``lowerings.py``)."""
 
     eqn: object
     lowered: object
+
+    reads = property(lambda self: [a for a in self.eqn.inputs if type(a) is not Literal])
+    writes = property(lambda self: list(self.eqn.out_vars))
+    kernel_names = property(lambda self: self.lowered.kernel_names)
+    launches = property(lambda self: self.lowered.launches)
+
+    def run(self, exe, env, get) -> None:
+        outs = self.lowered.run(exe._launch_ctx, [None if type(a) is Literal else get(a) for a in self.eqn.inputs])
+        env.update(zip(self.eqn.out_vars, outs))
+
+    def describe(self) -> list:
+        return [f"  kernel  {self.eqn.primitive.name}: {self.lowered.label}"]
 
 
 @dataclass
@@ -485,8 +579,7 @@ def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
     base = lambda v: plan.views[v].base if v in plan.views else v
     last_read: dict = {}  # buffer -> the last step reading it (the outputs: one past the end)
     for i, step in enumerate(plan.steps):
-        reads = step.inputs if isinstance(step, (KernelStep, ReduceStep)) else step.eqn.inputs
-        last_read.update((base(a), i) for a in reads if type(a) is not Literal)
+        last_read.update((base(a), i) for a in step.reads)
     last_read.update((base(v), len(plan.steps)) for v in program_outs)
     out, run = [], []
 
@@ -540,11 +633,8 @@ def _batch(plan: Plan, steps: list, index: int, needed: Callable) -> BatchStep:
     for s in steps:
         funcs.append(s.source.replace(f"__kernel void {s.name}(", f"inline void {s.name}_at(const long gid_, ")
                      .replace("get_global_id(0)", "gid_"))
-        call_args = [ptr[v] for v in list(s.inputs) + s.outputs]
-        if isinstance(s, KernelStep):
-            call_args.append(f"{s.n}L")
-        items = s.global_size if isinstance(s, KernelStep) else s.items
-        calls.append(f"    for (long g = 0; g < {items}; g++) {s.name}_at(g, {', '.join(call_args)});")
+        call_args = [ptr[v] for v in list(s.inputs) + s.outputs] + list(s.scalar_args)
+        calls.append(f"    for (long g = 0; g < {s.items}; g++) {s.name}_at(g, {', '.join(call_args)});")
     source = "\n".join(funcs) + f"\n__kernel void {name}({', '.join(params)}) {{\n" + "\n".join(calls) + "\n}"
     name = plan.add_kernel(name, source)
     inputs = list(dict.fromkeys(v for s in steps for v in s.inputs if v not in made))
@@ -701,16 +791,8 @@ class OpenCLExecutable:
         body = "\n".join(self.plan.sources)
         self.source = PREAMBLE + f32_helpers(body) + "\n" + body
         self.program = rt.program(self.source) if self.plan.sources else None
-        self.kernels = {}
-        for step in self.plan.steps:
-            if isinstance(step, (KernelStep, ReduceStep, BatchStep)):
-                self.kernels[step.name] = rt.kernel(self.program, step.name)
-                if getattr(step, "finish", None):
-                    self.kernels[step.finish] = rt.kernel(self.program, step.finish)
-            elif isinstance(step, LoweredStep):
-                for name in step.lowered.kernel_names:
-                    if name not in self.kernels:
-                        self.kernels[name] = rt.kernel(self.program, name)
+        self.kernels = {name: rt.kernel(self.program, name) for step in self.plan.steps
+                        for name in step.kernel_names}
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
         # (not a bound method: no reference cycle, so a dropped executable frees its program at once)
@@ -720,7 +802,7 @@ class OpenCLExecutable:
         self._release_after = self._plan_releases()
         # each batch's private values: the in-order queue runs one call's batch after the last's
         self._scratch = {s.name: rt.empty((s.scratch,), np.uint8) for s in self.plan.steps
-                         if isinstance(s, BatchStep) and s.scratch}
+                         if getattr(s, "scratch", 0)}
         self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, Array.recycle)
         # One call at a time launches: a cl.Kernel keeps the arguments set for its next launch
         # (another thread's arguments would interleave: wrong results, or a launch naming a freed
@@ -728,13 +810,12 @@ class OpenCLExecutable:
         # The in-order queue then runs calls one after another, so a buffer a call returned to the
         # pool is rewritten only after the kernels that read it.  Waiting for results is outside.
         self._lock = threading.Lock()
-        self.num_host_steps = sum(len(s.eqns) for s in self.plan.steps if isinstance(s, HostSegment))
+        self.num_host_steps = sum(s.host_equations for s in self.plan.steps)
 
     @property
     def num_kernel_launches(self) -> int:
         """Kernel launches per call (current: a matmul that auto mode moved to BLAS launches none)."""
-        return sum(s.lowered.launches if isinstance(s, LoweredStep) else 1 + (1 if getattr(s, "finish", None) else 0)
-                   for s in self.plan.steps if not isinstance(s, HostSegment))
+        return sum(s.launches for s in self.plan.steps)
 
     def _plan_releases(self) -> list:
         """For each step, the values whose buffers are free after it (their last read)."""
@@ -744,17 +825,9 @@ class OpenCLExecutable:
         last: dict = {}
         produced: set = set()
         for i, step in enumerate(self.plan.steps):
-            if isinstance(step, LoweredStep):
-                reads = [base_of(a) for a in step.eqn.inputs if type(a) is not Literal]
-                produced.update(step.eqn.out_vars)
-            elif isinstance(step, (HostSegment, BatchStep)):
-                reads = [base_of(a) for a in step.inputs]
-                produced.update(step.outputs)
-            else:
-                reads = list(step.inputs)
-                produced.update(step.outputs)
-            for b in reads:
-                last[b] = i
+            produced.update(step.writes)
+            for b in step.reads:
+                last[base_of(b)] = i
         keep = {base_of(a) for a in jaxpr.outs if type(a) is not Literal}
         release = [[] for _ in self.plan.steps]
         for v, i in last.items():
@@ -823,38 +896,8 @@ class OpenCLExecutable:
                 return self._materialize_view(env, v)
             raise KeyError(v)
 
-        queue = self.rt.queue
-        kernels = self.kernels
         for step, dead in zip(self.plan.steps, self._release_after):
-            if isinstance(step, KernelStep):
-                outs = [self._alloc(v.aval.shape, v.aval.dtype) for v in step.outputs]
-                bufs = [get(b).buffer for b in step.inputs] + [o.buffer for o in outs]
-                kernels[step.name](queue, (step.global_size,), (WORK_GROUP,), *bufs, np.int64(step.n))
-                env.update(zip(step.outputs, outs))
-            elif isinstance(step, ReduceStep):
-                out = self._alloc(step.output.aval.shape, step.output.aval.dtype)
-                bufs = [get(b).buffer for b in step.inputs]
-                if step.finish is None:
-                    kernels[step.name](queue, (step.items,), _LOCAL, *bufs, out.buffer)
-                else:
-                    partial = self._alloc((step.items,), step.output.aval.dtype)
-                    kernels[step.name](queue, (step.items,), _LOCAL, *bufs, partial.buffer)
-                    kernels[step.finish](queue, (step.n_out,), _LOCAL, partial.buffer, out.buffer)
-                    partial.recycle()
-                env[step.output] = out
-            elif isinstance(step, BatchStep):
-                for v in step.outputs:
-                    env[v] = self._alloc(v.aval.shape, v.aval.dtype)
-                scratch = [self._scratch[step.name].buffer] if step.scratch else []
-                kernels[step.name](queue, (1,), (1,), *[get(v).buffer for v in step.args], *scratch)
-            elif isinstance(step, LoweredStep):
-                outs = step.lowered.run(self._launch_ctx, [None if type(a) is Literal else get(a)
-                                                           for a in step.eqn.inputs])
-                env.update(zip(step.eqn.out_vars, outs))
-            else:
-                ins = [self._host_value(env, v) for v in step.inputs]
-                for v, r in zip(step.outputs, step.run(*ins)):
-                    env[v] = Array.from_host(self.rt, np.asarray(r, dtype=v.aval.dtype).reshape(v.aval.shape))
+            step.run(self, env, get)
             for v in dead:  # last read: a pooled buffer serves later allocations of its size
                 if env[v]._recycle is not None:
                     env.pop(v).recycle()
@@ -884,15 +927,5 @@ class OpenCLExecutable:
         lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         for step in self.plan.steps:
-            if isinstance(step, HostSegment):
-                lines.extend(f"  host    {e.primitive.name} (numpy on the host; {why})"
-                             for e, why in zip(step.eqns, step.reasons))
-            elif isinstance(step, LoweredStep):
-                lines.append(f"  kernel  {step.eqn.primitive.name}: {step.lowered.label}")
-            elif isinstance(step, BatchStep):
-                lines.append(f"  kernel  {step.name}: {len(step.steps)} small steps in one launch (one work-item)")
-                lines.extend(f"    {s.name}: {', '.join(e.primitive.name for e in s.eqns)}" for s in step.steps)
-            else:
-                names = ", ".join(e.primitive.name for e in step.eqns)
-                lines.append(f"  kernel  {step.name}: {names}")
+            lines.extend(step.describe())
         return "\n".join(lines)
