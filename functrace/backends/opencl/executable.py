@@ -252,10 +252,26 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     jaxpr = closed.jaxpr
     plan = Plan()
     position = {e: i for i, e in enumerate(jaxpr.eqns)}
+    order, group_of = _partition(jaxpr, rt, plan)
+    for kind, item in order:
+        if kind == "group":
+            item.eqns.sort(key=position.__getitem__)
+    consumers = _consumers(order, plan)
+    program_outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    absorbed = _absorbed_groups(order, group_of, consumers, plan, program_outs)
+    _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
+    _batch_small_steps(plan, rt, program_outs)
+    plan.steps = _host_segments(plan.steps, program_outs, plan, position)
+    return plan
+
+
+def _partition(jaxpr: Jaxpr, rt, plan: Plan) -> tuple[list, dict]:
+    """One pass over the equations: views go to ``plan.views``; elementwise equations of one
+    output shape join a group (merging the open groups they read); the rest stay alone.  Returns
+    the items -- ("group", Group) | ("eqn", eqn) | ("lowered", (eqn, Lowered)) -- in program order of
+    their last equation, and {value: the group that makes it}."""
     group_of: dict = {}
-    # id(item) -> ("group", Group) | ("eqn", eqn) | ("lowered", (eqn, Lowered)), in program order of
-    # their last equation (a dict: a group that grows moves to the end in O(1))
-    order: dict = {}
+    order: dict = {}  # id(item) -> item (a dict: a group that grows moves to the end in O(1))
 
     def seal_inputs(eqn):
         for a in eqn.inputs:
@@ -270,59 +286,62 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
         if eqn in fused_at:
             seal_inputs(fused_at[eqn][0])
             order[id(fused_at[eqn])] = ("lowered", fused_at[eqn])
-            continue
-        if _is_view(eqn):
+        elif _is_view(eqn):
             plan.view_eqns[eqn.out_vars[0]] = eqn
             src = eqn.inputs[0]
             view = view_after(eqn, plan.views.get(src) or View.of(src))
-            if view is not None:
-                plan.views[eqn.out_vars[0]] = view
-            else:
+            if view is None:
                 seal_inputs(eqn)
                 order[id(eqn)] = ("eqn", eqn)
                 continue
+            plan.views[eqn.out_vars[0]] = view
             g = group_of.get(src)
             if g is not None:
                 g.sealed = True
-            continue
-        if fusable(eqn):
-            shape = eqn.out_vars[0].aval.shape
-            cands = []
-            for a in eqn.inputs:
-                g = group_of.get(a)
-                if g is None:
-                    continue
-                if g.shape == shape and not g.sealed:
-                    if all(c is not g for c in cands):
-                        cands.append(g)
-                else:
-                    g.sealed = True
-            if cands:
-                # merge the smaller groups into the largest (both open: no outside step reads them
-                # yet); equations are put in program order once, when planning is done
-                g = max(cands, key=lambda c: len(c.eqns))
-                for other in cands:
-                    if other is not g:
-                        g.eqns += other.eqns
-                        for e in other.eqns:
-                            for v in e.out_vars:
-                                group_of[v] = g
-                        del order[id(other)]
-                del order[id(g)]
-            else:
-                g = Group(shape)
-            g.eqns.append(eqn)
-            for v in eqn.out_vars:
-                group_of[v] = g
+        elif fusable(eqn):
+            g = _join_group(eqn, group_of, order)
             order[id(g)] = ("group", g)
+        else:
+            seal_inputs(eqn)
+            order[id(eqn)] = ("eqn", eqn)
+    return list(order.values()), group_of
+
+
+def _join_group(eqn, group_of: dict, order: dict) -> Group:
+    """The group ``eqn`` joins: the open groups of its shape that it reads, merged into the
+    largest (both open: no outside step reads them yet; equations are put in program order once,
+    when planning is done), else a new one.  Groups of other shapes that it reads are sealed."""
+    shape = eqn.out_vars[0].aval.shape
+    cands = []
+    for a in eqn.inputs:
+        g = group_of.get(a)
+        if g is None:
             continue
-        seal_inputs(eqn)
-        order[id(eqn)] = ("eqn", eqn)
-    order = list(order.values())
-    for kind, item in order:
-        if kind == "group":
-            item.eqns.sort(key=position.__getitem__)
-    # which group values are needed outside their group
+        if g.shape == shape and not g.sealed:
+            if all(c is not g for c in cands):
+                cands.append(g)
+        else:
+            g.sealed = True
+    if cands:
+        g = max(cands, key=lambda c: len(c.eqns))
+        for other in cands:
+            if other is not g:
+                g.eqns += other.eqns
+                for e in other.eqns:
+                    for v in e.out_vars:
+                        group_of[v] = g
+                del order[id(other)]
+        del order[id(g)]
+    else:
+        g = Group(shape)
+    g.eqns.append(eqn)
+    for v in eqn.out_vars:
+        group_of[v] = g
+    return g
+
+
+def _consumers(order: list, plan: Plan) -> dict:
+    """{value: the ids of the items (and views) that read it}."""
     consumers: dict = {}
     for kind, item in order:
         eqns = item.eqns if kind == "group" else [item[0]] if kind == "lowered" else [item]
@@ -332,7 +351,12 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
                     consumers.setdefault(a, set()).add(id(item))
     for v, view in plan.views.items():
         consumers.setdefault(view.base, set()).add(("view", id(v)))
-    program_outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    return consumers
+
+
+def _absorbed_groups(order: list, group_of: dict, consumers: dict, plan: Plan, program_outs: set) -> set:
+    """The ids of the groups a reduction absorbs: the group making its operand, when nothing else
+    reads that group's values (``sum(x * y, axis)`` is one kernel)."""
     absorbed = set()
     for kind, item in order:
         if kind == "eqn" and item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE:
@@ -343,10 +367,7 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
                 continue
             if all(v is x or not (consumers.get(v, set()) - {id(g)} or v in program_outs) for v in g.produced()):
                 absorbed.add(id(g))
-    _emit_steps(plan, order, absorbed, consumers, program_outs, group_of, rt)
-    _batch_small_steps(plan, rt, program_outs)
-    plan.steps = _host_segments(plan.steps, program_outs, plan, position)
-    return plan
+    return absorbed
 
 
 def _matmul_epilogues(jaxpr: Jaxpr, rt) -> tuple[dict, set]:
@@ -448,90 +469,102 @@ def _accesses(plan: Plan, inputs: list, kernel_shape: tuple) -> tuple[dict, list
 
 
 def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, rt) -> None:
+    """The steps of each planned item, in order: a group's fused kernel, a reduction's kernel(s)
+    (with the group it absorbed), a layout kernel, a hand-written lowering, or host steps.
+    ``k`` numbers the generated kernels (each helper returns its steps and whether it took a
+    number)."""
     k = 0
     for kind, item in order:
         if kind == "group":
             if id(item) in absorbed:
                 continue
-            g = item
-            if _unfit_dtype(rt, g.eqns) is not None:
-                plan.steps.extend(HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns)
-                continue
-            outputs = [v for e in g.eqns for v in e.out_vars
-                       if (consumers.get(v, set()) - {id(g)}) or v in program_outs]
-            if not outputs:
-                continue
-            from .fusion import group_inputs
-            ins = group_inputs(g)
-            accesses, buffers = _accesses(plan, ins, g.shape)
-            ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
-            name = f"fused{k}_{ops}"
-            vec = _vector_width(rt, g.eqns)
-            n = shape_size(g.shape)
-            items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
-            source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]  # noqa: B023 (called at once)
-            plan.steps += _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n)
-            k += 1
+            outputs = [v for e in item.eqns for v in e.out_vars
+                       if (consumers.get(v, set()) - {id(item)}) or v in program_outs]
+            steps, numbered = _group_steps(plan, rt, item, outputs, k) if outputs else ([], False)
         elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
-            eqn, lowered = item
-            plan.add_lowered(lowered)
-            plan.steps.append(LoweredStep(eqn, lowered))
+            steps, numbered = _lowered_steps(plan, *item), False
         elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
-            x = item.inputs[0]
-            g = group_of.get(x) if id(group_of.get(x)) in absorbed else None
-            eqns = (list(g.eqns) if g is not None else []) + [item]
-            if _unfit_dtype(rt, eqns) is not None:
-                plan.steps.extend(HostStep(e, _dtype_reason(rt, eqns)) for e in eqns)
-                continue
-            n_out = shape_size(item.out_vars[0].aval.shape)
-            R = shape_size([x.aval.shape[d] for d in item.params["axes"]])
-            chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
-            if g is not None:
-                from .fusion import group_inputs
-                ins = group_inputs(g)
-                accesses, buffers = _accesses(plan, ins, x.aval.shape)
-            else:
-                accesses, buffers = _accesses(plan, [x], x.aval.shape)
-                ins = [x]
-            name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
-                                                  if g is not None else "")
-            vec = _vector_width(rt, (list(g.eqns) if g is not None else []) + [item])
-            items = n_out * chunks
-            if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
-                chunks, items = 1, -(-n_out // vec)
-                source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]  # noqa: B023 (called at once)
-            else:
-                source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]  # noqa: B023 (called at once)
-            if chunks > 1 and _host_is_cheaper(rt, shape_size(x.aval.shape)):  # two launches: not batched
-                plan.steps.extend(HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns)
-                continue
-            finish = None
-            if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
-                finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
-            step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
-            plan.steps += _kernel_steps(plan, rt, step, source, shape_size(x.aval.shape))
-            k += 1
+            g = group_of.get(item.inputs[0])
+            steps, numbered = _reduction_steps(plan, rt, item, g if id(g) in absorbed else None, k)
         elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
-            n = shape_size(item.out_vars[0].aval.shape)
-            accesses, buffers = {}, []
-            for v in layout_inputs(item):  # each read in its own contiguous index space
-                acc, buf = _accesses(plan, [v], v.aval.shape)
-                accesses.update(acc)
-                buffers += buf
-            name = f"{item.primitive.name}{k}"
-            run = run_length(item, accesses)
-            items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
-            step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
-            plan.steps += _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)  # noqa: B023 (called at once)
-            k += 1
+            steps, numbered = _layout_steps(plan, rt, item, k), True
         else:
             lowered = lower(item, rt) if rt is not None else None
-            if lowered is None:
-                plan.steps.append(HostStep(item, _dtype_reason(rt, [item])))
-            else:
-                plan.add_lowered(lowered)
-                plan.steps.append(LoweredStep(item, lowered))
+            steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)
+            numbered = False
+        plan.steps += steps
+        k += numbered
+
+
+def _lowered_steps(plan: Plan, eqn, lowered) -> list:
+    plan.add_lowered(lowered)
+    return [LoweredStep(eqn, lowered)]
+
+
+def _group_steps(plan: Plan, rt, g: Group, outputs: list, k: int) -> tuple[list, bool]:
+    """A fused elementwise group writing ``outputs``: one generated kernel."""
+    if _unfit_dtype(rt, g.eqns) is not None:
+        return [HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns], False
+    from .fusion import group_inputs
+    ins = group_inputs(g)
+    accesses, buffers = _accesses(plan, ins, g.shape)
+    ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
+    name = f"fused{k}_{ops}"
+    vec = _vector_width(rt, g.eqns)
+    n = shape_size(g.shape)
+    items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
+    source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]
+    return _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n), True
+
+
+def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[list, bool]:
+    """A reduction (``g``: the group making its operand, which it absorbs): a column kernel, or
+    one over chunks of each output's terms with a kernel combining the chunks."""
+    x = item.inputs[0]
+    eqns = (list(g.eqns) if g is not None else []) + [item]
+    if _unfit_dtype(rt, eqns) is not None:
+        return [HostStep(e, _dtype_reason(rt, eqns)) for e in eqns], False
+    n_out = shape_size(item.out_vars[0].aval.shape)
+    R = shape_size([x.aval.shape[d] for d in item.params["axes"]])
+    chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
+    if g is not None:
+        from .fusion import group_inputs
+        accesses, buffers = _accesses(plan, group_inputs(g), x.aval.shape)
+    else:
+        accesses, buffers = _accesses(plan, [x], x.aval.shape)
+    name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
+                                          if g is not None else "")
+    vec = _vector_width(rt, eqns)
+    items = n_out * chunks
+    if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
+        chunks, items = 1, -(-n_out // vec)
+        source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
+    else:
+        source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
+    if chunks > 1 and _host_is_cheaper(rt, shape_size(x.aval.shape)):  # two launches: not batched
+        return [HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns], False
+    finish = None
+    if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
+        finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
+    step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
+    return _kernel_steps(plan, rt, step, source, shape_size(x.aval.shape)), True
+
+
+def _layout_steps(plan: Plan, rt, item, k: int) -> list:
+    """A layout equation (pad, concatenate, a copy that is not a view): one generated kernel,
+    each input read in its own contiguous index space."""
+    n = shape_size(item.out_vars[0].aval.shape)
+    accesses, buffers = {}, []
+    for v in layout_inputs(item):
+        acc, buf = _accesses(plan, [v], v.aval.shape)
+        accesses.update(acc)
+        buffers += buf
+    name = f"{item.primitive.name}{k}"
+    run = run_length(item, accesses)
+    items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
+    step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
+    return _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)
 
 
 def _streaming(rt, values: list) -> bool:
