@@ -456,7 +456,7 @@ def test_elementwise_builtins_with_special_values_in_neighbouring_lanes(dtype):
     vectors mix ordinary values with 0, inf and NaN.  On PoCL 3.1 with AVX-512 the vector forms of
     float tan and double pow and fmod returned wrong numbers in the ordinary lanes of such vectors
     (tan(0.0054) = 0.0108; pow 0.94 for 1.5e31) and double8 fmod ran for minutes: those now run
-    lane by lane (fusion._LANEWISE).  Found by the fuzzer (seed 8000 kernels program 861, seed
+    lane by lane (fusion._LANEWISE_TYPES).  Found by the fuzzer (seed 8000 kernels program 861, seed
     7000 program 2206)."""
     rng = np.random.default_rng(5)
     n = 4099  # full vectors and a tail

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import nn
+from ... import primitives as P
 from ...core import Literal
 from ...optimize import shape_size
 
@@ -32,35 +34,14 @@ CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype
          np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
 MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long", "uchar": "int"}  # bools: int lanes
 
-# primitive -> (arity, vector/scalar template); operands are {0}, {1}, {2}
-_FLOAT_OPS = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "tanh": "tanh({0})",
-    "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sqrt": "sqrt({0})",
-    "rsqrt": "rsqrt({0})", "abs": "fabs({0})", "floor": "floor({0})", "ceil": "ceil({0})",
-    "sign": "sign({0})",
-    "round": "rint({0})", "logistic": "({one} / ({one} + exp(-{0})))", "pow": "pow({0}, {1})",
-    "atan2": "atan2({0}, {1})", "erf": "erf({0})", "stop_gradient": "{0}",
-    "rem": "fmod({0}, {1})",
-    "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
-}
-# where numpy's result differs from the builtin above: a NaN operand gives NaN (OpenCL's
-# sign(NaN) is 0, fmax/fmin drop a NaN): (the value then, the test), chosen by ExprWriter.select
-_NAN_RESULT = {"sign": ("{0}", "isnan({0})"), "max": ("({0} + {1})", "isnan({0}) | isnan({1})"),
-               "min": ("({0} + {1})", "isnan({0}) | isnan({1})")}
-_INT_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
-            "max": "max({0}, {1})", "min": "min({0}, {1})", "and": "({0} & {1})", "or": "({0} | {1})",
-            "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
-_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_BOOL_OPS = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "stop_gradient": "{0}"}
 REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"}
-_NATIVE_F32 = {"sin", "cos"}
+
 # Builtins whose vector forms are wrong on some drivers: emitted lane by lane (scalar calls, which
 # were right in every case).  PoCL 3.1 (Debian, LLVM 15) on AVX-512 CPUs, with a 0, inf or NaN in
 # another lane of the vector: float tan (and sin, cos: we use native_sin/native_cos) 4x off for
 # small |x| at 4-16 lanes; double pow (0.94 for 1.5e31) and fmod at 8 and 16 lanes, and double8
 # fmod ran for minutes on quotients of 1e8 (found by the fuzzer; see tests/test_opencl_kernels.py)
-_LANEWISE = {("float", "tan"), ("double", "pow"), ("double", "rem")}
+_LANEWISE_TYPES = {"tan": {"float"}, "pow": {"double"}, "rem": {"double"}}
 
 # float32 exp, tanh, log and log1p (every vector width), each a Cody-Waite reduction and a Cephes
 # polynomial with plain integer exponent handling: PoCL's builtins spend a third more multiply
@@ -132,29 +113,12 @@ def f32_helpers(source: str) -> str:
 
 
 def fusable(eqn) -> bool:
-    """Can this equation be part of a generated elementwise kernel?"""
-    name = eqn.primitive.name
-    out = eqn.out_vars[0].aval
-    dts = [a.aval.dtype for a in eqn.inputs] + [out.dtype]
-    if any(d not in CTYPE for d in dts) or eqn.primitive.multiple_results:
+    """Can this equation be part of a generated elementwise kernel (see ``ELEMENTWISE``)?"""
+    op = ELEMENTWISE.get(eqn.primitive)
+    dts = [a.aval.dtype for a in eqn.inputs] + [eqn.out_vars[0].aval.dtype]
+    if op is None or any(d not in CTYPE for d in dts) or eqn.primitive.multiple_results:
         return False
-    if name == "convert_element_type":
-        return True
-    if name == "integer_pow":
-        return out.dtype.kind == "f"
-    if name == "select":
-        return True
-    if name in _COMPARE:
-        return eqn.inputs[0].aval.dtype != np.dtype(bool)
-    if name == "is_finite":
-        return eqn.inputs[0].aval.dtype.kind == "f"
-    if name == "not" or (name in _BOOL_OPS and out.dtype == np.dtype(bool)):
-        return True
-    if out.dtype.kind == "f":
-        return name in _FLOAT_OPS or name == "floor_div"  # (see ExprWriter.float_floor_div)
-    if out.dtype.kind == "i":
-        return name in _INT_OPS or name in ("rem", "floor_div")
-    return False
+    return op.fits(eqn)
 
 
 @dataclass
@@ -382,78 +346,15 @@ class ExprWriter:
         return f"select({f}, {t}, convert_{MASK_OF[ctype]}{self.vec}({cond}))"
 
     def emit(self, eqn, e: str) -> None:
-        name = eqn.primitive.name
+        """Define the value of ``eqn``'s output (a fresh variable) from its operands'."""
         out = eqn.out_vars[0]
-        oct_ = CTYPE[out.aval.dtype]
+        ct = CTYPE[out.aval.dtype]
         in_ct = [CTYPE[a.aval.dtype] for a in eqn.inputs]
-        args = [self.atom(a, ct, e) for a, ct in zip(eqn.inputs, in_ct)]
-        if name == "convert_element_type":
-            src = in_ct[0]
-            if oct_ == "uchar":
-                cmp = f"({args[0]} != (({src}{self.vec if self.vector else ''})0))" if src != "uchar" else args[0]
-                expr = (f"convert_int{self.vec}({cmp})" if self.vector and src in ("double", "long") else cmp)
-            elif src == "uchar":
-                expr = f"convert_{oct_}{self.vec}(-{args[0]})" if self.vector else f"(({oct_}){args[0]})"
-            else:
-                expr = f"convert_{oct_}{self.vec}({args[0]})" if self.vector else f"(({oct_}){args[0]})"
-        elif name in _COMPARE:
-            expr = f"({args[0]} {_COMPARE[name]} {args[1]})"
-            if self.vector and in_ct[0] in ("double", "long"):
-                expr = f"convert_int{self.vec}{expr}"
-        elif name == "is_finite":  # a mask, like a comparison
-            expr = f"isfinite({args[0]})"
-            if self.vector and in_ct[0] == "double":
-                expr = f"convert_int{self.vec}({expr})"
-        elif name == "select":
-            p, t, f = args
-            expr = self.select(f, t, p, oct_)
-        elif name == "not":
-            expr = f"(~{args[0]})" if self.vector else f"(!{args[0]})"
-        elif name == "integer_pow":
-            y = eqn.params["y"]
-            x = args[0]
-            one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
-            if y == 0:
-                expr = one
-            else:
-                base = self.fresh(oct_, x)
-                prod = " * ".join([base] * abs(y))
-                expr = f"({prod})" if y > 0 else f"({one} / ({prod}))"
-        elif oct_ == "uchar":
-            expr = _BOOL_OPS[name].format(*args)
-        elif oct_ in ("float", "double"):
-            one = self.atom(Literal(np.ones((), out.aval.dtype)), oct_, e)
-            tmpl = _FLOAT_OPS.get(name, "")
-            if oct_ == "float" and name in _NATIVE_F32:
-                tmpl = "native_" + tmpl  # measured on PoCL: 5x faster, within 1.2e-7 of sin/cos on |x| <= 1e4
-            elif oct_ == "float" and name in ("exp", "tanh", "log", "log1p"):
-                tmpl = f"ft_{name}_{self.vtype(oct_)}({{0}})"  # see _F32_MATH
-            elif oct_ == "float" and name == "logistic":
-                tmpl = tmpl.replace("exp(", f"ft_exp_{self.vtype(oct_)}(")
-            if name in ("max", "min", "rem", "sign") or (oct_, name) in _LANEWISE:
-                args = [self.fresh(oct_, a) for a in args]
-            if name == "floor_div":
-                expr = self.float_floor_div(oct_, *args, one=one, half=self.atom(Literal(np.array(0.5, out.aval.dtype)), oct_, e))
-            elif (oct_, name) in _LANEWISE:
-                expr = self.lanewise(oct_, tmpl, args)
-            else:
-                expr = tmpl.format(*args, one=one)
-            if name in _NAN_RESULT:
-                nan_value, nan_test = _NAN_RESULT[name]
-                expr = self.select(expr, nan_value.format(*args), nan_test.format(*args), oct_)
-            if name == "rem":  # numpy's %: C's exact fmod moved to the divisor's sign (with an
-                # infinite divisor, x or +-inf; x - floor(x / y) * y gave NaN there)
-                m, y = self.fresh(oct_, expr), args[1]
-                r = self.fresh(oct_, self.select(m, f"{m} + {y}", f"({m} != 0) & (({m} < 0) != ({y} < 0))", oct_))
-                expr = self.select(r, f"copysign({r}, {y})", f"{r} == 0", oct_)
-        elif name in ("rem", "floor_div"):
-            expr = self.int_division(name, oct_, *args)
-        else:
-            expr = _INT_OPS[name].format(*args)
-        self.names[out] = self.fresh(oct_, expr)
+        args = [self.atom(a, c, e) for a, c in zip(eqn.inputs, in_ct)]
+        self.names[out] = self.fresh(ct, ELEMENTWISE[eqn.primitive].write(self, eqn, args, ct, in_ct, e))
 
     def lanewise(self, ct: str, tmpl: str, args: list) -> str:
-        """``tmpl`` applied to each lane of the (named) vector ``args`` (see ``_LANEWISE``)."""
+        """``tmpl`` applied to each lane of the (named) vector ``args`` (see ``_LANEWISE_TYPES``)."""
         if not self.vector:
             return tmpl.format(*args)
         lanes = (tmpl.format(*[f"{a}.s{'0123456789abcdef'[k]}" for a in args]) for k in range(self.vec))
@@ -465,8 +366,8 @@ class ExprWriter:
         x / y for y = 0.  floor(x / y) differed where x / y rounds up to an integer (1 // 0.1:
         10 for numpy's 9) and at infinities (0.5 // -inf: -0 for -1, -inf // 2: -inf for NaN)."""
         x, y = self.fresh(ct, x), self.fresh(ct, y)
-        fmod = _FLOAT_OPS["rem"]
-        m = self.fresh(ct, self.lanewise(ct, fmod, [x, y]) if (ct, "rem") in _LANEWISE else fmod.format(x, y))
+        fmod = "fmod({0}, {1})"
+        m = self.fresh(ct, self.lanewise(ct, fmod, [x, y]) if ct in _LANEWISE_TYPES["rem"] else fmod.format(x, y))
         d = self.fresh(ct, f"({x} - {m}) / {y}")
         d = self.fresh(ct, self.select(d, f"{d} - {one}", f"({m} != 0) & (({y} < 0) != ({m} < 0))", ct))
         f = self.fresh(ct, f"floor({d})")
@@ -495,6 +396,157 @@ class ExprWriter:
         self.count += 1
         self.lines.append(f"{self.vtype(ctype)} {name} = {expr};")
         return name
+
+
+# --------------------------------------------------------------------------- the elementwise table
+
+_KIND = {"float": "f", "double": "f", "int": "i", "long": "i", "uchar": "b"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """How generated kernels compute one elementwise primitive: a C template per output type --
+    ``f`` float / double, ``i`` int / long, ``b`` bool (as int masks) -- over operands ``{0}``,
+    ``{1}`` (``{one}``: 1 of the type), a type without one not fused; or ``writer(w, eqn, args,
+    ct, in_ct, e)`` (``w`` the ExprWriter) and ``fits(eqn)`` for what a template cannot say."""
+
+    f: str | None = None
+    i: str | None = None
+    b: str | None = None
+    writer: object = None
+    fits_eqn: object = None
+
+    def fits(self, eqn) -> bool:
+        if self.fits_eqn is not None:
+            return self.fits_eqn(eqn)
+        return getattr(self, _KIND[CTYPE[eqn.out_vars[0].aval.dtype]]) is not None
+
+    def write(self, w: ExprWriter, eqn, args: list, ct: str, in_ct: list, e: str) -> str:
+        if self.writer is not None:
+            return self.writer(w, eqn, args, ct, in_ct, e)
+        kind = _KIND[ct]
+        if kind == "f":
+            return _write_float(w, eqn, getattr(self, kind), args, ct, e)
+        return getattr(self, kind).format(*args)
+
+
+def _write_float(w: ExprWriter, eqn, tmpl: str, args: list, ct: str, e: str) -> str:
+    """A float template, with the builtins PoCL does better or worse swapped (native sin / cos,
+    our float32 exp / tanh / log / log1p, lane-by-lane calls where its vector forms are wrong)."""
+    name = eqn.primitive.name
+    one = w.atom(Literal(np.ones((), eqn.out_vars[0].aval.dtype)), ct, e)
+    if ct == "float" and name in ("sin", "cos"):
+        tmpl = "native_" + tmpl  # measured on PoCL: 5x faster, within 1.2e-7 of sin/cos on |x| <= 1e4
+    elif ct == "float" and name in ("exp", "tanh", "log", "log1p"):
+        tmpl = f"ft_{name}_{w.vtype(ct)}({{0}})"  # see _F32_MATH
+    elif ct == "float" and name == "logistic":
+        tmpl = tmpl.replace("exp(", f"ft_exp_{w.vtype(ct)}(")
+    if ct in _LANEWISE_TYPES.get(name, ()):
+        return w.lanewise(ct, tmpl, [w.fresh(ct, a) for a in args])
+    return tmpl.format(*args, one=one)
+
+
+def _nan_propagating(nan_value: str, nan_test: str):
+    """A float builtin whose result numpy's differs from at a NaN operand (OpenCL's sign(NaN) is
+    0, fmax / fmin drop a NaN): ``nan_value`` where ``nan_test`` holds."""
+    def write(w, eqn, args, ct, in_ct, e):
+        if _KIND[ct] != "f":
+            return ELEMENTWISE_INT[eqn.primitive].format(*args)
+        args = [w.fresh(ct, a) for a in args]
+        expr = _write_float(w, eqn, _FLOAT_BUILTIN[eqn.primitive], args, ct, e)
+        return w.select(expr, nan_value.format(*args), nan_test.format(*args), ct)
+    return write
+
+
+def _write_rem(w, eqn, args, ct, in_ct, e):
+    """numpy's %: for floats C's exact fmod moved to the divisor's sign (with an infinite divisor,
+    x or +-inf; x - floor(x / y) * y gave NaN there); for integers see ``int_division``."""
+    if _KIND[ct] != "f":
+        return w.int_division("rem", ct, *args)
+    args = [w.fresh(ct, a) for a in args]
+    fmod = "fmod({0}, {1})"
+    m = w.fresh(ct, w.lanewise(ct, fmod, args) if ct in _LANEWISE_TYPES["rem"] else fmod.format(*args))
+    y = args[1]
+    r = w.fresh(ct, w.select(m, f"{m} + {y}", f"({m} != 0) & (({m} < 0) != ({y} < 0))", ct))
+    return w.select(r, f"copysign({r}, {y})", f"{r} == 0", ct)
+
+
+def _write_floor_div(w, eqn, args, ct, in_ct, e):
+    if _KIND[ct] != "f":
+        return w.int_division("floor_div", ct, *args)
+    dtype = eqn.out_vars[0].aval.dtype
+    one, half = (w.atom(Literal(np.array(v, dtype)), ct, e) for v in (1, 0.5))
+    return w.float_floor_div(ct, *args, one=one, half=half)
+
+
+def _write_convert(w, eqn, args, ct, in_ct, e):
+    src = in_ct[0]
+    vec = w.vec if w.vector else ""
+    if ct == "uchar":
+        cmp = f"({args[0]} != (({src}{vec})0))" if src != "uchar" else args[0]
+        return f"convert_int{w.vec}({cmp})" if w.vector and src in ("double", "long") else cmp
+    if src == "uchar":
+        return f"convert_{ct}{w.vec}(-{args[0]})" if w.vector else f"(({ct}){args[0]})"
+    return f"convert_{ct}{w.vec}({args[0]})" if w.vector else f"(({ct}){args[0]})"
+
+
+def _comparison(symbol: str) -> Op:
+    """A comparison: a mask (``int`` lanes; long comparisons converted), bools not compared."""
+    def write(w, eqn, args, ct, in_ct, e):
+        expr = f"({args[0]} {symbol} {args[1]})"
+        return f"convert_int{w.vec}{expr}" if w.vector and in_ct[0] in ("double", "long") else expr
+    return Op(writer=write, fits_eqn=lambda eqn: eqn.inputs[0].aval.dtype != np.dtype(bool))
+
+
+def _write_is_finite(w, eqn, args, ct, in_ct, e):  # a mask, like a comparison
+    expr = f"isfinite({args[0]})"
+    return f"convert_int{w.vec}({expr})" if w.vector and in_ct[0] == "double" else expr
+
+
+def _write_integer_pow(w, eqn, args, ct, in_ct, e):
+    y = eqn.params["y"]
+    one = w.atom(Literal(np.ones((), eqn.out_vars[0].aval.dtype)), ct, e)
+    if y == 0:
+        return one
+    base = w.fresh(ct, args[0])
+    prod = " * ".join([base] * abs(y))
+    return f"({prod})" if y > 0 else f"({one} / ({prod}))"
+
+
+_always = lambda eqn: True  # noqa: E731
+_FLOAT_BUILTIN = {P.sign_p: "sign({0})", P.max_p: "fmax({0}, {1})", P.min_p: "fmin({0}, {1})"}
+ELEMENTWISE_INT = {P.max_p: "max({0}, {1})", P.min_p: "min({0}, {1})"}
+
+# primitive -> how generated kernels compute it; a primitive not here is not fused
+ELEMENTWISE: dict = {
+    P.add_p: Op(f="({0} + {1})", i="({0} + {1})"), P.sub_p: Op(f="({0} - {1})", i="({0} - {1})"),
+    P.mul_p: Op(f="({0} * {1})", i="({0} * {1})"), P.div_p: Op(f="({0} / {1})"),
+    P.neg_p: Op(f="(-{0})", i="(-{0})"),
+    P.sin_p: Op(f="sin({0})"), P.cos_p: Op(f="cos({0})"), P.tan_p: Op(f="tan({0})"), P.tanh_p: Op(f="tanh({0})"),
+    P.exp_p: Op(f="exp({0})"), P.log_p: Op(f="log({0})"), P.log1p_p: Op(f="log1p({0})"),
+    P.expm1_p: Op(f="expm1({0})"), P.sqrt_p: Op(f="sqrt({0})"), P.rsqrt_p: Op(f="rsqrt({0})"),
+    P.abs_p: Op(f="fabs({0})"), P.floor_p: Op(f="floor({0})"), P.ceil_p: Op(f="ceil({0})"),
+    P.round_p: Op(f="rint({0})"), P.logistic_p: Op(f="({one} / ({one} + exp(-{0})))"),
+    P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), nn.erf_p: Op(f="erf({0})"),
+    P.stop_gradient_p: Op(f="{0}", i="{0}", b="{0}"),
+    P.sign_p: Op(writer=_nan_propagating("{0}", "isnan({0})"), fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
+    P.max_p: Op(writer=_nan_propagating("({0} + {1})", "isnan({0}) | isnan({1})"),
+                fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.min_p: Op(writer=_nan_propagating("({0} + {1})", "isnan({0}) | isnan({1})"),
+                fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.and_p: Op(i="({0} & {1})", b="({0} & {1})"), P.or_p: Op(i="({0} | {1})", b="({0} | {1})"),
+    P.xor_p: Op(i="({0} ^ {1})", b="({0} ^ {1})"),
+    P.not_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: f"(~{args[0]})" if w.vector else f"(!{args[0]})",
+                fits_eqn=_always),
+    P.eq_p: _comparison("=="), P.ne_p: _comparison("!="), P.lt_p: _comparison("<"),
+    P.le_p: _comparison("<="), P.gt_p: _comparison(">"), P.ge_p: _comparison(">="),
+    P.is_finite_p: Op(writer=_write_is_finite, fits_eqn=lambda e: e.inputs[0].aval.dtype.kind == "f"),
+    P.select_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: w.select(args[2], args[1], args[0], ct), fits_eqn=_always),
+    P.integer_pow_p: Op(writer=_write_integer_pow, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
+    P.convert_element_type_p: Op(writer=_write_convert, fits_eqn=_always),
+}
 
 
 def group_inputs(group: Group) -> list:
