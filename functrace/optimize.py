@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import primitives as P
 from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
 from .primitives import broadcast_in_dim_p, convert_element_type_p, mul_p, reduce_sum_p, repeat_dtype, reshape_p
 
@@ -184,10 +185,10 @@ def _swapped_dot(dot_eqn: JaxprEqn, perm: tuple):
 
 def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
     """Return an atom equal to the equation's output, a replacement equation, or None."""
-    name = eqn.primitive.name
+    prim = eqn.primitive
     out = eqn.out_vars[0]
     same_shape = lambda a: a.aval.shape == out.aval.shape and a.aval.dtype == out.aval.dtype
-    if name == "mul":
+    if prim is P.mul_p:
         x, y = inputs
         if _is_scalar_literal(y, 1) and same_shape(x):
             return x
@@ -196,65 +197,65 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
         # (v * c1) * c2 -> v * (c1 * c2) for scalar literals, when the inner product has no other use
         lit, var = (x, y) if type(x) is Literal else (y, x)
         prev = producer.get(var) if type(lit) is Literal and type(var) is not Literal else None
-        if prev is not None and prev.primitive.name == "mul" and uses.get(var) == 1:
+        if prev is not None and prev.primitive is P.mul_p and uses.get(var) == 1:
             a, b = prev.inputs
             inner_lit, inner_var = (a, b) if type(a) is Literal else (b, a)
             if type(inner_lit) is Literal and type(inner_var) is not Literal and np.shape(inner_lit.val) == () \
                     and np.shape(lit.val) == ():
                 c = Literal(np.asarray(np.asarray(inner_lit.val) * np.asarray(lit.val), dtype=out.aval.dtype)[()])
                 return JaxprEqn(eqn.primitive, [inner_var, c], {}, eqn.out_vars, eqn.phase)
-    elif name in ("add", "sub"):
+    elif prim in (P.add_p, P.sub_p):
         x, y = inputs
         if _is_scalar_literal(y, 0) and same_shape(x):
             return x
-        if name == "add" and _is_scalar_literal(x, 0) and same_shape(y):
+        if prim is P.add_p and _is_scalar_literal(x, 0) and same_shape(y):
             return y
-    elif name == "div":
+    elif prim is P.div_p:
         if _is_scalar_literal(inputs[1], 1) and same_shape(inputs[0]):
             return inputs[0]
-    elif name == "integer_pow" and eqn.params["y"] == 1:
+    elif prim is P.integer_pow_p and eqn.params["y"] == 1:
         return inputs[0]
-    elif name in ("neg", "reshape", "transpose", "broadcast_in_dim", "convert_element_type"):
+    elif prim in (P.neg_p, P.reshape_p, P.transpose_p, P.broadcast_in_dim_p, P.convert_element_type_p):
         x = inputs[0]
-        if type(x) is not Literal and same_shape(x) and name in ("reshape", "convert_element_type"):
+        if type(x) is not Literal and same_shape(x) and prim in (P.reshape_p, P.convert_element_type_p):
             return x
-        if name == "transpose" and eqn.params["permutation"] == tuple(range(len(out.aval.shape))):
+        if prim is P.transpose_p and eqn.params["permutation"] == tuple(range(len(out.aval.shape))):
             return x
         prev = producer.get(x)
         if prev is None:
             return None
         inner = prev.inputs[0]
-        if name == "neg" and prev.primitive.name == "neg":
+        if prim is P.neg_p and prev.primitive is P.neg_p:
             return inner
-        if name == "reshape" and prev.primitive.name in ("reshape", "expand_dims", "squeeze"):
+        if prim is P.reshape_p and prev.primitive in (P.reshape_p, P.expand_dims_p, P.squeeze_p):
             if type(inner) is not Literal and same_shape(inner):
                 return inner
             return JaxprEqn(eqn.primitive, [inner], eqn.params, eqn.out_vars, eqn.phase)
-        if name == "transpose" and prev.primitive.name == "dot_general" and uses.get(x) == 1:
+        if prim is P.transpose_p and prev.primitive is P.dot_general_p and uses.get(x) == 1:
             swapped = _swapped_dot(prev, eqn.params["permutation"])
             if swapped is not None:
                 return JaxprEqn(prev.primitive, [prev.inputs[1], prev.inputs[0]], {"dimension_numbers": swapped},
                                 eqn.out_vars, eqn.phase)
-        if name == "transpose" and prev.primitive.name == "transpose":
+        if prim is P.transpose_p and prev.primitive is P.transpose_p:
             p1, p2 = prev.params["permutation"], eqn.params["permutation"]
             perm = tuple(p1[i] for i in p2)
             if perm == tuple(range(len(perm))):
                 return inner
             return JaxprEqn(eqn.primitive, [inner], {"permutation": perm}, eqn.out_vars, eqn.phase)
-        if name == "broadcast_in_dim" and prev.primitive.name in ("reshape", "squeeze", "expand_dims"):
+        if prim is P.broadcast_in_dim_p and prev.primitive in (P.reshape_p, P.squeeze_p, P.expand_dims_p):
             dims = _unit_reshape_dims(inner.aval.shape, x.aval.shape, eqn.params["broadcast_dimensions"],
                                       eqn.params["shape"])
             if dims is not None and type(inner) is not Literal:
                 return JaxprEqn(eqn.primitive, [inner], {"shape": eqn.params["shape"], "broadcast_dimensions": dims},
                                 eqn.out_vars, eqn.phase)
-        if name == "broadcast_in_dim" and prev.primitive.name == "broadcast_in_dim":
+        if prim is P.broadcast_in_dim_p and prev.primitive is P.broadcast_in_dim_p:
             d1, d2 = prev.params["broadcast_dimensions"], eqn.params["broadcast_dimensions"]
             return JaxprEqn(eqn.primitive, [inner], {"shape": eqn.params["shape"],
                                                      "broadcast_dimensions": tuple(d2[d] for d in d1)},
                             eqn.out_vars, eqn.phase)
-    elif name == "reduce_sum" and not eqn.params["axes"]:
+    elif prim is P.reduce_sum_p and not eqn.params["axes"]:
         return inputs[0]
-    elif name == "dot_general":
+    elif prim is P.dot_general_p:
         return _fold_transposes_into_dot(eqn, inputs, producer)
     return None
 
@@ -401,7 +402,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         if eqn.primitive.elementwise:
             inputs = _implicit_broadcasts(eqn, inputs, producer, eqns)
         result = None if eqn.primitive.multiple_results else _simplify_eqn(eqn, inputs, producer, uses)
-        if result is None and eqn.primitive.name == "reduce_sum":
+        if result is None and eqn.primitive is reduce_sum_p:
             result = _sum_of_broadcast(eqn, inputs, producer, eqns)
         if isinstance(result, JaxprEqn):
             eqn, inputs = result, result.inputs
