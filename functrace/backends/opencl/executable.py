@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
@@ -239,8 +240,7 @@ class Plan:
 
 
 def _is_view(eqn) -> bool:
-    name = eqn.primitive.name
-    if name not in VIEW_PRIMS or type(eqn.inputs[0]) is Literal:
+    if eqn.primitive not in VIEW_PRIMS or type(eqn.inputs[0]) is Literal:
         return False
     return eqn.out_vars[0].aval.dtype in CTYPE
 
@@ -359,7 +359,7 @@ def _absorbed_groups(order: list, group_of: dict, consumers: dict, plan: Plan, p
     reads that group's values (``sum(x * y, axis)`` is one kernel)."""
     absorbed = set()
     for kind, item in order:
-        if kind == "eqn" and item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE:
+        if kind == "eqn" and item.primitive in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE:
             x = item.inputs[0]
             g = group_of.get(x)
             if g is None or id(g) in absorbed or x in plan.views or x in program_outs \
@@ -386,19 +386,19 @@ def _matmul_epilogues(jaxpr: Jaxpr, rt) -> tuple[dict, set]:
     only_reader = {a: e for e in jaxpr.eqns for a in e.inputs if type(a) is not Literal and uses[a] == 1}
     fused_at, absorbed = {}, set()
     for add in jaxpr.eqns:
-        if add.primitive.name != "add" or any(type(a) is Literal for a in add.inputs):
+        if add.primitive is not P.add_p or any(type(a) is Literal for a in add.inputs):
             continue
         for dot_out, bias in (add.inputs, add.inputs[::-1]):
             dot = made_by.get(dot_out)
-            if dot is not None and dot.primitive.name == "dot_general" and uses[dot_out] == 1 and bias.aval.ndim == 1:
+            if dot is not None and dot.primitive is P.dot_general_p and uses[dot_out] == 1 and bias.aval.ndim == 1:
                 break
         else:
             continue
         last, act = add, "none"
         nxt = only_reader.get(add.out_vars[0])
-        if nxt is not None and nxt.primitive.name == "tanh":
+        if nxt is not None and nxt.primitive is P.tanh_p:
             last, act = nxt, "tanh"
-        elif nxt is not None and nxt.primitive.name == "max" and any(
+        elif nxt is not None and nxt.primitive is P.max_p and any(
                 type(a) is Literal and np.all(np.asarray(a.val) == 0) for a in nxt.inputs):
             last, act = nxt, "relu"
         lowered = lower_with_epilogue(dot, bias, act, rt)
@@ -483,11 +483,11 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             steps, numbered = _group_steps(plan, rt, item, outputs, k) if outputs else ([], False)
         elif kind == "lowered":  # a matmul with its epilogue (see _matmul_epilogues)
             steps, numbered = _lowered_steps(plan, *item), False
-        elif item.primitive.name in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
+        elif item.primitive in REDUCTIONS and item.out_vars[0].aval.dtype in CTYPE \
                 and item.inputs[0].aval.dtype in CTYPE:
             g = group_of.get(item.inputs[0])
             steps, numbered = _reduction_steps(plan, rt, item, g if id(g) in absorbed else None, k)
-        elif item.primitive.name in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
+        elif item.primitive in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             steps, numbered = _layout_steps(plan, rt, item, k), True
         else:
             lowered = lower(item, rt) if rt is not None else None

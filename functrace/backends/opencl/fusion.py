@@ -34,7 +34,7 @@ CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype
          np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
 MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long", "uchar": "int"}  # bools: int lanes
 
-REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"}
+REDUCTIONS = {P.reduce_sum_p, P.reduce_prod_p, P.reduce_max_p, P.reduce_min_p}
 
 # Builtins whose vector forms are wrong on some drivers: emitted lane by lane (scalar calls, which
 # were right in every case).  PoCL 3.1 (Debian, LLVM 15) on AVX-512 CPUs, with a 0, inf or NaN in
@@ -196,7 +196,7 @@ def view_after(eqn, src: View) -> View | None:
     return None
 
 
-VIEW_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "slice", "rev")
+VIEW_PRIMS = {P.broadcast_in_dim_p, P.reshape_p, P.squeeze_p, P.expand_dims_p, P.transpose_p, P.slice_p, P.rev_p}
 
 
 @dataclass

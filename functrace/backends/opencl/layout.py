@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 
+from ... import primitives as P
 from ...core import Literal
 from ...optimize import shape_size
 from .fusion import CTYPE, Access, c_literal, contiguous_strides
 
-LAYOUT_PRIMS = ("pad", "concatenate", "reshape")
+LAYOUT_PRIMS = {P.pad_p, P.concatenate_p, P.reshape_p}
 
 
 def layout_inputs(eqn) -> list:
