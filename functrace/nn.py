@@ -373,7 +373,7 @@ def _attention_impl(q, k, v, mask, *, causal, scale):
 
 def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     """Flash-attention backward from the saved log-sum-exp: P = exp(L - lse - bias) with L the
-    masked logits, dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(g * out)) at kept pairs (0 at
+    masked logits, dV = P^T g, dP = g V^T, dS = P * (dP - rowsum(P * dP)) at kept pairs (0 at
     masked ones), dQ = dS K * scale, dK = dS^T Q * scale.  ``bias`` is 0 except in rows with no
     logit above -1e30 (fully masked rows), whose output averages the keys scoring -1e30: there
     lse = log(count) - 1e30 rounds to -1e30, so bias = log(count) restores P = 1 / count."""
@@ -385,7 +385,9 @@ def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     p = np.exp(logits - lse - _dead_row_bias(logits, lse, neg)).astype(q.dtype)
     dv = np.einsum("...nts,...tnh->...snh", p, g)
     dp = np.einsum("...tnh,...snh->...nts", g, v)
-    delta = np.einsum("...tnh,...tnh->...nt", g, out)[..., None]
+    # the reference's sum_j P_j dP_j (the flash shortcut g . out is equal where all is finite, but
+    # not at an inf: inf - inf is NaN in one and -inf in the other; fuzzer seed 9000 program 3265)
+    delta = np.sum(p * dp, axis=-1, keepdims=True)
     # select, not just p = 0: a NaN in dp - delta must not reach masked pairs (0 * NaN = NaN),
     # as the reference's where(mask, logits, -1e30) has an exactly zero derivative there
     ds = np.where(mask, p * (dp - delta) * q.dtype.type(scale), 0).astype(q.dtype)

@@ -494,3 +494,30 @@ def test_float_floor_divide_is_numpys(dtype):
     np.testing.assert_array_equal(got, want)
     signed = ~np.isnan(want)  # (a NaN's sign bit means nothing)
     np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_grad_with_an_infinite_cotangent_like_the_reference(dtype):
+    """delta = rowsum(P * dP) as the reference's softmax backward sums it: the flash shortcut
+    rowsum(g * out) is equal where all is finite, but with an inf in g (or out, or v) it gave -inf
+    where the reference gives NaN (inf - inf), on every backend (fuzzer seed 9000 program 3265).
+    Rows with an inf use the reference's sum; the others keep the shortcut."""
+    rng = np.random.default_rng(3)
+    T, S, N, H = 21, 37, 2, 4
+    q, w = (rng.standard_normal((2, T, N, H)).astype(dtype) for _ in range(2))
+    k, v = (rng.standard_normal((2, S, N, H)).astype(dtype) for _ in range(2))
+    w[1, 0, 0, :] = np.inf   # an infinite cotangent row
+    w[0, 5, 1, 2] = -np.inf
+    v[1, 30, 1, 1] = np.inf  # and an infinite value
+    for causal in (False, True):
+        full = _full_mask(q, k, None, causal)
+        loss = lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal) * w)
+        ref = lambda q, k, v: fnp.sum(nn._attention_reference(q, k, v, full, causal=causal, scale=1 / np.sqrt(H))[0] * w)
+        want = [np.asarray(a) for a in ft.grad(ref, argnums=(0, 1, 2))(q, k, v)]
+        got, numpy_backend, report = run_both(ft.grad(loss, argnums=(0, 1, 2)), q, k, v)
+        for res in (got, numpy_backend):
+            for g, r in zip(res, want):
+                np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
+                np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+        assert_kernels(report, ["attention", "attention_bwd"])

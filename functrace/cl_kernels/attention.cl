@@ -10,7 +10,8 @@
  * (q . k) * scale, masked logits are -1e30; out = softmax(logits) v, lse = log-sum-exp of the
  * logits (a row whose keys are all masked averages v over all S keys, lse = log(S) - 1e30).
  * Backward from the saved lse: P = exp(logits - lse - bias) (masked pairs: exp(-1e30 - lse - bias),
- * 0 unless the row is NaN or fully masked), delta = rowsum(g * out), dV = P^T g,
+ * 0 unless the row is NaN or fully masked), delta = rowsum(P * dP) (= rowsum(g * out) where all is
+ * finite, which is used then: see at_delta), dV = P^T g,
  * dS = mask ? P * (g v^T - delta) * scale : 0 (a select: 0 * NaN would be NaN), dQ = dS k,
  * dK = dS^T q.  bias is 0 except in rows whose lse is -1e30 (no logit above -1e30: the forward
  * averaged the keys scoring -1e30), where lse = log(count) - 1e30 has rounded to -1e30 and
@@ -222,6 +223,14 @@ inline AT_RW AT_KN(at_prob)(const AT_RW dot, const AT_REAL scale, const AT_RW ls
     return exp(dot * scale - lse - bias);
 }
 
+/* at_prob where bias is 0 (no fully masked row among the lanes or the tile's rows: the common
+ * case, one subtraction less per pair in the tile loops) */
+inline AT_RW AT_KN(at_prob_live)(const AT_RW dot, const AT_REAL scale, const AT_RW lse)
+{
+    #pragma OPENCL FP_CONTRACT OFF
+    return exp(dot * scale - lse);
+}
+
 /* P of a masked pair in rows with this lse and bias: 0, NaN in a NaN row, 1 / count in a dead row */
 inline AT_REAL AT_KN(at_masked_prob)(const AT_REAL lse, const AT_REAL bias)
 {
@@ -242,6 +251,23 @@ inline AT_RW AT_KN(at_dead_bias)(const AT_REAL* qs, __global const AT_REAL* kb, 
         count += select((AT_RW)(0), (AT_RW)(1), AT_KN(at_key_masked)(mb, t0, T, S, j) | (logit == (AT_RW)(AT_NEG)));
     }
     return select((AT_RW)(0), log(count), low & (count > (AT_RW)(0)));
+}
+
+/* delta = sum_j P_j dP_j of the AT_W query rows (dP_j = g . v_j), over all S keys as the
+ * reference's softmax backward sums it: where g, out or v hold an inf or NaN this differs from
+ * the flash shortcut g . out (inf - inf is NaN in one, -inf in the other). */
+inline AT_RW AT_KN(at_delta)(const AT_REAL* qs, const AT_REAL* gs, __global const AT_REAL* kb,
+                             __global const AT_REAL* vb, __global const uchar* mb, const int t0, const int T,
+                             const int S, const AT_REAL scale, const AT_RW lse, const AT_RW bias)
+{
+    const AT_RW masked_p = exp((AT_RW)(AT_NEG) - lse - bias);
+    AT_RW acc = (AT_RW)(0);
+    for (int j = 0; j < S; j++) {
+        const AT_RW p = select(AT_KN(at_prob)(AT_KN(at_key_dot)(qs, kb + (long)j * AT_RS), scale, lse, bias), masked_p,
+                               AT_KN(at_key_masked)(mb, t0, T, S, j));
+        acc = p * AT_KN(at_key_dot)(gs, vb + (long)j * AT_RS) + acc;
+    }
+    return acc;
 }
 
 /* ------------------------------------------------------------------ backward: dQ (and delta)
@@ -268,24 +294,30 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
     __global const uchar* mb = mask + bn * T * (long)S;
 
     AT_REAL qs[AT_HD * AT_W], gs[AT_HD * AT_W], dl[AT_W], ls[AT_W];
-    int finite[AT_W];
+    int finite[AT_W], exact = 1;  /* exact: g . out is the reference's sum_j P_j dP_j (all finite) */
     for (int i = 0; i < AT_W; i++) {
         const long row = min(t0 + i, T - 1);
         AT_REAL d = 0;
         finite[i] = 1;
         for (int h = 0; h < AT_HD; h++) {
-            const AT_REAL gv = gb[row * AT_RS + h], qv = qb[row * AT_RS + h];
+            const AT_REAL gv = gb[row * AT_RS + h], qv = qb[row * AT_RS + h], ov = ob[row * AT_RS + h];
             qs[h * AT_W + i] = qv;
             gs[h * AT_W + i] = gv;
-            d = gv * ob[row * AT_RS + h] + d;
+            d = gv * ov + d;
             finite[i] &= isfinite(gv) & isfinite(qv);
+            exact &= isfinite(gv) & isfinite(ov);
         }
         dl[i] = d;
         ls[i] = lse[bn * T + row];
-        if (t0 + i < T) delta[bn * T + t0 + i] = d;
     }
-    const AT_RW dlt = AT_VLOADW(0, dl), lv = AT_VLOADW(0, ls);
+    const AT_RW lv = AT_VLOADW(0, ls);
     const AT_RW bv = AT_KN(at_dead_bias)(qs, kb, mb, t0, T, S, scale, lv);
+    for (int j = 0; j < S && exact; j++)
+        for (int h = 0; h < AT_HD; h++) exact &= isfinite(vb[j * AT_RS + h]);
+    const AT_RW dlt = exact ? AT_VLOADW(0, dl) : AT_KN(at_delta)(qs, gs, kb, vb, mb, t0, T, S, scale, lv, bv);
+    AT_VSTOREW(dlt, 0, dl);
+    for (int i = 0; i < AT_W && t0 + i < T; i++) delta[bn * T + t0 + i] = dl[i];
+    const int dead_rows = any(bv != (AT_RW)(0));
     AT_VSTOREW(bv, 0, dl);
     for (int i = 0; i < AT_W && t0 + i < T; i++) {
         bias[bn * T + t0 + i] = dl[i];
@@ -317,8 +349,13 @@ __kernel void AT_KN(attention_bwd_dq)(__global const AT_REAL* restrict q, __glob
             #pragma unroll
             for (int j = 0; j < AT_BK; j++) p[j] = qh * kt[j * AT_RS + h] + p[j];
         }
-        #pragma unroll
-        for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv, bv);
+        if (dead_rows) {
+            #pragma unroll
+            for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob)(p[j], scale, lv, bv);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < AT_BK; j++) p[j] = AT_KN(at_prob_live)(p[j], scale, lv);
+        }
         #pragma unroll
         for (int j = 0; j < AT_BK; j++) ds[j] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
@@ -436,8 +473,15 @@ __kernel void AT_KN(attention_bwd_dkdv)(__global const AT_REAL* restrict q, __gl
             #pragma unroll
             for (int r = 0; r < AT_BK; r++) p[r] = kh * qt[r * AT_RS + h] + p[r];
         }
-        #pragma unroll
-        for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]), (AT_RW)(bb[t0 + r]));
+        int dead_rows = 0;
+        for (int r = 0; r < AT_BK; r++) dead_rows |= bb[t0 + r] != 0;
+        if (dead_rows) {
+            #pragma unroll
+            for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob)(p[r], scale, (AT_RW)(lb[t0 + r]), (AT_RW)(bb[t0 + r]));
+        } else {
+            #pragma unroll
+            for (int r = 0; r < AT_BK; r++) p[r] = AT_KN(at_prob_live)(p[r], scale, (AT_RW)(lb[t0 + r]));
+        }
         #pragma unroll
         for (int r = 0; r < AT_BK; r++) ds[r] = (AT_RW)(0);
         for (int h = 0; h < AT_HD; h++) {
