@@ -58,7 +58,8 @@ def gelu(x, approximate: bool = True):
 
 
 _erf_object = np.frompyfunc(math.erf, 1, 1)  # (numpy has no erf ufunc: math.erf per element)
-erf_p = P.elementwise("erf", lambda x: _erf_object(x).astype(np.asarray(x).dtype),
+# (np.asarray: on a 0-d array frompyfunc returns a Python float, which has no astype)
+erf_p = P.elementwise("erf", lambda x: np.asarray(_erf_object(x), dtype=np.asarray(x).dtype),
                       [lambda ans, x: P.mul(P.scalar_like(x, 2.0 / math.sqrt(math.pi)),
                                             P.exp_p.bind(P.neg(P.mul(x, x))))])
 
