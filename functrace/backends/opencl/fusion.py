@@ -360,14 +360,17 @@ class ExprWriter:
         lanes = (tmpl.format(*[f"{a}.s{'0123456789abcdef'[k]}" for a in args]) for k in range(self.vec))
         return f"(({self.vtype(ct)})({', '.join(lanes)}))"
 
+    def fmod(self, ct: str, x: str, y: str) -> str:
+        """C's fmod of the named values ``x``, ``y`` (lane by lane where its vector form is wrong)."""
+        return self.lanewise(ct, "fmod({0}, {1})", [x, y]) if ct in _LANEWISE_TYPES["rem"] else f"fmod({x}, {y})"
+
     def float_floor_div(self, ct: str, x: str, y: str, one: str, half: str) -> str:
         """numpy's float ``//`` (npy_divmod): the quotient of x minus its fmod remainder, moved
         down by one where the remainder's sign differs from y's, snapped to the nearest integer;
         x / y for y = 0.  floor(x / y) differed where x / y rounds up to an integer (1 // 0.1:
         10 for numpy's 9) and at infinities (0.5 // -inf: -0 for -1, -inf // 2: -inf for NaN)."""
         x, y = self.fresh(ct, x), self.fresh(ct, y)
-        fmod = "fmod({0}, {1})"
-        m = self.fresh(ct, self.lanewise(ct, fmod, [x, y]) if ct in _LANEWISE_TYPES["rem"] else fmod.format(x, y))
+        m = self.fresh(ct, self.fmod(ct, x, y))
         d = self.fresh(ct, f"({x} - {m}) / {y}")
         d = self.fresh(ct, self.select(d, f"{d} - {one}", f"({m} != 0) & (({y} < 0) != ({m} < 0))", ct))
         f = self.fresh(ct, f"floor({d})")
@@ -446,16 +449,18 @@ def _write_float(w: ExprWriter, eqn, tmpl: str, args: list, ct: str, e: str) -> 
     return tmpl.format(*args, one=one)
 
 
-def _nan_propagating(nan_value: str, nan_test: str):
+def _nan_propagating(builtin: str, nan_value: str, nan_test: str, int_template: str | None = None) -> Op:
     """A float builtin whose result numpy's differs from at a NaN operand (OpenCL's sign(NaN) is
-    0, fmax / fmin drop a NaN): ``nan_value`` where ``nan_test`` holds."""
+    0, fmax / fmin drop a NaN): ``nan_value`` where ``nan_test`` holds; integers (if
+    ``int_template``) need no such care."""
     def write(w, eqn, args, ct, in_ct, e):
         if _KIND[ct] != "f":
-            return ELEMENTWISE_INT[eqn.primitive].format(*args)
+            return int_template.format(*args)
         args = [w.fresh(ct, a) for a in args]
-        expr = _write_float(w, eqn, _FLOAT_BUILTIN[eqn.primitive], args, ct, e)
+        expr = _write_float(w, eqn, builtin, args, ct, e)
         return w.select(expr, nan_value.format(*args), nan_test.format(*args), ct)
-    return write
+    kinds = "fi" if int_template is not None else "f"
+    return Op(writer=write, fits_eqn=lambda eqn: eqn.out_vars[0].aval.dtype.kind in kinds)
 
 
 def _write_rem(w, eqn, args, ct, in_ct, e):
@@ -463,10 +468,8 @@ def _write_rem(w, eqn, args, ct, in_ct, e):
     x or +-inf; x - floor(x / y) * y gave NaN there); for integers see ``int_division``."""
     if _KIND[ct] != "f":
         return w.int_division("rem", ct, *args)
-    args = [w.fresh(ct, a) for a in args]
-    fmod = "fmod({0}, {1})"
-    m = w.fresh(ct, w.lanewise(ct, fmod, args) if ct in _LANEWISE_TYPES["rem"] else fmod.format(*args))
-    y = args[1]
+    x, y = (w.fresh(ct, a) for a in args)
+    m = w.fresh(ct, w.fmod(ct, x, y))
     r = w.fresh(ct, w.select(m, f"{m} + {y}", f"({m} != 0) & (({m} < 0) != ({y} < 0))", ct))
     return w.select(r, f"copysign({r}, {y})", f"{r} == 0", ct)
 
@@ -514,8 +517,6 @@ def _write_integer_pow(w, eqn, args, ct, in_ct, e):
 
 
 _always = lambda eqn: True  # noqa: E731
-_FLOAT_BUILTIN = {P.sign_p: "sign({0})", P.max_p: "fmax({0}, {1})", P.min_p: "fmin({0}, {1})"}
-ELEMENTWISE_INT = {P.max_p: "max({0}, {1})", P.min_p: "min({0}, {1})"}
 
 # primitive -> how generated kernels compute it; a primitive not here is not fused
 ELEMENTWISE: dict = {
@@ -529,11 +530,9 @@ ELEMENTWISE: dict = {
     P.round_p: Op(f="rint({0})"), P.logistic_p: Op(f="({one} / ({one} + exp(-{0})))"),
     P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), nn.erf_p: Op(f="erf({0})"),
     P.stop_gradient_p: Op(f="{0}", i="{0}", b="{0}"),
-    P.sign_p: Op(writer=_nan_propagating("{0}", "isnan({0})"), fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
-    P.max_p: Op(writer=_nan_propagating("({0} + {1})", "isnan({0}) | isnan({1})"),
-                fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
-    P.min_p: Op(writer=_nan_propagating("({0} + {1})", "isnan({0}) | isnan({1})"),
-                fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
+    P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
+    P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),
     P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
     P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
     P.and_p: Op(i="({0} & {1})", b="({0} & {1})"), P.or_p: Op(i="({0} | {1})", b="({0} | {1})"),
