@@ -156,6 +156,11 @@ class phase:
         return False
 
 
+def trace_stack() -> list:
+    """This thread's active transformations (``MainTrace``s), outermost first."""
+    return _state.stack
+
+
 def current_phase() -> str:
     """The phase tag (``"forward"`` / ``"backward"``) of equations staged now in this thread."""
     return _state.phase[-1]
@@ -287,7 +292,7 @@ def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> s
         params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in eqn.params.items() if not _is_subprogram(v))
         lhs = " ".join(map(decl, eqn.out_vars))
         rhs = f"{eqn.primitive.name}{'[' + params + ']' if params else ''} {' '.join(map(name, eqn.inputs))}"
-        lines.append(f"{pad}    {lhs} = {rhs.rstrip()}")
+        lines.append(f"{pad}    {lhs + ' = ' if lhs else ''}{rhs.rstrip()}")  # (no outputs: an effect)
         for k, v in eqn.params.items():
             subs = v if isinstance(v, tuple) and v and all(isinstance(s, (Jaxpr, ClosedJaxpr)) for s in v) else (v,)
             for j, sub in enumerate(subs):
@@ -311,7 +316,14 @@ class Primitive:
     * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
 
     OpenCL lowerings are registered apart, by primitive name (``backends/opencl/lowerings.py``).
+
+    ``effectful``: the primitive does something besides computing its outputs (a debug print, a
+    callback, an MPI collective).  Its equations are never removed by dead-code elimination,
+    merged by CSE or constant-folded, keep their program order relative to each other, and run
+    as host steps on OpenCL.
     """
+
+    effectful = False
 
     def __init__(self, name: str, multiple_results: bool = False):
         self.name = name
