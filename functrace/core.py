@@ -211,8 +211,17 @@ class ClosedJaxpr:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        """The program, and a table of its constants: name, shape and dtype, and their values in short."""
         import html
-        return f"<pre>{html.escape(str(self))}</pre>"
+
+        from .reports import html_table
+        text = f"<pre>{html.escape(str(self))}</pre>"
+        if not self.consts:
+            return text
+        rows = [(name, v.aval.str_short(), "(a traced value)" if isinstance(c, Tracer) else np.array2string(
+                    np.asarray(c), threshold=8, edgeitems=2, max_line_width=80))
+                for name, v, c in zip(_names(), self.jaxpr.const_vars, self.consts)]
+        return f"<div>{text}{html_table(f'Constants ({len(rows)})', ['name', 'shape', 'value'], rows)}</div>"
 
 
 def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args) -> list:
