@@ -93,7 +93,8 @@ def test_optimizer_matches_live_optax(name):
     lambda m: m.exponential_decay(1.0, 10, 0.5, transition_begin=3),
     lambda m: m.exponential_decay(1.0, 10, 0.5, staircase=True, end_value=0.2),
     lambda m: m.piecewise_constant_schedule(2.0, {10: 0.5, 25: 0.1}),
-])
+], ids=["constant", "linear", "polynomial", "cosine", "warmup_cosine", "exponential", "exponential_staircase_end",
+        "piecewise"])
 def test_schedules_match_optax(make):
     optax = pytest.importorskip("optax", reason="optional: compares with optax itself")
     counts = np.array([0, 1, 4, 5, 9, 10, 11, 24, 25, 26, 39, 40, 41, 60], np.int32)
@@ -114,15 +115,19 @@ def test_schedule_values():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "opencl"])
-def test_jit_matches_eager(backend):
+def test_jit_matches_eager(backend, monkeypatch):
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)  # kernels, even for small programs
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
     eager, eager_state = _run(ft.optim, "clip_adam_warmup_cosine", lambda f: f, ft.optim.apply_updates, steps=12)
     jitted, jit_state = _run(ft.optim, "clip_adam_warmup_cosine", ft.jit(backend=backend), ft.optim.apply_updates,
                              steps=12)
+    # numpy: the same operations; OpenCL: float32 kernels' cos / pow / sqrt round differently
+    tol = {"rtol": 1e-6, "atol": 1e-7} if backend == "numpy" else {"rtol": 1e-5, "atol": 1e-6}
     for leaf in ("w", "b"):
-        np.testing.assert_allclose(jitted[leaf], eager[leaf], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(jitted[leaf], eager[leaf], **tol)
     for a, b in zip(ft.tree_util.tree_leaves(jit_state), ft.tree_util.tree_leaves(eager_state)):
         assert np.asarray(a).dtype == np.asarray(b).dtype
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), **tol)
 
 
 def test_training_loop_under_jit_converges_on_device_arrays():
