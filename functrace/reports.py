@@ -94,9 +94,6 @@ class CompiledReport(ProgramReport):
         else:
             summary = (f"{where}: {launches} kernel launches, {sum(host_steps.values())} host steps per call"
                        + (f" ({_reasons_summary(host_steps)})" if host_steps else ""))
-        if host_steps:
-            text += "\nhost steps by reason:" + "".join(f"\n  {n:>4}  {why}: {prims}"
-                                                    for why, n, prims in _grouped_host_steps(host_steps))
         tables = []
         if kernels:
             tables.append(("Kernels, in launch order", ["#", "kernel", "work"],

@@ -66,7 +66,7 @@ def test_reports_are_one_kind_of_object_with_text_summary_and_tables(kernels_for
     assert sum(n for (p, why), n in running.host_steps.items() if why.startswith("complex64")) == 2
     html = running._repr_html_()
     assert "Host steps, by reason" in html and "debug_callback x2" in html and "mul, add" in html
-    assert "host steps by reason:" in running and "debug_callback x2" in running
+    assert running.count("  host    debug_callback") == 2  # the text lists every step, in program order
 
 
 def test_numpy_backend_report():
