@@ -62,9 +62,10 @@ def _is_value(x) -> bool:
         hasattr(x, "__array__") and hasattr(x, "shape") and hasattr(x, "dtype"))
 
 
-def callback(fn: Callable, *args, **kwargs) -> None:
+def callback(fn: Callable, *args, ordered: bool = False, **kwargs) -> None:
     """Call ``fn(*args, **kwargs)`` with the runtime values (numpy arrays) of the array leaves of
-    ``args`` and ``kwargs``, eagerly or from inside any transformation; returns None."""
+    ``args`` and ``kwargs``, eagerly or from inside any transformation; returns None.
+    (``ordered`` is JAX's option: here calls always happen in program order.)"""
     check_callable(fn, "debug.callback")
     leaves, tree = tree_flatten((args, kwargs))
     dynamic = [i for i, x in enumerate(leaves) if _is_value(x)]
@@ -85,11 +86,12 @@ def callback(fn: Callable, *args, **kwargs) -> None:
         staging.process_primitive(debug_callback_p, [staging.full_raise(x) for x in values], {"callback": call})
 
 
-def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 (jax.debug.print's name)
+def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A001 (jax.debug.print's name)
     """Print ``fmt.format(*args, **kwargs)`` with the runtime values of the arguments (``{}`` and
     ``{name}`` fields, as ``str.format``), eagerly or from inside jit, grad, vmap, ...
 
-    Under ``vmap`` it prints once per batch element; under differentiation, the primal values."""
+    Under ``vmap`` it prints once per batch element; under differentiation, the primal values.
+    (``ordered`` is JAX's option: here prints always happen in program order.)"""
     if not isinstance(fmt, str):
         raise TypeError(f"ft.debug.print: the first argument is the format string, got {type(fmt).__name__}")
 

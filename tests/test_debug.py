@@ -111,6 +111,13 @@ def test_optimizer_keeps_effects_in_order(capsys):
     assert lines(capsys) == ["a 1.0", "a 1.0", "unused 5.0", "const 6.0"]
 
 
+def test_format_specs_and_named_fields(capsys):
+    step = ft.jit(lambda loss, i: ft.debug.print("step {i:d}: loss {:.3f}", loss, i=i, ordered=True),
+                  backend="opencl")
+    step(np.float32(0.12345), np.int32(7))
+    assert lines(capsys) == ["step 7: loss 0.123"]
+
+
 def test_callback_gets_numpy_values_and_keyword_arguments():
     seen = []
 
