@@ -655,8 +655,11 @@ def jvp_of_closed(closed) -> "core.ClosedJaxpr":
 
 def vjp_of_closed(closed, diff_mask: Sequence[bool]) -> "core.ClosedJaxpr":
     """IR-to-IR reverse mode: ``[*primals, *cts of float outputs] -> [cts of the inputs in
-    diff_mask]`` (zeros instantiated).  The forward pass is recomputed inside."""
+    diff_mask]`` (zeros instantiated).  The forward pass is recomputed inside, without its
+    effects (a debug print there ran with the primal pass)."""
+    from .optimize import without_effects
     from .staging import trace_to_jaxpr
+    closed = without_effects(closed)
     in_avals, out_avals = closed.in_avals, closed.out_avals
     out_float = float_mask(out_avals)
     n = len(in_avals)
