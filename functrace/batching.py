@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,14 @@ class BatchTracer(Tracer):
         return super().__array__(dtype, copy)
 
 
+class AxisFrame(NamedTuple):
+    """The named axis a ``vmap(..., axis_name=...)`` binds: collectives over ``name`` see ``size``
+    members (the batch)."""
+
+    name: Hashable
+    size: int
+
+
 class BatchTrace(Trace):
     __slots__ = ()
     transform = "ft.vmap"
@@ -60,6 +68,13 @@ class BatchTrace(Trace):
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
+        frame = self.main.global_data
+        if frame is not None and params.get("axis_name") == frame.name and hasattr(primitive, "batch_named_axis"):
+            # a collective over this vmap's own axis: it combines the batch members
+            out, out_dim = primitive.batch_named_axis(vals, dims, frame.size, **params)
+            if primitive.multiple_results:
+                return [BatchTracer(self, o, d) for o, d in zip(out, out_dim)]
+            return BatchTracer(self, out, out_dim)
         if all(d is None for d in dims):
             # unbatched results stay tracers of this vmap (the same for every element), so that
             # e.g. indexing them with a batched index dispatches to functrace rather than numpy
@@ -91,8 +106,12 @@ def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
     raise ValueError(f"vmap of `{fname}`: {what} {prefix!r} does not match the structure of the arguments")
 
 
-def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None) -> Callable:
-    """Map ``fun`` over an axis of its inputs without a Python loop (batching rules)."""
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None,
+         axis_name: Hashable | None = None) -> Callable:
+    """Map ``fun`` over an axis of its inputs without a Python loop (batching rules).
+
+    ``axis_name`` names the mapped axis, as in JAX: collectives in ``ft.lax`` (``psum``,
+    ``all_gather``, ``axis_index``, ...) over that name combine the members of the batch."""
     check_callable(fun, "vmap")
     fname = getattr(fun, "__qualname__", repr(fun))
 
@@ -124,7 +143,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
         if len(sizes) != 1:
             raise ValueError(f"vmap of `{fname}`: mapped axes have inconsistent or no sizes {sorted(sizes)}")
         size = sizes.pop()
-        with new_main(BatchTrace, None, fname) as main:
+        frame = None if axis_name is None else AxisFrame(axis_name, size)
+        with new_main(BatchTrace, frame, fname) as main:
             trace = main.trace
             # unmapped arrays enter as unbatched tracers (not as numpy arrays, which a batched
             # index could not index: numpy's indexing would convert the index tracer to an array)

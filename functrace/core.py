@@ -311,7 +311,12 @@ class Primitive:
     * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
 
     OpenCL lowerings are registered apart, by primitive name (``backends/opencl/lowerings.py``).
+
+    ``effectful`` primitives (MPI collectives, debug printing) do more than compute their result:
+    the optimizer never removes, merges or folds them and keeps their order among each other.
     """
+
+    effectful = False
 
     def __init__(self, name: str, multiple_results: bool = False):
         self.name = name
@@ -385,6 +390,11 @@ def leaked_tracer_error(main: MainTrace, used_in: str) -> UnexpectedTracerError:
         "object attribute or a closure) and was used after the transformation returned: outside it "
         f"the value does not exist. Return the value from {origin} as an output instead, and pass it "
         "back in as an argument where it is needed.")
+
+
+def trace_stack() -> list[MainTrace]:
+    """This thread's active transformations, innermost last (read-only: named axes look up theirs)."""
+    return _state.stack
 
 
 class new_main:

@@ -1,7 +1,7 @@
 """IR passes and the bookkeeping backends need.
 
-Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive is pure, so any equation
-whose outputs are unused can go):
+Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive but an ``effectful`` one is pure, so
+any equation whose outputs are unused can go; effectful ones are never removed, merged or folded):
 
 * ``cse``: equal equations on equal inputs are computed once;
 * ``fold_constants``: equations whose inputs are all known are evaluated at compile time
@@ -43,7 +43,7 @@ def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
     kept = []
     for eqn in reversed(jaxpr.eqns):
         outs = eqn.out_vars
-        if (outs[0] in live) if len(outs) == 1 else not live.isdisjoint(outs):
+        if eqn.primitive.effectful or ((outs[0] in live) if len(outs) == 1 else not live.isdisjoint(outs)):
             kept.append(eqn)
             for a in eqn.inputs:
                 if type(a) is not Literal:
@@ -95,6 +95,9 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     eqns = []
     for eqn in closed.jaxpr.eqns:
         inputs = [rename(a) for a in eqn.inputs]
+        if eqn.primitive.effectful:
+            eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase))
+            continue
         key = (eqn.primitive, tuple(_literal_key(a) if type(a) is Literal else a for a in inputs),
                _param_key(eqn.params))
         prev = seen.get(key)
@@ -123,7 +126,7 @@ def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
     for eqn in closed.jaxpr.eqns:
         inputs = [rename(a) for a in eqn.inputs]
         vals = [a.val if type(a) is Literal else known.get(a, _MISSING) for a in inputs]
-        foldable = (not eqn.primitive.multiple_results and eqn.primitive.impl is not None
+        foldable = (not eqn.primitive.multiple_results and not eqn.primitive.effectful and eqn.primitive.impl is not None
                     and all(v is not _MISSING for v in vals)
                     and shape_size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
                         [shape_size(np.shape(v)) for v in vals], default=0))
@@ -222,7 +225,7 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
         if prim is P.transpose_p and eqn.params["permutation"] == tuple(range(len(out.aval.shape))):
             return x
         prev = producer.get(x)
-        if prev is None:
+        if prev is None or not prev.inputs:  # (an operand-free producer: axis_index)
             return None
         inner = prev.inputs[0]
         if prim is P.neg_p and prev.primitive is P.neg_p:

@@ -168,6 +168,7 @@ class HostStep(Step):
 
 _TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
 _NO_FP64 = "float64 on a device without cl_khr_fp64"
+_EFFECTFUL = "effectful (a collective, a print): runs on the host, in program order"
 
 
 @dataclass
@@ -490,8 +491,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         elif item.primitive in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             steps, numbered = _layout_steps(plan, rt, item, k), True
         else:
-            lowered = lower(item, rt) if rt is not None else None
-            steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)
+            lowered = lower(item, rt) if rt is not None and not item.primitive.effectful else None
+            reason = _EFFECTFUL if item.primitive.effectful else _dtype_reason(rt, [item])
+            steps = [HostStep(item, reason)] if lowered is None else _lowered_steps(plan, item, lowered)
             numbered = False
         plan.steps += steps
         k += numbered
