@@ -5,10 +5,10 @@ import sys
 import time
 
 import numpy as np
+from test_collectives import jax_cases
 
 import functrace as ft
 import functrace.numpy as fnp
-from test_collectives import jax_cases
 
 P = "processes"
 

@@ -20,7 +20,6 @@ def _mpiexec(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProc
     pytest.importorskip("mpi4py", reason="multi-process tests need the mpi extra (mpi4py, mpich)")
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
-    start = time.time()
     proc = subprocess.run([mpiexec, "-n", "2", sys.executable, *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
     return proc, time.time()
@@ -51,3 +50,48 @@ def test_one_process_group_without_initialize():
 def test_import_functrace_does_not_import_mpi4py():
     code = "import sys, functrace, functrace.distributed; assert 'mpi4py' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+class _TwinComm:
+    """A stand-in communicator of two processes holding the same values: records each Allreduce."""
+
+    def __init__(self, MPI):
+        self.MPI, self.calls = MPI, []
+
+    def Get_size(self):
+        return 2
+
+    def Allreduce(self, send, recv, op):
+        self.calls.append(recv.nbytes)
+        recv[...] = (recv if send is self.MPI.IN_PLACE else send) * 2
+
+
+def test_psum_packs_small_arrays_into_one_message_and_reuses_free_large_outputs(monkeypatch):
+    MPI = pytest.importorskip("mpi4py.MPI", reason="the collectives' MPI path needs mpi4py")
+    comm = _TwinComm(MPI)
+    monkeypatch.setattr(ft.distributed, "communicator", lambda: comm)
+    tree = {"a": np.ones(3, np.float32), "b": np.arange(5.0, dtype=np.float32), "n": np.arange(2),
+            "big": np.ones(2**18, np.float32)}
+    out = ft.jit(lambda t: ft.lax.psum(t, "processes"), backend="numpy")(tree)
+    assert sorted(comm.calls) == [16, 32, 2**20]  # the two small float32 arrays: one message
+    for k in tree:
+        np.testing.assert_array_equal(out[k], tree[k] * 2)
+    held = out["big"]
+    again = ft.lax.psum(tree["big"] + 1, "processes")
+    assert again is not held and np.all(held == 2) and np.all(again == 4)  # a held result is never reused
+    del held, out, again
+    first = ft.lax.psum(tree["big"], "processes")
+    first_id = id(first)
+    del first
+    assert id(ft.lax.psum(tree["big"], "processes")) == first_id  # a dropped one is
+
+
+def test_the_example_trains_the_same_on_two_processes_as_on_one():
+    example = str(REPO / "examples" / "train_data_parallel.py")
+    args = ["--steps", "3", "--batch", "32"]
+    proc, _ = _mpiexec(example, *args)
+    assert proc.returncode == 0, proc.stderr
+    one = subprocess.run([sys.executable, example, *args], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    losses = lambda out: re.findall(r"loss (\S+)", out)
+    assert losses(proc.stdout) == losses(one.stdout) and len(losses(one.stdout)) == 2, (proc.stdout, one.stdout)
