@@ -106,8 +106,8 @@ def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
     raise ValueError(f"vmap of `{fname}`: {what} {prefix!r} does not match the structure of the arguments")
 
 
-def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None,
-         axis_name: Hashable | None = None) -> Callable:
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None,
+         axis_size: int | None = None) -> Callable:
     """Map ``fun`` over an axis of its inputs without a Python loop (batching rules).
 
     ``axis_name`` names the mapped axis, as in JAX: collectives in ``ft.lax`` (``psum``,
