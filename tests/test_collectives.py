@@ -198,3 +198,15 @@ def test_bad_arguments():
         ft.vmap(lambda v: ft.lax.all_gather(v, "i", axis=3), axis_name="i")(x)
     with pytest.raises(NotImplementedError, match="once per axis name"):
         ft.vmap(lambda v: ft.lax.all_gather(v, ("i", "i")), axis_name="i")(x)
+
+
+def test_collective_in_a_loop_body_under_a_named_vmap_is_a_clear_error():
+    """Not implemented: control-flow bodies are batched by an unnamed vmap (see collectives.py)."""
+    body = lambda c, _: (ft.lax.psum(c, "i"), None)
+    with pytest.raises(NameError, match="cond/scan/while_loop body under a named vmap"):
+        ft.vmap(lambda x: ft.lax.scan(body, x, None, length=2)[0], axis_name="i")(np.ones((2, 3)))
+
+
+def test_vmap_takes_axis_name_positionally_as_jax():
+    x = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_array_equal(ft.vmap(lambda v: ft.lax.psum(v, "k"), 0, 0, "k")(x), np.tile(x.sum(0), (3, 1)))
