@@ -22,9 +22,10 @@ derivative of the whole batch is the sum over members):
 
 Collectives are ``effectful`` primitives: inside ``jit`` they keep their program order and are
 never removed, merged or folded; on OpenCL they run as host steps.  ``psum`` of a pytree is one
-equation, so all its leaves travel in one MPI message per dtype.  Collectives inside ``cond``,
-``scan`` or ``while_loop`` bodies under a named ``vmap`` are not supported (the body is traced apart
-from the ``vmap`` binding the name): they raise at run time.
+equation, so its leaves under 64 KB travel in one MPI message per dtype.  In ``cond`` / ``scan`` /
+``while_loop`` bodies under a named ``vmap`` they combine the members too (the loop's batching rule
+names its own vmap, see ``batching.py``), unless every operand of the loop is a constant rather
+than a value of the vmapped function: such a loop runs at once, outside the vmap, and raises.
 """
 from __future__ import annotations
 
@@ -93,8 +94,9 @@ def _process_group(prim: str, axis_name):
     """The communicator a collective's implementation runs on (None: a group of one process)."""
     if axis_name != PROCESSES:
         raise NameError(f"'{prim}' over axis {axis_name!r} reached execution outside the ft.vmap binding "
-                        "it (a collective inside a cond/scan/while_loop body under a named vmap, or a "
-                        "jitted function traced inside the vmap and called outside it)")
+                        "it: in a cond/scan/while_loop whose operands are all constants (pass one in as an "
+                        "argument of the vmapped function), or in a jitted function traced inside the vmap "
+                        "and called outside it")
     comm = distributed.communicator()
     return comm if comm is not None and comm.Get_size() > 1 else None
 

@@ -200,11 +200,40 @@ def test_bad_arguments():
         ft.vmap(lambda v: ft.lax.all_gather(v, ("i", "i")), axis_name="i")(x)
 
 
-def test_collective_in_a_loop_body_under_a_named_vmap_is_a_clear_error():
-    """Not implemented: control-flow bodies are batched by an unnamed vmap (see collectives.py)."""
+def _loop(values, step, n):
+    """The reference: ``n`` steps of ``step`` over the list of members' values."""
+    for _ in range(n):
+        values = step(values)
+    return np.stack(values)
+
+
+def test_collectives_in_control_flow_bodies_under_a_named_vmap():
+    x = RNG.standard_normal((3, 2))
+    scan = lambda v: ft.lax.scan(lambda c, _: (fnp.sin(c) + ft.lax.psum(c, "i") * 0.1, None), v, None, length=3)[0]
+    want = _loop(list(x), lambda vs: [np.sin(v) + sum(vs) * 0.1 for v in vs], 3)
+    np.testing.assert_allclose(ft.vmap(scan, axis_name="i")(x), want, rtol=1e-13)
+    # an unbatched carry: the collective still sees three members
+    np.testing.assert_allclose(ft.vmap(lambda v, c: scan(c) + v * 0, in_axes=(0, None), axis_name="i")(x, np.ones(2)),
+                               _loop([np.ones(2)] * 3, lambda vs: [np.sin(v) + sum(vs) * 0.1 for v in vs], 3))
+    # a batched predicate (axis_index) choosing a branch with a collective
+    cond = lambda v: ft.lax.cond(ft.lax.axis_index("i") > 0, lambda u: ft.lax.pmax(u, "i"), lambda u: u * 2, v)
+    want = np.stack([x[0] * 2, x.max(0), x.max(0)])
+    np.testing.assert_allclose(ft.vmap(cond, axis_name="i")(x), want, rtol=1e-13)
+    # a while_loop whose condition reads a collective
+    loop = lambda v: ft.lax.while_loop(lambda c: ft.lax.psum(c[0], "i") < 20.0, lambda c: c * 2.0, v)
+    got = ft.vmap(loop, axis_name="i")(np.abs(x) + 1)
+    total, members = (np.abs(x) + 1)[:, 0].sum(), np.abs(x) + 1
+    while total < 20.0:
+        members, total = members * 2, total * 2
+    np.testing.assert_allclose(got, members, rtol=1e-13)
+    ft.test_util.check_grads(lambda v: ft.vmap(scan, axis_name="i")(v), (x,), order=2, modes=("fwd", "rev"))
+
+
+def test_a_loop_of_constants_with_a_collective_under_a_named_vmap_is_a_clear_error():
+    """Its operands are no values of the vmap, so it runs at once, outside it (see collectives.py)."""
     body = lambda c, _: (ft.lax.psum(c, "i"), None)
-    with pytest.raises(NameError, match="cond/scan/while_loop body under a named vmap"):
-        ft.vmap(lambda x: ft.lax.scan(body, x, None, length=2)[0], axis_name="i")(np.ones((2, 3)))
+    with pytest.raises(NameError, match="operands are all constants"):
+        ft.vmap(lambda x: x + ft.lax.scan(body, np.ones(3), None, length=2)[0], axis_name="i")(np.ones((2, 3)))
 
 
 def test_vmap_takes_axis_name_positionally_as_jax():
