@@ -40,6 +40,10 @@ def jax_cases(lax, axis: str = "i", n: int = 3):
         "all_to_all_11": (lambda v: lax.all_to_all(v.T, axis, 1, 1), x),
         "all_to_all_10": (lambda v: lax.all_to_all(v.T, axis, 1, 0), x),
         "all_to_all_tiled": (lambda v: lax.all_to_all(v, axis, 0, 1, tiled=True), x2),
+        "scan_psum": (lambda v: lax.scan(lambda c, _: (c * 0.5 + lax.psum(c, axis) * 0.25, None), v, None,
+                                         length=3)[0], x),
+        "while_psum": (lambda v: lax.while_loop(lambda c: lax.psum(c[0, 0], axis) < 40.0, lambda c: c * 2.0 + 1.0,
+                                                v * v), x),
         "axis_index": (lambda v: v[0, 0] * 0 + lax.axis_index(axis), x),
         "axis_size": (lambda v: v * lax.psum(1, axis), x),
     }
@@ -79,7 +83,7 @@ def test_ppermute_members_receiving_nothing_get_zeros():
     np.testing.assert_array_equal(got, np.stack([np.zeros(3), x[3], x[0], np.zeros(3)]))
 
 
-DIFFERENTIABLE = sorted(set(jax_cases(ft.lax)) - {"axis_index"})
+DIFFERENTIABLE = sorted(set(jax_cases(ft.lax)) - {"axis_index", "while_psum"})  # while_loop: forward mode only
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
