@@ -164,7 +164,7 @@ def _output_like(x: np.ndarray) -> np.ndarray:
             if sys.getrefcount(out) == 3:  # the pool's list, this loop and getrefcount: unused
                 return out
         out = np.empty(x.shape, x.dtype)
-        if len(arrays) < 4:
+        if len(arrays) < 2:  # one the caller still holds, one being filled
             arrays.append(out)
         return out
 
