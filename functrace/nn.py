@@ -68,6 +68,67 @@ def erf(x):
     return erf_p.bind(fnp._to_float(x))
 
 
+# erf_inv: M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single-precision
+# polynomials in w = -log1p(-x^2) (the form XLA's, so jax.random.normal's float32 values, use);
+# float64 refines that guess with Newton steps on erf (erfc in the tails, where 1 - |x| is exact)
+ERF_INV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # w < 5, in w - 2.5
+ERF_INV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # w >= 5, in sqrt(w) - 3
+ERF_INV_NEWTON_STEPS = 4  # float64: from the ~1e-7 guess to rounding, 1 - 1e-16 included (checked against scipy)
+_erfc_object = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erf_inv_guess(x: np.ndarray) -> np.ndarray:
+    """Giles' polynomial in ``x``'s dtype (float32: JAX's erf_inv; float64: Newton's start)."""
+    t = x.dtype.type
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = -np.log1p(-x * x)
+        central = w < t(5.0)
+        w = np.where(central, w - t(2.5), np.sqrt(w) - t(3.0))
+        p = np.where(central, t(ERF_INV_CENTRAL[0]), t(ERF_INV_TAIL[0]))
+        wide = np.float64  # a fused multiply-add (as XLA's CPU code): the float32 product is exact in float64
+        for c, d in zip(ERF_INV_CENTRAL[1:], ERF_INV_TAIL[1:]):
+            p = (np.where(central, t(c), t(d)) + p.astype(wide) * w.astype(wide)).astype(x.dtype)
+        return (p * x).astype(x.dtype)
+
+
+def _erf_inv_impl(x):
+    x = np.asarray(x)
+    guess = _erf_inv_guess(x)
+    if x.dtype == np.float64:
+        guess = np.copysign(_erf_inv_newton(np.abs(x), np.abs(guess)), x)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(x) == 1, x * np.inf, np.where(np.abs(x) > 1, np.nan, guess)).astype(x.dtype)
+
+
+def _erf_inv_newton(a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Newton steps for erf(z) = a (a, z >= 0): on erf(z) - a where a <= 0.5, on
+    log(erfc(z)) - log(1 - a) above (1 - a exact; nearly linear in z, so the far tail converges)."""
+    tail = a > 0.5
+    c = 2.0 / math.sqrt(math.pi)
+    with np.errstate(all="ignore"):
+        for _ in range(ERF_INV_NEWTON_STEPS):
+            ok = np.isfinite(z) & (a < 1)
+            zf = np.where(ok, z, 0.0)
+            erfc = np.asarray(_erfc_object(zf), dtype=np.float64)
+            erf = np.asarray(_erf_object(zf), dtype=np.float64)
+            density = c * np.exp(-zf * zf)
+            step = np.where(tail, (np.log1p(-a) - np.log(erfc)) * erfc / density, (erf - a) / density)
+            z = np.where(ok & (density > 0), zf - step, z)
+    return z
+
+
+erf_inv_p = P.elementwise("erf_inv", _erf_inv_impl,
+                          [lambda ans, x: P.mul(P.scalar_like(x, math.sqrt(math.pi) / 2),
+                                                P.exp_p.bind(P.mul(ans, ans)))])
+
+
+def erf_inv(x):
+    """The inverse of erf on (-1, 1) (+-inf at +-1, NaN outside), as jax.lax.erf_inv."""
+    return erf_inv_p.bind(fnp._to_float(x))
+
+
 # --------------------------------------------------------------------------- softmax family
 
 
