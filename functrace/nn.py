@@ -588,3 +588,122 @@ def conv2d(x, w, stride=1, padding=0):
     cols = fnp.stack(patches, axis=1)  # (C, KH*KW, N, OH, OW)
     out = P.dot_general(cols, fnp.reshape(w, (o, c, kh * kw)), (((0, 1), (1, 2)), ((), ())))  # (N, OH, OW, O)
     return P.transpose(out, (0, 3, 1, 2))
+
+
+# --------------------------------------------------------------------------- more activations, one_hot,
+# standardize, dropout (jax.nn's definitions; dropout as flax's, with ft.random's bits)
+
+
+def one_hot(x, num_classes: int, dtype=np.float32, axis: int = -1):
+    """1 where ``x`` equals the class index along a new axis ``axis`` of length ``num_classes``,
+    else 0 (an out-of-range class gives a row of zeros), as jax.nn.one_hot."""
+    x = fnp.asarray(x)
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
+        raise TypeError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r} {user_frame_description()}")
+    ndim = len(shape_of(x))
+    axis = axis % (ndim + 1)
+    classes = np.arange(num_classes).reshape([-1 if d == axis else 1 for d in range(ndim + 1)])
+    return (fnp.expand_dims(x, axis) == classes).astype(dtype)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x where x >= 0, else negative_slope * x."""
+    x = fnp._to_float(x)
+    return fnp.where(x >= 0, x, negative_slope * x)
+
+
+def elu(x, alpha: float = 1.0):
+    """x where x > 0, else alpha * (exp(x) - 1) (the unused branch kept finite for the gradient)."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x)))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x):
+    """The scaled ELU of Klambauer et al. (2017): scale * elu(x, alpha)."""
+    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+
+
+def celu(x, alpha: float = 1.0):
+    """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x) / alpha))
+
+
+def glu(x, axis: int = -1):
+    """The gated linear unit: the first half of ``axis`` times the sigmoid of the second half."""
+    x = fnp._to_float(x)
+    n = shape_of(x)[axis]
+    if n % 2:
+        raise ShapeError(f"glu: axis {axis} has odd length {n} {user_frame_description()}")
+    a, b = fnp.split(x, 2, axis=axis)
+    return a * fnp.sigmoid(b)
+
+
+def relu6(x):
+    """min(max(x, 0), 6)."""
+    x = fnp._to_float(x)
+    return fnp.minimum(fnp.maximum(x, 0.0), 6.0)
+
+
+def hard_tanh(x):
+    """x clipped to [-1, 1]."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 1, fnp.ones_like(x), fnp.where(x < -1, -fnp.ones_like(x), x))
+
+
+def hard_sigmoid(x):
+    """relu6(x + 3) / 6, a piecewise-linear sigmoid."""
+    return relu6(fnp._to_float(x) + 3.0) / 6.0
+
+
+def hard_silu(x):
+    """x * hard_sigmoid(x) (a.k.a. hard swish)."""
+    x = fnp._to_float(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def softplus(x):
+    """log(1 + exp(x)), without overflow."""
+    return fnp.logaddexp(fnp._to_float(x), 0.0)
+
+
+def log_sigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x)."""
+    return -softplus(-fnp._to_float(x))
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon: float = 1e-5):
+    """(x - mean) / sqrt(variance + epsilon) over ``axis`` (statistics computed unless given),
+    as jax.nn.standardize (variance as E[x^2] - E[x]^2)."""
+    x = fnp._to_float(x)
+    if mean is None:
+        mean = fnp.mean(x, axis=axis, keepdims=True)
+    if variance is None:
+        variance = fnp.mean(fnp.square(x), axis=axis, keepdims=True) - fnp.square(mean)
+    return (x - mean) / fnp.sqrt(variance + epsilon)
+
+
+def dropout(key, rate: float, x, deterministic: bool = False):
+    """``x`` with each element zeroed with probability ``rate`` and the kept ones scaled by
+    1 / (1 - rate) (inverted dropout, as flax's Dropout: keep = bernoulli(key, 1 - rate));
+    ``deterministic=True`` or ``rate == 0`` returns ``x``."""
+    from . import random
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1], got {rate!r} {user_frame_description()}")
+    x = fnp._to_float(x)
+    if deterministic or rate == 0.0:
+        return x
+    if rate == 1.0:
+        return fnp.zeros_like(x)
+    keep = random.bernoulli(key, 1.0 - rate, shape_of(x))
+    return fnp.where(keep, x / (1.0 - rate), fnp.zeros_like(x))
+
+
+from . import initializers  # noqa: E402, F401  (ft.nn.initializers; it samples with ft.random, which uses this module's erf_inv)
