@@ -464,7 +464,7 @@ def _nan_propagating(builtin: str, nan_value: str, nan_test: str, int_template: 
         args = [w.fresh(ct, a) for a in args]
         expr = _write_float(w, eqn, builtin, args, ct, e)
         return w.select(expr, nan_value.format(*args), nan_test.format(*args), ct)
-    kinds = "fi" if int_template is not None else "f"
+    kinds = "fiu" if int_template is not None else "f"
     return Op(writer=write, fits_eqn=lambda eqn: eqn.out_vars[0].aval.dtype.kind in kinds)
 
 
@@ -577,8 +577,8 @@ ELEMENTWISE: dict = {
     P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
     P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
     P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),
-    P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
-    P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fiu"),
+    P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fiu"),
     P.and_p: Op(i="({0} & {1})", b="({0} & {1})"), P.or_p: Op(i="({0} | {1})", b="({0} | {1})"),
     P.xor_p: Op(i="({0} ^ {1})", b="({0} ^ {1})"),
     P.not_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: f"(~{args[0]})" if w.vector else f"(!{args[0]})",
