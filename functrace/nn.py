@@ -75,7 +75,9 @@ ERF_INV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-
                    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # w < 5, in w - 2.5
 ERF_INV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
                 -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # w >= 5, in sqrt(w) - 3
-ERF_INV_NEWTON_STEPS = 4  # float64: from the ~1e-7 guess to rounding, 1 - 1e-16 included (checked against scipy)
+ERF_INV_TAIL_FROM = 0.9  # |x| above: Newton on log(erfc) (erf(z) - |x| loses digits there)
+ERF_INV_STEPS = (2, 4)  # float64 refinement steps (Halley on erf, Newton on log erfc): to rounding,
+#                         1 - 1e-16 included (checked against scipy's erfinv)
 _erfc_object = np.frompyfunc(math.erfc, 1, 1)
 
 
@@ -97,25 +99,30 @@ def _erf_inv_impl(x):
     x = np.asarray(x)
     guess = _erf_inv_guess(x)
     if x.dtype == np.float64:
-        guess = np.copysign(_erf_inv_newton(np.abs(x), np.abs(guess)), x)
+        guess = np.copysign(_erf_inv_newton(np.abs(x).ravel(), np.abs(guess).ravel()).reshape(x.shape), x)
     with np.errstate(invalid="ignore"):
         return np.where(np.abs(x) == 1, x * np.inf, np.where(np.abs(x) > 1, np.nan, guess)).astype(x.dtype)
 
 
 def _erf_inv_newton(a: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Newton steps for erf(z) = a (a, z >= 0): on erf(z) - a where a <= 0.5, on
-    log(erfc(z)) - log(1 - a) above (1 - a exact; nearly linear in z, so the far tail converges)."""
-    tail = a > 0.5
+    """Refine z >= 0 toward erf(z) = a (a = |x|): Halley steps on erf(z) - a up to
+    ``ERF_INV_TAIL_FROM``, Newton steps on log(erfc(z)) - log(1 - a) above (1 - a is exact there,
+    and the function nearly linear in z, so the far tail converges too)."""
     c = 2.0 / math.sqrt(math.pi)
+    z = z.copy()
     with np.errstate(all="ignore"):
-        for _ in range(ERF_INV_NEWTON_STEPS):
-            ok = np.isfinite(z) & (a < 1)
-            zf = np.where(ok, z, 0.0)
-            erfc = np.asarray(_erfc_object(zf), dtype=np.float64)
-            erf = np.asarray(_erf_object(zf), dtype=np.float64)
-            density = c * np.exp(-zf * zf)
-            step = np.where(tail, (np.log1p(-a) - np.log(erfc)) * erfc / density, (erf - a) / density)
-            z = np.where(ok & (density > 0), zf - step, z)
+        central = np.isfinite(z) & (a <= ERF_INV_TAIL_FROM)
+        zc, ac = z[central], a[central]
+        for _ in range(ERF_INV_STEPS[0]):
+            miss = np.asarray(_erf_object(zc), dtype=np.float64) - ac
+            zc = zc - miss / (c * np.exp(-zc * zc) + zc * miss)
+        z[central] = zc
+        tail = np.isfinite(z) & (a > ERF_INV_TAIL_FROM) & (a < 1)
+        zt, at = z[tail], a[tail]
+        for _ in range(ERF_INV_STEPS[1]):
+            erfc = np.asarray(_erfc_object(zt), dtype=np.float64)
+            zt = zt - (np.log1p(-at) - np.log(erfc)) * erfc / (c * np.exp(-zt * zt))
+        z[tail] = zt
     return z
 
 

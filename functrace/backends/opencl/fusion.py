@@ -539,8 +539,10 @@ def _write_bitcast(w, eqn, args, ct, in_ct, e):
 
 
 def _write_erf_inv(w, eqn, args, ct, in_ct, e):
-    """Giles' polynomial (nn.ERF_INV_*) with fused multiply-adds; double refines it with Newton
-    steps on erf / log(erfc) as ``nn._erf_inv_newton`` (the numpy implementation) does."""
+    """Giles' polynomial (nn.ERF_INV_*) with fused multiply-adds; double refines it as
+    ``nn._erf_inv_newton`` (the numpy implementation) does: Halley on erf, Newton on log(erfc)
+    above ``nn.ERF_INV_TAIL_FROM`` (both lanes' steps computed, selected per lane; extra Halley
+    steps on a converged lane change nothing)."""
     vt = w.vtype(ct)
     k = lambda v: f"(({vt}){float(v)!r})"
     x = w.fresh(ct, args[0])
@@ -554,10 +556,11 @@ def _write_erf_inv(w, eqn, args, ct, in_ct, e):
     if ct == "double":
         a = w.fresh(ct, f"fabs({x})")
         z = w.fresh(ct, f"fabs({z})")
-        for _ in range(nn.ERF_INV_NEWTON_STEPS):
-            ec, dens = w.fresh(ct, f"erfc({z})"), w.fresh(ct, f"({k(2 / math.sqrt(math.pi))} * exp(-{z} * {z}))")
-            step = w.select(f"((erf({z}) - {a}) / {dens})", f"((log1p(-{a}) - log({ec})) * {ec} / {dens})",
-                            f"({a} > {k(0.5)})", ct)
+        for _ in range(max(nn.ERF_INV_STEPS)):
+            dens = w.fresh(ct, f"({k(2 / math.sqrt(math.pi))} * exp(-{z} * {z}))")
+            miss, ec = w.fresh(ct, f"(erf({z}) - {a})"), w.fresh(ct, f"erfc({z})")
+            step = w.select(f"({miss} / ({dens} + {z} * {miss}))", f"((log1p(-{a}) - log({ec})) * {ec} / {dens})",
+                            f"({a} > {k(nn.ERF_INV_TAIL_FROM)})", ct)
             z = w.fresh(ct, w.select(z, f"({z} - {step})", f"isfinite({z}) & ({dens} > {k(0.0)})", ct))
         z = w.fresh(ct, f"copysign({z}, {x})")
     return w.select(z, f"({x} * INFINITY)", f"(fabs({x}) == {k(1.0)})", ct)
