@@ -396,7 +396,7 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     above = int(np.iinfo(dtype).max)
     if isinstance(maxval, Tracer):
         out_of_range = P.gt_p.bind(P.convert_element_type(maxval, np.int64), np.array(min(above, 2 ** 63 - 1), np.int64)) \
-            if above < np.iinfo(maxval.dtype).max else P.ne(maxval, maxval)
+            if above < np.iinfo(maxval.dtype).max else P.ne_p.bind(maxval, maxval)
     else:
         out_of_range = np.asarray(maxval).astype(object) > above
     low, high = _clipped(minval, dtype), _clipped(maxval, dtype)
@@ -485,8 +485,9 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
         else:
             ind = P.slice_op(permutation(key, n), (0,), (draws,))
     else:
-        p = fnp._to_float(p if isinstance(p, Tracer) else np.asarray(p, dtype=_probability_dtype("choice", p)
-                                                                      if not hasattr(p, "dtype") else None))
+        if isinstance(p, (list, tuple)):
+            p = np.asarray(p, np.float32)  # Python numbers: JAX's default float
+        p = fnp._to_float(p)
         if tuple(P.shape_of(p)) != (n,):
             raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))}")
         if replace:
