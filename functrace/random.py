@@ -331,9 +331,10 @@ def exponential(key, shape: Sequence[int] = (), dtype=np.float32):
     return P.neg(P.log1p_p.bind(P.neg(u)))
 
 
-def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None):
-    """Category indices drawn with probabilities softmax(logits, axis) (the Gumbel-max trick), as
-    ``jax.random.categorical`` (int32)."""
+def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None, replace: bool = True):
+    """Category indices drawn with probabilities softmax(logits, axis), as
+    ``jax.random.categorical`` (int32): the Gumbel-max trick, or without replacement the
+    Gumbel-top-k trick (the leading axes of ``shape`` past the batch shape number the draws)."""
     key = _check_key("categorical", key)
     logits = fnp._to_float(logits)
     ndim = len(P.shape_of(logits))
@@ -342,6 +343,18 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None)
     shape = batch_shape if shape is None else _shape(shape)
     _check_broadcast("categorical", shape, np.zeros(batch_shape))
     prefix = shape[:len(shape) - len(batch_shape)]
+    if not replace:
+        draws, categories = math.prod(prefix), P.shape_of(logits)[axis]
+        if draws > categories:
+            raise ValueError(f"ft.random.categorical: cannot draw {draws} samples from {categories} categories "
+                             "without replacement")
+        if shape[len(prefix):] != batch_shape:
+            raise ShapeError(f"ft.random.categorical: without replacement the shape must end in the batch "
+                             f"shape {batch_shape}, got {shape}")
+        scores = P.add(logits, gumbel(key, tuple(P.shape_of(logits)), P.dtype_of(logits)))
+        order = P.moveaxis(_stable_order(scores, axis, descending=True), axis, len(batch_shape))  # batch..., rank
+        top = P.slice_op(order, (0,) * ndim, batch_shape + (draws,))
+        return P.reshape(P.moveaxis(top, len(batch_shape), 0), shape)
     noise_shape = list(shape[len(prefix):])
     noise_shape.insert(axis, P.shape_of(logits)[axis])
     noise = gumbel(key, prefix + tuple(noise_shape), P.dtype_of(logits))

@@ -35,6 +35,8 @@ CASES = {
     "categorical": lambda k: R.categorical(k, np.log(np.linspace(0.1, 1.0, 15, dtype=np.float32)).reshape(3, 5)),
     "categorical_shape": lambda k: R.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
                                                  axis=0, shape=(4, 5)),
+    "categorical_noreplace": lambda k: R.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
+                                                     shape=(2, 3), replace=False),
     "randint": lambda k: R.randint(k, (10,), -5, 17),
     "randint_wide": lambda k: R.randint(k, (6,), -(2 ** 31), 2 ** 31 - 1),
     "randint_int8": lambda k: R.randint(k, (6,), -100, 120, np.int8),
@@ -130,7 +132,7 @@ def test_live_jax_comparison():
 # --------------------------------------------------------------------------- transformations
 
 TRANSFORM_CASES = ["split3", "fold_in7", "bits", "uniform_range", "normal", "truncated_normal", "bernoulli",
-                   "categorical_shape", "randint", "randint_int8", "permutation", "permutation_independent",
+                   "categorical_shape", "categorical_noreplace", "randint", "randint_int8", "permutation", "permutation_independent",
                    "choice_noreplace", "choice_p", "choice_p_noreplace", "choice_rows", "gumbel_high",
                    "exponential", "init_glorot_normal", "x64_normal", "x64_bits", "x64_randint"]
 

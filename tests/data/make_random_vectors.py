@@ -30,6 +30,8 @@ def float32_cases(jax):
         "categorical": lambda k: r.categorical(k, np.log(np.linspace(0.1, 1.0, 15, dtype=np.float32)).reshape(3, 5)),
         "categorical_shape": lambda k: r.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
                                                      axis=0, shape=(4, 5)),
+        "categorical_noreplace": lambda k: r.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
+                                                         shape=(2, 3), replace=False),
         "randint": lambda k: r.randint(k, (10,), -5, 17),
         "randint_wide": lambda k: r.randint(k, (6,), -(2 ** 31), 2 ** 31 - 1),
         "randint_int8": lambda k: r.randint(k, (6,), -100, 120, np.int8),
