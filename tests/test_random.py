@@ -238,6 +238,8 @@ def test_bad_keys_and_arguments_are_named():
         R.choice(R.PRNGKey(0), 5, (6,), replace=False)
     with pytest.raises(TypeError, match="PRNGKey: the seed must be an integer scalar"):
         R.PRNGKey(1.5)
+    with pytest.raises(NotImplementedError, match="traced shuffle or top-k of 5000 > 4096 elements needs a sort"):
+        ft.jit(lambda k: R.permutation(k, 5000), backend="numpy")(R.PRNGKey(0))
 
 
 # --------------------------------------------------------------------------- ft.nn extras
