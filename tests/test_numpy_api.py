@@ -1079,8 +1079,8 @@ def test_numpy_protocol_unsupported_names_the_function():
         ft.make_jaxpr(lambda x: np.sort(x))(x)
     with pytest.raises(NotImplementedError, match="median"):
         ft.make_jaxpr(lambda x: np.median(x))(x)
-    with pytest.raises(NotImplementedError, match="cbrt"):
-        ft.make_jaxpr(lambda x: np.cbrt(x))(x)
+    with pytest.raises(NotImplementedError, match="spacing"):
+        ft.make_jaxpr(lambda x: np.spacing(x))(x)
     with pytest.raises(NotImplementedError):
         ft.make_jaxpr(lambda x: np.add.reduce(x))(x)
 

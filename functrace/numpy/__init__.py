@@ -10,7 +10,6 @@ import builtins as _builtins
 import functools as _functools
 import math as _math
 import operator as _operator
-import string as _string
 
 import numpy as _np
 
@@ -916,14 +915,15 @@ def flipud(a):
     return flip(a, 0)
 
 
-def pad(a, pad_width, mode="constant", constant_values=0):
-    """numpy.pad in mode 'constant'.  ``constant_values`` is one value, or (before, after) values
+def pad(a, pad_width, mode="constant", constant_values=0, **kwargs):
+    """numpy.pad.  Mode 'constant': ``constant_values`` is one value, or (before, after) values
     broadcast like ``pad_width`` to one pair per axis; those pad axis by axis in order, so the
-    corners get the later axis' values, as in numpy."""
-    if mode != "constant":
-        raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (only 'constant')")
+    corners get the later axis' values, as in numpy.  Modes 'edge', 'reflect', 'symmetric' and
+    'wrap' gather (``_shape.pad_by_gather``)."""
     x = _to_array(a)
     pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (x.ndim, 2))
+    if mode != "constant":
+        return _shape.pad_by_gather(x, pw, mode, **kwargs)
     values = _to_array(constant_values)
     if size(values) == 1:
         return _P.pad(x, _cast(reshape(values, ()), x.dtype), tuple((int(lo), int(hi), 0) for lo, hi in pw))
@@ -1026,75 +1026,6 @@ def tensordot(a, b, axes=2):
     for i, j in zip(ax_a, ax_b):
         _check_contract("tensordot", a.shape[i], b.shape[j], a.shape, b.shape)
     return _P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
-
-
-def einsum(subscripts: str, *operands):
-    """Einstein summation by pairwise ``dot_general`` contractions (left to right)."""
-    ops = list(_promote(*[_to_array(o) for o in operands])) if len(operands) > 1 else [_to_array(operands[0])]
-    subscripts = subscripts.replace(" ", "")
-    if "->" in subscripts:
-        lhs, out = subscripts.split("->")
-    else:
-        lhs, out = subscripts, None
-    terms = lhs.split(",")
-    if len(terms) != len(ops):
-        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(ops)} operands")
-    unused = iter(c for c in _string.ascii_uppercase[::-1] if c not in subscripts)
-    if "..." in subscripts:
-        ell_nd = _builtins.max(o.ndim - (len(t) - 3) for t, o in zip(terms, ops) if "..." in t)
-        ell = "".join(next(unused) for _ in range(ell_nd))
-        terms = [t.replace("...", ell[ell_nd - (o.ndim - (len(t) - 3)):]) if "..." in t else t
-                 for t, o in zip(terms, ops)]
-        if out is not None:
-            out = out.replace("...", ell)
-    if out is None:
-        counts = {}
-        for t in terms:
-            for c in t:
-                counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c in _string.ascii_lowercase))
-        if "..." in subscripts:
-            out = ell + out
-    for t, o in zip(terms, ops):
-        if len(t) != o.ndim:
-            raise _ShapeError(f"einsum: subscripts '{t}' do not match operand shape {o.shape}")
-        if len(set(t)) != len(t):
-            raise NotImplementedError("einsum with a repeated index within one operand (a trace/diagonal) "
-                                      "is not implemented; use fnp.diagonal / fnp.trace")
-    # broadcast size-1 dimensions of indices shared between operands
-    sizes: dict = {}
-    for t, o in zip(terms, ops):
-        for c, n in zip(t, o.shape):
-            if n != 1:
-                if sizes.get(c, n) != n:
-                    raise _ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {n}")
-                sizes[c] = n
-    ops = [broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) if _builtins.any(
-        n == 1 and sizes.get(c, 1) != 1 for c, n in zip(t, o.shape)) else o for t, o in zip(terms, ops)]
-
-    def sum_unique(t, o, keep):
-        axes = tuple(i for i, c in enumerate(t) if c not in keep)
-        if axes:
-            o = _P.reduce_sum(o, axes)
-            t = "".join(c for c in t if c in keep)
-        return t, o
-
-    cur_t, cur = terms[0], ops[0]
-    for k in range(1, len(ops)):
-        later = set(out) | set("".join(terms[k + 1:]))
-        t2, o2 = terms[k], ops[k]
-        cur_t, cur = sum_unique(cur_t, cur, later | set(t2))
-        t2, o2 = sum_unique(t2, o2, later | set(cur_t))
-        shared = [c for c in cur_t if c in t2]
-        batch = [c for c in shared if c in later]
-        contract = [c for c in shared if c not in later]
-        dn = ((tuple(cur_t.index(c) for c in contract), tuple(t2.index(c) for c in contract)),
-              (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
-        cur = _P.dot_general(cur, o2, dn)
-        cur_t = "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(
-            c for c in t2 if c not in shared)
-    cur_t, cur = sum_unique(cur_t, cur, set(out))
-    return _P.transpose(cur, tuple(cur_t.index(c) for c in out))
 
 
 # --------------------------------------------------------------------------- indexing
@@ -1263,7 +1194,84 @@ def __getattr__(name: str):
 
 # --------------------------------------------------------------------------- tracer methods
 
+# shape and index helpers, pad's gathering modes (functrace/numpy/_shape.py)
 from . import (
+    _shape,  # noqa: E402
     _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
     linalg,  # noqa: E402  (it uses the functions above)
+)
+
+# creation helpers (functrace/numpy/_creation.py)
+from ._creation import (  # noqa: E402
+    c_,
+    diag_indices,
+    diag_indices_from,
+    geomspace,
+    index_exp,
+    indices,
+    ix_,
+    logspace,
+    meshgrid,
+    mgrid,
+    ogrid,
+    r_,
+    s_,
+    tril,
+    tril_indices,
+    tril_indices_from,
+    triu,
+    triu_indices,
+    triu_indices_from,
+    vander,
+)
+from ._einsum import einsum  # noqa: E402
+
+# elementwise functions beyond the basic ufuncs (functrace/numpy/_elementwise.py)
+from ._elementwise import (  # noqa: E402
+    angle,
+    cbrt,
+    conj,
+    conjugate,
+    copysign,
+    deg2rad,
+    degrees,
+    fabs,
+    fix,
+    float_power,
+    fmod,
+    frexp,
+    heaviside,
+    i0,
+    imag,
+    ldexp,
+    logaddexp2,
+    nan_to_num,
+    rad2deg,
+    radians,
+    real,
+    signbit,
+    sinc,
+    trunc,
+)
+from ._shape import (  # noqa: E402
+    append,
+    array_split,
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    block,
+    column_stack,
+    delete,
+    diff,
+    dsplit,
+    dstack,
+    ediff1d,
+    hsplit,
+    insert,
+    ravel_multi_index,
+    roll,
+    rollaxis,
+    rot90,
+    unravel_index,
+    vsplit,
 )
