@@ -1223,12 +1223,12 @@ def test_unsupported_linalg_raises_not_implemented(name):
 
 
 def test_unsupported_options_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match="reflect"):
-        fnp.pad(rn(3), 1, mode="reflect")
+    with pytest.raises(NotImplementedError, match="linear_ramp"):
+        fnp.pad(rn(3), 1, mode="linear_ramp")
     with pytest.raises(NotImplementedError, match="order"):
         fnp.reshape(rn(2, 3), (3, 2), order="F")
     with pytest.raises(NotImplementedError, match="einsum"):
-        fnp.einsum("ii->i", rn(3, 3))
+        fnp.einsum("ij->ij", rn(3, 3), out=rn(3, 3))
     with pytest.raises(NotImplementedError, match="fft"):
         ft.make_jaxpr(lambda x: np.fft.fft(x))(rn(4))
 
