@@ -571,6 +571,10 @@ case("prim-rem-(3,)", lambda x, y: P.rem_p.bind(x, y), *_remainder_args((3,), (3
 case("prim-logistic-(4,)", lambda x: P.logistic_p.bind(x), normal(4))
 case("prim-max-(3,)", lambda x, y: P.max_p.bind(x, y), *distinct((3,), (3,)))
 case("prim-min-(3,)", lambda x, y: P.min_p.bind(x, y), *distinct((3,), (3,)))
+# cbrt, fmod, copysign (issue 16): away from cbrt's pole at 0, fmod's jumps and copysign's kink
+case("cbrt-(2,3)", fnp.cbrt, signed(0.3, 2.0, 2, 3))
+case("fmod-(3,)x(2,3)", fnp.fmod, np.array([2.3, -1.3, 5.1]), np.array([[1.1, 0.7, -2.1], [-0.9, 0.6, 1.6]]))
+case("copysign-(4,)", fnp.copysign, signed(0.3, 2.0, 4), signed(0.3, 2.0, 4))
 
 
 # --------------------------------------------------------------------------- control flow, custom rules, remat
@@ -664,6 +668,7 @@ NON_DIFFERENTIABLE = {
     "and", "or", "xor", "not",           # logical / bitwise ops
     "sign", "floor", "ceil", "round",    # piecewise constant: zero derivative almost everywhere
     "is_finite",                          # boolean output
+    "signbit",                            # boolean output
     "argmax", "argmin",                   # integer outputs
     "floor_div",                          # piecewise constant
     "iota",                               # no operands

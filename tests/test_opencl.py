@@ -836,6 +836,7 @@ EXTRA_CASES = {
     "floor": lambda x, y: fnp.floor(x * 3), "ceil": lambda x, y: fnp.ceil(x * 3), "round": lambda x, y: fnp.rint(x * 3),
     "sign": lambda x, y: fnp.sign(x - y), "floor_div": lambda x, y: x // (fnp.abs(y) + 0.5),
     "convert_element_type": lambda x, y: (x * 4).astype(np.int32) * 3 + (y > 0).astype(np.float64),
+    "signbit": lambda x, y: fnp.signbit(x - y),
 }
 
 

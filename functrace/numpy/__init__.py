@@ -1253,6 +1253,37 @@ from ._elementwise import (  # noqa: E402
     sinc,
     trunc,
 )
+
+# products and miscellaneous numerics (functrace/numpy/_misc.py)
+from ._misc import (  # noqa: E402
+    allclose,
+    array_equal,
+    array_equiv,
+    bincount,
+    choose,
+    compress,
+    convolve,
+    corrcoef,
+    correlate,
+    cov,
+    cross,
+    digitize,
+    extract,
+    gradient,
+    histogram,
+    histogram_bin_edges,
+    interp,
+    isclose,
+    kron,
+    matvec,
+    polyfit,
+    polyval,
+    put_along_axis,
+    select,
+    trapezoid,
+    vecdot,
+    vecmat,
+)
 from ._shape import (  # noqa: E402
     append,
     array_split,

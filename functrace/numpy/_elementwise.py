@@ -132,12 +132,18 @@ def frexp(x):
     finite_nonzero = _fnp.logical_and(_fnp.isfinite(x), _fnp.not_equal(x, 0))
     mag = _P.stop_gradient(_fnp.where(finite_nonzero, _fnp.abs(x), _fnp.ones_like(x)))
     e = _fnp.floor(_fnp.log2(mag)) + 1
-    two = _np.asarray(2.0, x.dtype)
-    m = mag / _fnp.power(two, e)
+    m = _scale_down(mag, e)
     e = _fnp.where(_fnp.greater_equal(m, 1), e + 1, _fnp.where(_fnp.less(m, 0.5), e - 1, e))
     e = _fnp.where(finite_nonzero, e, _fnp.zeros_like(e))
-    mantissa = _fnp.where(finite_nonzero, x / _fnp.power(two, e), x)
+    mantissa = _fnp.where(finite_nonzero, _scale_down(x, e), x)
     return mantissa, _fnp.asarray(e, _np.int32)
+
+
+def _scale_down(x, e):
+    """``x / 2**e`` exactly, in two halves: 2**e alone overflows (2**128 for float32's largest values)."""
+    two = _np.asarray(2.0, _fnp._to_array(x).dtype)
+    half = _fnp.floor(e / 2)
+    return x / _fnp.power(two, half) / _fnp.power(two, e - half)
 
 
 def _i0_series(x):
