@@ -111,6 +111,8 @@ def _scalar_type(numpy_type: type) -> type:
 float16, float32, float64 = (_scalar_type(t) for t in (_np.float16, _np.float32, _np.float64))
 int8, int16, int32, int64 = (_scalar_type(t) for t in (_np.int8, _np.int16, _np.int32, _np.int64))
 uint8, uint32, bool_ = (_scalar_type(t) for t in (_np.uint8, _np.uint32, _np.bool_))
+uint16, uint64, int_, float_, complex_ = (_scalar_type(t) for t in (_np.uint16, _np.uint64, _np.int64, _np.float64,
+                                                                   _np.complex128))
 complex64, complex128 = (_scalar_type(t) for t in (_np.complex64, _np.complex128))
 
 
@@ -1185,6 +1187,8 @@ _NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate"
 def __getattr__(name: str):
     """A name this module lacks raises AttributeError (so ``hasattr`` and feature detection work);
     for a numpy name it is also a NotImplementedError saying what to do instead."""
+    if name == "bool":  # numpy 2's / jax.numpy's name; a module global would shadow the builtin here
+        return _np.bool_
     if name.startswith("_") or not hasattr(_np, name):
         raise AttributeError(f"module 'functrace.numpy' has no attribute {name!r}", name=name)
     hint = " (it has no differentiable primitive yet)" if name in _NOT_IMPLEMENTED else ""
@@ -1223,6 +1227,25 @@ from ._creation import (  # noqa: E402
     triu_indices,
     triu_indices_from,
     vander,
+)
+
+# dtype helpers (functrace/numpy/_dtypes.py)
+from ._dtypes import (  # noqa: E402
+    can_cast,
+    complexfloating,
+    finfo,
+    floating,
+    generic,
+    iinfo,
+    inexact,
+    integer,
+    isdtype,
+    issubdtype,
+    number,
+    promote_types,
+    result_type,
+    signedinteger,
+    unsignedinteger,
 )
 from ._einsum import einsum  # noqa: E402
 
