@@ -1180,8 +1180,8 @@ def getitem(x, idx):
 
 # --------------------------------------------------------------------------- unsupported
 
-_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate", "searchsorted",
-                    "histogram", "interp", "median", "percentile", "quantile", "lexsort", "partition"}
+_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "searchsorted",
+                    "median", "percentile", "quantile", "lexsort", "partition"}
 
 
 def __getattr__(name: str):
