@@ -36,3 +36,41 @@ def test_opencl_matches_the_numpy_backend():
             tol = 3e-5 if dtype == np.float32 else 1e-12
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True)
         assert compiled.num_host_steps == 0, compiled.report()
+
+
+# a case of each kind of program the composites make: gathers (pad, insert, interp, einsum's
+# diagonal), masks (triu), concatenations (block), scatters (put_along_axis), polynomials (i0,
+# sinc), exact scaling (frexp); a program of every case compiles for about a minute
+ON_OPENCL = {"einsum[iji->j]", "pad-reflect", "insert-values", "block", "triu-batched", "frexp", "i0", "sinc",
+             "kron", "cross", "interp-lr", "convolve-same-0", "gradient-x2", "put_along_axis"}
+
+
+def test_surface_cases_in_one_opencl_program():
+    """A case of each kind from test_numpy_surface.CASES, all in one jitted program (one compile),
+    on OpenCL against the numpy backend: the composites lower to kernels with its values."""
+    import test_numpy_surface as surface
+    cases = [c for c in surface.CASES if c[0] in ON_OPENCL]
+    assert len(cases) == len(ON_OPENCL)
+    arrays, slots = [], []
+    for _, _, _, args in cases:
+        index = []
+        for a in args:
+            k = next((i for i, b in enumerate(arrays) if b is a), None)
+            if k is None:
+                arrays.append(a)
+                k = len(arrays) - 1
+            index.append(k)
+        slots.append(index)
+
+    def program(*xs):
+        return [f(*[xs[i] for i in index]) for (_, f, _, _), index in zip(cases, slots)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ft.jit(program, backend="opencl")(*arrays)
+        want = ft.jit(program, backend="numpy")(*arrays)
+    for (name, _, _, _), g, w in zip(cases, got, want):
+        for gl, wl in zip(ft.tree_util.tree_leaves(g), ft.tree_util.tree_leaves(w)):
+            gl, wl = np.asarray(gl), np.asarray(wl)
+            assert gl.dtype == wl.dtype and gl.shape == wl.shape, name
+            tol = 3e-5 if wl.dtype == np.float32 else 1e-11
+            np.testing.assert_allclose(gl, wl, rtol=tol, atol=tol, equal_nan=True, err_msg=name)

@@ -111,8 +111,7 @@ def _scalar_type(numpy_type: type) -> type:
 float16, float32, float64 = (_scalar_type(t) for t in (_np.float16, _np.float32, _np.float64))
 int8, int16, int32, int64 = (_scalar_type(t) for t in (_np.int8, _np.int16, _np.int32, _np.int64))
 uint8, uint32, bool_ = (_scalar_type(t) for t in (_np.uint8, _np.uint32, _np.bool_))
-uint16, uint64, int_, float_, complex_ = (_scalar_type(t) for t in (_np.uint16, _np.uint64, _np.int64, _np.float64,
-                                                                   _np.complex128))
+uint16, uint64, int_ = (_scalar_type(t) for t in (_np.uint16, _np.uint64, _np.int64))
 complex64, complex128 = (_scalar_type(t) for t in (_np.complex64, _np.complex128))
 
 
