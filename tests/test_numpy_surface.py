@@ -165,6 +165,32 @@ CASES = [
     ("isclose-nan", lambda a, b: fnp.isclose(a, b, equal_nan=True), lambda a, b: np.isclose(a, b, equal_nan=True), (SPECIAL, SPECIAL)),
     ("allclose", fnp.allclose, np.allclose, (A, A + 1e-9)), ("array_equal", fnp.array_equal, np.array_equal, (A, A)),
     ("array_equal-nan", lambda a: fnp.array_equal(a, a, equal_nan=True), lambda a: np.array_equal(a, a, equal_nan=True), (SPECIAL,)),
+    # functions of functions and small helpers
+    ("vectorize-signature", lambda a, b: fnp.vectorize(lambda u, v: fnp.sum(u * v), signature="(n),(n)->()")(a, b),
+     lambda a, b: np.vectorize(lambda u, v: np.sum(u * v), signature="(n),(n)->()")(a, b), (A, A[0])),
+    ("vectorize-scalar", lambda a: fnp.vectorize(lambda u, k: u * k, excluded={1})(a, 3.0),
+     lambda a: np.vectorize(lambda u, k: u * k, excluded={1})(a, 3.0), (A,)),
+    ("apply_along_axis", lambda a: fnp.apply_along_axis(lambda v: fnp.outer(v, v[:2]), 0, a),
+     lambda a: np.apply_along_axis(lambda v: np.outer(v, v[:2]), 0, a), (A,)),
+    ("apply_over_axes", lambda a: fnp.apply_over_axes(fnp.sum, a, [0, 1]), lambda a: np.apply_over_axes(np.sum, a, [0, 1]), (A,)),
+    ("piecewise", lambda v: fnp.piecewise(v, [v < 0, v > 1], [lambda t: -t, lambda t: t * 2, 0.5]),
+     lambda v: np.piecewise(v, [v < 0, v > 1], [lambda t: -t, lambda t: t * 2, 0.5]), (V7,)),
+    ("fromfunction", lambda a: a * fnp.fromfunction(lambda i, j: i + j, (4, 5)), lambda a: a * np.fromfunction(lambda i, j: i + j, (4, 5)), (A,)),
+    ("isin", lambda i: fnp.isin(i, [2, 3]), lambda i: np.isin(i, [2, 3]), (np.array([[1, 2], [3, 4]]),)),
+    ("modf", fnp.modf, np.modf, (SPECIAL,)), ("divmod", fnp.divmod, np.divmod, (A, 0.3)),
+    *[(f"fill_diagonal-{s}-{w}", (lambda w: lambda z: fnp.fill_diagonal(z, np.array([1.0, 2.0]), wrap=w, inplace=False))(w),
+       (lambda w: lambda z: (lambda c: (np.fill_diagonal(c, np.array([1.0, 2.0]), wrap=w), c)[1])(z.copy()))(w), (np.zeros(s),))
+      for s in ((3, 3), (5, 3), (3, 5), (3, 3, 3)) for w in (False, True)],
+    ("diagflat", lambda a: fnp.diagflat(a[:2, :2], 1), lambda a: np.diagflat(a[:2, :2], 1), (A,)),
+    ("resize", lambda a: fnp.resize(a, (3, 9)), lambda a: np.resize(a, (3, 9)), (A,)),
+    ("put", lambda a: fnp.put(a, np.array([0, 4, 2]), np.array([9.0, 8.0]), inplace=False),
+     lambda a: (lambda c: (np.put(c, [0, 4, 2], [9.0, 8.0]), c)[1])(a.copy()), (A,)),
+    ("unstack", lambda a: fnp.unstack(a, 1), lambda a: tuple(np.moveaxis(a, 1, 0)), (A,)),
+    ("matrix_transpose", fnp.matrix_transpose, np.matrix_transpose, (B4,)),
+    ("einsum-path-optimal", lambda a, b, c: fnp.einsum("ij,jk,kl->il", a, b, c, optimize="optimal"),
+     lambda a, b, c: np.einsum("ij,jk,kl->il", a, b, c), (A, A.T, A)),
+    ("einsum-no-optimize", lambda a, b, c: fnp.einsum("ij,jk,ki", a, b, c, optimize=False),
+     lambda a, b, c: np.einsum("ij,jk,ki", a, b, c), (A[:4, :4], A[:4, :4].T, A[:4, :4])),
 ]
 
 
@@ -231,6 +257,11 @@ GRAD_CASES = [
     ("trapezoid", lambda a: fnp.trapezoid(a, XS), (A,)),
     ("gradient", lambda a: fnp.gradient(a, XS, axis=1, edge_order=2), (A,)),
     ("polyval", fnp.polyval, (V3, A)),
+    ("vectorize", lambda a, b: fnp.vectorize(lambda u, v: fnp.sum(u * fnp.sin(v)), signature="(n),(n)->()")(a, b), (A, A[0])),
+    ("apply_along_axis", lambda a: fnp.apply_along_axis(lambda v: fnp.outer(v, v), 1, a), (A,)),
+    ("piecewise", lambda v: fnp.piecewise(v, [v < -0.5, v > 1], [lambda t: t ** 2, fnp.sin, lambda t: t * 3]), (V7,)),
+    ("fill_diagonal", lambda a: fnp.fill_diagonal(a, a[0, :3], inplace=False), (A,)),
+    ("resize", lambda a: fnp.resize(a, (3, 9)), (A,)), ("modf", lambda a: fnp.modf(a * 3)[0], (A,)),
 ]
 
 
@@ -251,6 +282,8 @@ VMAP_CASES = [
         a, np.array([1, 1, 0]), a[:3] * 2, 0, inplace=False), A),
     ("digitize", lambda x: fnp.digitize(x, BINS), A), ("cbrt-fmod", lambda x: fnp.cbrt(x) + fnp.fmod(x, 0.3), A),
     ("i0-sinc", lambda x: fnp.i0(x) * fnp.sinc(x), A), ("cov", lambda a: fnp.cov(a[:, None] * a), A),
+    ("vectorize", lambda x: fnp.vectorize(lambda u, v: fnp.sum(u * v), signature="(n),(n)->()")(x, x[0]),
+     A[:, None, :].repeat(2, 1)),
     ("unravel_index", lambda i: fnp.unravel_index(i, (2, 4))[0] * 10 + fnp.unravel_index(i, (2, 4))[1], np.arange(8)),
 ]
 

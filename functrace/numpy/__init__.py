@@ -873,7 +873,7 @@ def split(a, indices_or_sections, axis=0):
 def array_split(a, sections, axis=0):
     x = _to_array(a)
     n = x.shape[axis]
-    q, r = divmod(n, sections)
+    q, r = _builtins.divmod(n, sections)
     sizes = [q + 1] * r + [q] * (sections - r)
     return split(x, _np.cumsum(sizes)[:-1].tolist(), axis)
 
@@ -1246,10 +1246,10 @@ from ._dtypes import (  # noqa: E402
     signedinteger,
     unsignedinteger,
 )
-from ._einsum import einsum  # noqa: E402
+from ._einsum import einsum, einsum_path  # noqa: E402
 
 # elementwise functions beyond the basic ufuncs (functrace/numpy/_elementwise.py)
-from ._elementwise import (  # noqa: E402
+from ._elementwise import (  # noqa: E402  # noqa: E402
     angle,
     cbrt,
     conj,
@@ -1257,6 +1257,7 @@ from ._elementwise import (  # noqa: E402
     copysign,
     deg2rad,
     degrees,
+    divmod,
     fabs,
     fix,
     float_power,
@@ -1267,6 +1268,7 @@ from ._elementwise import (  # noqa: E402
     imag,
     ldexp,
     logaddexp2,
+    modf,
     nan_to_num,
     rad2deg,
     radians,
@@ -1276,8 +1278,11 @@ from ._elementwise import (  # noqa: E402
     trunc,
 )
 
+# functions of functions and small helpers (functrace/numpy/_functional.py, _misc.py, _elementwise.py)
+from ._functional import apply_along_axis, apply_over_axes, fromfunction, piecewise, vectorize  # noqa: E402
+
 # products and miscellaneous numerics (functrace/numpy/_misc.py)
-from ._misc import (  # noqa: E402
+from ._misc import (  # noqa: E402  # noqa: E402
     allclose,
     array_equal,
     array_equiv,
@@ -1289,20 +1294,33 @@ from ._misc import (  # noqa: E402
     correlate,
     cov,
     cross,
+    diagflat,
     digitize,
     extract,
+    fill_diagonal,
     gradient,
     histogram,
     histogram_bin_edges,
     interp,
     isclose,
+    iscomplex,
+    iscomplexobj,
+    isin,
+    isreal,
+    isrealobj,
+    isscalar,
     kron,
+    matrix_transpose,
     matvec,
     polyfit,
     polyval,
+    put,
     put_along_axis,
+    resize,
     select,
     trapezoid,
+    trim_zeros,
+    unstack,
     vecdot,
     vecmat,
 )
@@ -1328,3 +1346,10 @@ from ._shape import (  # noqa: E402
     unravel_index,
     vsplit,
 )
+
+broadcast_shapes = _np.broadcast_shapes
+copy = array
+astype = asarray
+# numpy 2's array-API spellings (as jax.numpy)
+acos, asin, atan, atan2, acosh, asinh, atanh = arccos, arcsin, arctan, arctan2, arccosh, arcsinh, arctanh
+concat, permute_dims, pow, bitwise_invert = concatenate, transpose, power, invert

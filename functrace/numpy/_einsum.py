@@ -96,10 +96,12 @@ def _take_diagonals(term: str, x) -> tuple:
         term = "".join(term[i] for i in rest) + repeated
 
 
-def einsum(*operands, out=None, optimize=None, precision=None, preferred_element_type=None):
+def einsum(*operands, out=None, optimize="auto", precision=None, preferred_element_type=None):
     """numpy.einsum: ``einsum("ij,jk->ik", a, b)``, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``,
-    ``einsum("ii->i", a)``, ``einsum("...ij,...jk", a, b)``.  ``optimize`` is accepted and
-    ignored (contractions go left to right); ``preferred_element_type`` casts the result."""
+    ``einsum("ii->i", a)``, ``einsum("...ij,...jk", a, b)``.  The contraction order is numpy's
+    ``einsum_path`` for ``optimize`` ("auto" (JAX's default) / True: greedy; "greedy", "optimal", or
+    an explicit path), left to right for ``optimize=False``; ``preferred_element_type`` casts the
+    result; ``precision`` is accepted and ignored."""
     if out is not None:
         raise NotImplementedError("einsum: out= is not supported (arrays are immutable)")
     subscripts, ops = _parse_arguments(operands)
@@ -140,7 +142,7 @@ def einsum(*operands, out=None, optimize=None, precision=None, preferred_element
     ops = [o if all(n != 1 or sizes.get(c, 1) == 1 for c, n in zip(t, o.shape))
            else _fnp.broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) for t, o in zip(terms, ops)]
     terms, ops = map(list, zip(*(_take_diagonals(t, o) for t, o in zip(terms, ops))))
-    result_term, result = _contract(terms, ops, out_term)
+    result_term, result = _contract(terms, ops, out_term, _path(terms, ops, out_term, optimize))
     result = _P.transpose(result, tuple(result_term.index(c) for c in out_term))
     return result if preferred_element_type is None else _fnp.asarray(result, preferred_element_type)
 
@@ -152,21 +154,51 @@ def _sum_labels_not_in(term: str, x, keep: set) -> tuple:
     return "".join(c for c in term if c in keep), _P.reduce_sum(x, axes)
 
 
-def _contract(terms: list, ops: list, out_term: str) -> tuple:
-    """Pairwise ``dot_general`` contractions, left to right; each label summed as soon as no later
-    operand and not the output names it."""
-    cur_t, cur = terms[0], ops[0]
-    for k in range(1, len(ops)):
-        later = set(out_term) | set("".join(terms[k + 1:]))
-        t2, o2 = terms[k], ops[k]
-        cur_t, cur = _sum_labels_not_in(cur_t, cur, later | set(t2))
-        t2, o2 = _sum_labels_not_in(t2, o2, later | set(cur_t))
-        shared = [c for c in cur_t if c in t2]
-        batch = [c for c in shared if c in later]
-        summed = [c for c in shared if c not in later]
-        dims = ((tuple(cur_t.index(c) for c in summed), tuple(t2.index(c) for c in summed)),
-                (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
-        cur = _P.dot_general(cur, o2, dims)
-        cur_t = "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(
-            c for c in t2 if c not in shared)
-    return _sum_labels_not_in(cur_t, cur, set(out_term))
+def _path(terms: list, ops: list, out_term: str, optimize) -> list:
+    """The contraction order: numpy's einsum_path on the shapes (zero-stride stand-ins: no memory),
+    or left to right."""
+    if optimize is False or len(ops) < 3:
+        return [(0, 1)] * (len(ops) - 1)
+    if isinstance(optimize, (list, tuple)) and optimize and optimize[0] == "einsum_path":
+        return [tuple(p) for p in optimize[1:]]
+    strategy = optimize if optimize in ("greedy", "optimal") else "greedy"
+    stand_ins = [_np.broadcast_to(_np.zeros((), _np.float64), o.shape) for o in ops]
+    path = _np.einsum_path(",".join(terms) + "->" + out_term, *stand_ins, optimize=strategy)[0]
+    return [tuple(p) for p in path[1:]]
+
+
+def _contract(terms: list, ops: list, out_term: str, path: list) -> tuple:
+    """Contractions in ``path`` order (numpy's convention: the operands at those positions are
+    removed, their product appended), each by ``dot_general``; a label is summed as soon as no
+    remaining operand and not the output names it."""
+    terms, ops = list(terms), list(ops)
+    for step in path:
+        picked = [(terms.pop(i), ops.pop(i)) for i in sorted(step, reverse=True)][::-1]
+        rest = set(out_term) | set("".join(terms))
+        cur_t, cur = picked[0]
+        for k in range(1, len(picked)):
+            cur_t, cur = _contract_pair(cur_t, cur, *picked[k], rest | set("".join(t for t, _ in picked[k + 1:])))
+        if len(picked) == 1:
+            cur_t, cur = _sum_labels_not_in(cur_t, cur, rest)
+        terms.append(cur_t)
+        ops.append(cur)
+    return _sum_labels_not_in(terms[0], ops[0], set(out_term))
+
+
+def _contract_pair(cur_t: str, cur, t2: str, o2, later: set) -> tuple:
+    """One ``dot_general`` of two operands; labels neither in ``later`` nor shared are summed first."""
+    cur_t, cur = _sum_labels_not_in(cur_t, cur, later | set(t2))
+    t2, o2 = _sum_labels_not_in(t2, o2, later | set(cur_t))
+    shared = [c for c in cur_t if c in t2]
+    batch = [c for c in shared if c in later]
+    summed = [c for c in shared if c not in later]
+    dims = ((tuple(cur_t.index(c) for c in summed), tuple(t2.index(c) for c in summed)),
+            (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
+    out = _P.dot_general(cur, o2, dims)
+    return "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(c for c in t2 if c not in shared), out
+
+
+def einsum_path(subscripts, *operands, optimize="greedy"):
+    """numpy.einsum_path on the operands' shapes (traced ones too)."""
+    stand_ins = [_np.broadcast_to(_np.zeros((), _np.float64), _fnp.shape(o)) for o in operands]
+    return _np.einsum_path(subscripts, *stand_ins, optimize=optimize)

@@ -211,3 +211,15 @@ def angle(z, deg=False):
     x = _fnp._to_float(x, _np.float64)
     a = _fnp.arctan2(_fnp.zeros_like(x), x)
     return rad2deg(a) if deg else a
+
+
+def modf(x):
+    """(fractional part, integral part), both with ``x``'s sign (inf: (+-0, +-inf))."""
+    x = _fnp._to_float(x)
+    whole = trunc(x)
+    finite = _fnp.where(_fnp.isinf(x), _fnp.zeros_like(x), x)  # inf - inf would be NaN
+    return copysign(finite - trunc(finite), x), whole
+
+
+def divmod(x1, x2):  # noqa: A001  (numpy's name)
+    return _fnp.floor_divide(x1, x2), _fnp.remainder(x1, x2)

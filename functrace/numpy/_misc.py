@@ -435,3 +435,107 @@ def array_equiv(a1, a2):
     except ValueError:
         return _np.bool_(False)
     return _fnp.all(_fnp.equal(a1, a2))
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def isin(element, test_elements, assume_unique=False, invert=False):
+    """Whether each element is among ``test_elements`` (by comparisons: traced values too)."""
+    x = _fnp._to_array(element)
+    tests = _fnp.ravel(test_elements)
+    found = _fnp.any(_fnp.equal(_fnp.expand_dims(x, -1), tests), -1) if tests.shape[0] else _fnp.zeros(x.shape, bool)
+    return _fnp.logical_not(found) if invert else found
+
+
+def fill_diagonal(a, val, wrap=False, inplace=True):
+    """numpy.fill_diagonal as JAX's: pass ``inplace=False``; returns ``a`` with its main diagonal
+    set (values taken cyclically from ``val``; tall 2-D arrays wrap only with ``wrap=True``)."""
+    if inplace:
+        raise ValueError("fill_diagonal: functrace arrays are immutable; pass inplace=False (as jax.numpy)")
+    x = _fnp._to_array(a)
+    if x.ndim < 2 or (x.ndim > 2 and len(set(x.shape)) != 1):
+        raise ValueError("fill_diagonal: array must be at least 2-d, and all dimensions equal beyond 2-d")
+    step = int(_np.sum(_np.cumprod((1,) + x.shape[:0:-1]))) if x.ndim > 2 else x.shape[1] + 1
+    end = x.size if (x.ndim > 2 or wrap) else _builtins.min(x.size, x.shape[1] * x.shape[1])
+    flat_positions = _np.arange(x.size)
+    on_diagonal = (flat_positions % step == 0) & (flat_positions < end)
+    values = _fnp.ravel(_fnp.asarray(val, x.dtype))
+    ordinal = (flat_positions // step) % _builtins.max(values.shape[0], 1)
+    filled = _P.take(values, ordinal.astype(_np.int64), 0)
+    return _fnp.reshape(_fnp.where(on_diagonal, filled, _fnp.ravel(x)), x.shape)
+
+
+def diagflat(v, k=0):
+    return _fnp.diag(_fnp.ravel(v), k)
+
+
+def resize(a, new_shape):
+    """``a`` raveled, repeated cyclically to fill ``new_shape`` (as numpy.resize)."""
+    x = _fnp.ravel(a)
+    shape = (new_shape,) if isinstance(new_shape, (int, _np.integer)) else tuple(new_shape)
+    n = int(_np.prod(shape, dtype=_np.int64))
+    if x.shape[0] == 0 or n == 0:
+        return _fnp.zeros(shape, x.dtype)
+    return _fnp.reshape(_P.take(x, _np.arange(n, dtype=_np.int64) % x.shape[0], 0), shape)
+
+
+def put(a, ind, v, mode=None, *, inplace=True):
+    """numpy.put as JAX's: pass ``inplace=False``; ``v`` written at the flat indices ``ind``."""
+    if inplace:
+        raise ValueError("put: functrace arrays are immutable; pass inplace=False (as jax.numpy)")
+    x = _fnp._to_array(a)
+    idx = _fnp.ravel(ind)
+    if mode == "clip":
+        idx = _fnp.clip(idx, 0, x.size - 1)
+    elif mode == "wrap":
+        idx = _fnp.remainder(idx, x.size)
+    values = resize(_fnp.asarray(v, x.dtype), _fnp.shape(idx))
+    return _fnp.reshape(put_along_axis(_fnp.ravel(x), idx, values, 0, inplace=False), x.shape)
+
+
+def trim_zeros(filt, trim="fb"):
+    """The 1-D ``filt`` without its leading ('f') and/or trailing ('b') zeros (concrete values)."""
+    values = _np.asarray(_concrete(filt, "trim_zeros (its output shape depends on the values)"))
+    nonzero = _np.nonzero(values)[0]
+    first = nonzero[0] if "f" in trim.lower() and nonzero.size else (0 if nonzero.size else values.shape[0])
+    last = nonzero[-1] + 1 if "b" in trim.lower() and nonzero.size else values.shape[0]
+    return filt[first:last]
+
+
+def unstack(x, axis=0):
+    """The slices of ``x`` along ``axis``, as a tuple."""
+    x = _fnp._to_array(x)
+    axis = _fnp._axis(axis, x.ndim, "unstack")
+    return tuple(_P.take(x, _np.asarray(i, _np.int64), axis) for i in range(x.shape[axis]))
+
+
+def matrix_transpose(x):
+    """The last two axes swapped."""
+    x = _fnp._to_array(x)
+    if x.ndim < 2:
+        raise ValueError(f"matrix_transpose: x must be at least 2-dimensional, got shape {x.shape}")
+    return _fnp.swapaxes(x, -1, -2)
+
+
+def isscalar(element) -> bool:
+    """numpy.isscalar; a 0-d traced value counts (as a 0-d jax.Array does in JAX)."""
+    return (isinstance(element, _Tracer) and element.ndim == 0) or _np.isscalar(element)
+
+
+def iscomplexobj(x) -> bool:
+    return _np.dtype(_fnp._dtype_info(x)[0]).kind == "c"
+
+
+def isrealobj(x) -> bool:
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    x = _fnp._to_array(x)
+    return _fnp.not_equal(_fnp.imag(x), 0)
+
+
+def isreal(x):
+    x = _fnp._to_array(x)
+    return _fnp.equal(_fnp.imag(x), 0)
