@@ -98,6 +98,12 @@ SPECS = {
     "linalg.solve": C(lambda m, s, v: m.linalg.solve(s, v[:4]), SQ, V), "linalg.det": C(lambda m, s: m.linalg.det(s), SQ),
     "linalg.cholesky": C(lambda m, s: m.linalg.cholesky(s @ s.T), SQ), "linalg.eigh": C(lambda m, s: m.linalg.eigh(s + s.T)[0], SQ),
     "linalg.svd": C(lambda m, s: m.linalg.svd(s, compute_uv=False), SQ), "linalg.slogdet": C(lambda m, s: m.linalg.slogdet(s)[1], SQ),
+    "vectorize": C(lambda m, x: m.vectorize(lambda u, v: (u * v).sum(), signature="(n),(n)->()")(x, x[0]), X),
+    "apply_along_axis": C(lambda m, x: m.apply_along_axis(lambda v: v * v.sum(), 1, x), X),
+    "piecewise": C(lambda m, v: m.piecewise(v, [v < 0.5], [lambda t: t * 2, lambda t: t ** 2]), V),
+    "isin": C(lambda m: m.isin(I, np.array([1, 2])), d=False), "copy": C(lambda m, x: m.copy(x) * 2, X),
+    "fill_diagonal": C(lambda m, s: m.fill_diagonal(s, 1.0, inplace=False) if m is not np else
+                       (lambda c: (np.fill_diagonal(c, 1.0), c)[1])(s.copy()), SQ),
     "fft.fft": C(lambda m, v: m.abs(m.fft.fft(v)), V), "fft.rfft": C(lambda m, v: m.abs(m.fft.rfft(v)), V),
 }
 
