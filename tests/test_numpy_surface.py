@@ -333,14 +333,45 @@ def test_concrete_only_functions_compute_on_concrete_values():
         ft.jit(lambda v: fnp.histogram(v, 3))(V7)
 
 
+# (name, f(module, x), x): values and gradients of sum(f) compared with JAX; the JAX results are
+# stored in tests/data/numpy_surface_jax.npz (made by _store_jax_values) so CI without JAX checks them
+JAX_CHECKS = [
+    ("einsum", lambda m, c: m.einsum("bii,ik->bk", c, B), C), ("pad", lambda m, a: m.pad(a, 2, mode="symmetric"), A),
+    ("kron", lambda m, a: m.kron(a, B), A), ("interp", lambda m, a: m.interp(a, XP, FP), A),
+    ("gradient", lambda m, a: m.gradient(a, XS, axis=1), A), ("i0", lambda m, x: m.i0(x), np.linspace(-30, 30, 61)),
+    ("sinc", lambda m, a: m.sinc(a), A), ("cbrt", lambda m, a: m.cbrt(a), A),
+    ("geomspace", lambda m, v: m.geomspace(v[0] + 2, 9.0, 5), V3), ("tril", lambda m, a: m.tril(a, 1), A),
+    ("rot90", lambda m, a: m.rot90(a, 3), A), ("cross", lambda m, x: m.cross(x, Y3), X3),
+    ("convolve", lambda m, v: m.convolve(v, V3, mode="same"), V7), ("cov", lambda m, a: m.cov(a), A),
+    ("logaddexp2", lambda m, a: m.logaddexp2(a, 0.5), A), ("vander", lambda m, v: m.vander(v, 4), V3),
+    ("trapezoid", lambda m, a: m.trapezoid(a, XS), A), ("fmod", lambda m, a: m.fmod(a, 0.3), A),
+]
+_JAX_DATA = __file__.replace("test_numpy_surface.py", "data/numpy_surface_jax.npz")
+
+
+def _store_jax_values():
+    """Write the JAX results (run by hand where JAX is installed, from tests/ with PYTHONPATH=..:
+    ``python -c "import test_numpy_surface as t; t._store_jax_values()"``)."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    out = {}
+    for name, f, x in JAX_CHECKS:
+        out[name] = np.asarray(f(jnp, x))
+        out[name + ":grad"] = np.asarray(jax.grad(lambda x, f=f: jnp.sum(f(jnp, x)))(x))
+    np.savez_compressed(_JAX_DATA, **out)
+
+
+@pytest.mark.parametrize("name,f,x", JAX_CHECKS, ids=[c[0] for c in JAX_CHECKS])
+def test_matches_stored_jax_values(name, f, x):
+    stored = np.load(_JAX_DATA)
+    np.testing.assert_allclose(np.asarray(f(fnp, x)), stored[name], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(ft.grad(lambda x: fnp.sum(f(fnp, x)))(x), stored[name + ":grad"], rtol=1e-10, atol=1e-12)
+
+
 def test_matches_jax_where_importable():
     jnp = pytest.importorskip("jax.numpy", reason="optional comparison with JAX")
     import jax
     jax.config.update("jax_enable_x64", True)
-    checks = [("einsum", lambda m: m.einsum("bii,ik->bk", C, B)), ("pad", lambda m: m.pad(A, 2, mode="symmetric")),
-              ("kron", lambda m: m.kron(A, B)), ("interp", lambda m: m.interp(A, XP, FP)),
-              ("gradient", lambda m: m.gradient(A, XS, axis=1)), ("i0", lambda m: m.i0(np.linspace(-30, 30, 61))),
-              ("sinc", lambda m: m.sinc(A)), ("cbrt", lambda m: m.cbrt(A)), ("geomspace", lambda m: m.geomspace(1.0, 9.0, 5)),
-              ("tril", lambda m: m.tril(A, 1)), ("rot90", lambda m: m.rot90(A, 3)), ("cross", lambda m: m.cross(X3, Y3))]
-    for name, f in checks:
-        np.testing.assert_allclose(np.asarray(f(fnp)), np.asarray(f(jnp)), rtol=1e-11, atol=1e-12, err_msg=name)
+    for name, f, x in JAX_CHECKS:
+        np.testing.assert_allclose(np.asarray(f(fnp, x)), np.asarray(f(jnp, x)), rtol=1e-11, atol=1e-12, err_msg=name)
