@@ -8,6 +8,7 @@ is optimize -> differentiate -> optimize for ``jit(grad(jit(f)))``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
@@ -193,6 +194,25 @@ class _Entry:
         return exe
 
 
+_disable_jit_depth = threading.local()
+
+
+def _jit_disabled() -> bool:
+    return getattr(_disable_jit_depth, "n", 0) > 0
+
+
+@contextlib.contextmanager
+def disable_jit(disable: bool = True):
+    """``with ft.disable_jit():`` jitted functions run as plain Python in this thread (prints and
+    breakpoints see concrete values), as ``jax.disable_jit``; ``disable=False`` is a no-op."""
+    n = getattr(_disable_jit_depth, "n", 0)
+    _disable_jit_depth.n = n + 1 if disable else n
+    try:
+        yield
+    finally:
+        _disable_jit_depth.n = n
+
+
 class Jitted:
     """A function compiled per input signature (pytree structure, shapes, dtypes, static args).
 
@@ -320,6 +340,8 @@ class Jitted:
         return entry
 
     def __call__(self, *args, **kwargs):
+        if _jit_disabled():  # ft.disable_jit(): run the Python function itself, as JAX
+            return self.fun(*args, **kwargs)
         entry, leaves = self._entry(args, kwargs)
         for i, dtype in entry.int_ranges:
             _check_fits(self.__name__, leaves[i], dtype)

@@ -247,6 +247,18 @@ and_p = elementwise("and", lambda x, y: np.logical_and(x, y) if x.dtype == bool 
 or_p = elementwise("or", lambda x, y: np.logical_or(x, y) if x.dtype == bool else np.bitwise_or(x, y), None)
 xor_p = elementwise("xor", lambda x, y: np.logical_xor(x, y) if x.dtype == bool else np.bitwise_xor(x, y), None)
 
+# numpy's cbrt, fmod, copysign and signbit (functrace.numpy._elementwise builds the rest on them)
+cbrt_p = elementwise("cbrt", np.cbrt, [Reciprocal(lambda ans, x: mul(scalar_like(ans, 3), mul(ans, ans)))])
+fmod_p = elementwise("fmod", np.fmod, [lambda ans, x, y: scalar_like(x, 1),
+                                       lambda ans, x, y: neg(_trunc(div(x, y)))])
+copysign_p = elementwise("copysign", np.copysign, [lambda ans, x, y: mul(sign(x), sign(ans)), None])
+signbit_p = elementwise("signbit", np.signbit, None, out_dtype=np.dtype(bool))
+
+
+def _trunc(x):
+    """Round toward zero (a piecewise constant: only ever a derivative's factor)."""
+    return select(lt_p.bind(x, scalar_like(x, 0)), ceil_p.bind(x), floor(x))
+
 # Linear elementwise ops: the tangent passes through; cotangents unbroadcast.
 add_p.jvp = [lambda t, ans, x, y: t, lambda t, ans, x, y: t]
 add_p.vjp = [lambda g, ans, x, y: unbroadcast(g, shape_of(x)), lambda g, ans, x, y: unbroadcast(g, shape_of(y))]

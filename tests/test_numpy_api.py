@@ -1079,8 +1079,8 @@ def test_numpy_protocol_unsupported_names_the_function():
         ft.make_jaxpr(lambda x: np.sort(x))(x)
     with pytest.raises(NotImplementedError, match="median"):
         ft.make_jaxpr(lambda x: np.median(x))(x)
-    with pytest.raises(NotImplementedError, match="cbrt"):
-        ft.make_jaxpr(lambda x: np.cbrt(x))(x)
+    with pytest.raises(NotImplementedError, match="spacing"):
+        ft.make_jaxpr(lambda x: np.spacing(x))(x)
     with pytest.raises(NotImplementedError):
         ft.make_jaxpr(lambda x: np.add.reduce(x))(x)
 
@@ -1205,7 +1205,7 @@ def test_getitem_traced_bool_mask_raises_index_error():
 
 
 @pytest.mark.parametrize("name", ["sort", "argsort", "fft", "cumprod", "median", "percentile", "searchsorted",
-                                  "convolve", "interp", "polyfit", "lexsort"])
+                                  "nextafter", "spacing", "lexsort"])
 def test_unsupported_raises_not_implemented(name):
     with pytest.raises(NotImplementedError, match=name):
         getattr(fnp, name)
@@ -1223,12 +1223,12 @@ def test_unsupported_linalg_raises_not_implemented(name):
 
 
 def test_unsupported_options_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match="reflect"):
-        fnp.pad(rn(3), 1, mode="reflect")
+    with pytest.raises(NotImplementedError, match="linear_ramp"):
+        fnp.pad(rn(3), 1, mode="linear_ramp")
     with pytest.raises(NotImplementedError, match="order"):
         fnp.reshape(rn(2, 3), (3, 2), order="F")
     with pytest.raises(NotImplementedError, match="einsum"):
-        fnp.einsum("ii->i", rn(3, 3))
+        fnp.einsum("ij->ij", rn(3, 3), out=rn(3, 3))
     with pytest.raises(NotImplementedError, match="fft"):
         ft.make_jaxpr(lambda x: np.fft.fft(x))(rn(4))
 
