@@ -1261,6 +1261,28 @@ def __getattr__(name: str):
                          "transformed function, or build it from fnp primitives.", name=name)
 
 
+# --------------------------------------------------------------------------- eager array type
+
+def _eager_results(fn):
+    """``fn`` returning an ``EagerArray`` (JAX's ``.at``) where it returned a plain ndarray."""
+    @_functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(map(_as_eager, out)) if isinstance(out, tuple) else _as_eager(out)
+    return wrapped
+
+
+# eager results are numpy arrays with .at (functrace/eager.py says why)
+from ..eager import as_eager as _as_eager  # noqa: E402
+
+# creation functions made by numpy directly (primitives' eager results are EagerArrays already)
+for _name in ("asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+              "empty_like", "arange", "linspace", "eye", "identity", "tri"):
+    if _name in globals():
+        globals()[_name] = _eager_results(globals()[_name])
+del _name
+
+
 # --------------------------------------------------------------------------- tracer methods
 
 from . import (
