@@ -609,3 +609,39 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
     if not weak:
         lower, upper = (P.convert_element_type(as_operand(b), dtype) for b in (lower, upper))
     return while_loop(cond_fun, body, (lower, upper, init_val))[2]
+
+
+# --------------------------------------------------------------------------- numeric operations (lax_numeric.py)
+
+from .lax_numeric import (  # noqa: E402,F401  (re-exported)
+    associative_scan,
+    clamp,
+    cummax,
+    cummin,
+    cumprod,
+    cumsum,
+    dynamic_index_in_dim,
+    dynamic_slice,
+    dynamic_slice_in_dim,
+    dynamic_update_index_in_dim,
+    dynamic_update_slice,
+    dynamic_update_slice_in_dim,
+    erf,
+    map,
+    reduce_window,
+    rsqrt,
+    select,
+    sort,
+    sort_key_val,
+    top_k,
+)
+
+
+def __getattr__(name: str):
+    """``lax.add`` / ``lax.max`` / ``lax.min`` (e.g. for ``reduce_window``), looked up here so that
+    this module's own ``max`` / ``min`` stay Python's."""
+    from . import numpy as fnp
+    ops = {"add": fnp.add, "max": fnp.maximum, "min": fnp.minimum}
+    if name in ops:
+        return ops[name]
+    raise AttributeError(f"module 'functrace.lax' has no attribute {name!r}")

@@ -1261,6 +1261,41 @@ def __getattr__(name: str):
                          "transformed function, or build it from fnp primitives.", name=name)
 
 
+# --------------------------------------------------------------------------- sorting, scans, nan-reductions
+
+from ._reductions import (  # noqa: E402
+    count_nonzero,
+    cumprod,
+    cumulative_prod,
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanprod,
+    nanstd,
+    nansum,
+    nanvar,
+    ptp,
+)
+from ._sorting import (  # noqa: E402
+    argpartition,
+    argsort,
+    lexsort,
+    median,
+    nanmedian,
+    nanpercentile,
+    nanquantile,
+    partition,
+    percentile,
+    quantile,
+    searchsorted,
+    sort,
+    unique,
+)
+
 # --------------------------------------------------------------------------- eager array type
 
 def _eager_results(fn):
