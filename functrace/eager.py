@@ -28,11 +28,28 @@ class EagerArray(np.ndarray):
         from .numpy._indexing import IndexUpdateHelper
         return IndexUpdateHelper(self)
 
+    def __getitem__(self, index):
+        """numpy's indexing; an index holding a traced value (``X[t]`` inside ``jit`` or ``scan``)
+        is ``functrace.numpy.getitem``, as a JAX array indexed by a tracer."""
+        if _holds_tracer(index):
+            from .numpy import getitem
+            return getitem(self, index)
+        return super().__getitem__(index)
+
     def __repr__(self) -> str:
         return repr(self.view(np.ndarray))
 
     def __str__(self) -> str:
         return str(self.view(np.ndarray))
+
+
+def _holds_tracer(index) -> bool:
+    if isinstance(index, (np.ndarray, int, slice)) or index is None:  # the common cases, at once
+        return False
+    from .core import Tracer
+    if isinstance(index, Tracer):
+        return True
+    return isinstance(index, (tuple, list)) and any(_holds_tracer(i) for i in index)
 
 
 def as_eager(value):

@@ -3,8 +3,9 @@
 ``erf``, ``sort``, ``top_k``, ``associative_scan``, ``cumsum`` / ``cumprod`` / ``cummax`` /
 ``cummin`` and ``reduce_window`` (max / sum / average pooling).
 
-Start indices of the dynamic slices are clamped as JAX's, so the slice always lies inside the
-operand: ``start = clip(start, 0, n - size)``, eagerly and under ``jit`` alike.
+Start indices of the dynamic slices follow JAX: a negative start counts from the end (once), then
+it is clamped so that the slice lies inside the operand (``clip(start, 0, n - size)``), eagerly
+and under ``jit`` alike.
 """
 from __future__ import annotations
 
@@ -29,13 +30,16 @@ __all__ = ["associative_scan", "clamp", "cummax", "cummin", "cumprod", "cumsum",
 
 
 def _clamped_start(start, n: int, size: int):
-    """A start index clamped to ``[0, n - size]`` (concrete: a Python int; traced: an int64 tracer)."""
+    """A start index, negative ones counted from the end, clamped to ``[0, n - size]`` (concrete:
+    a Python int; traced: an int64 tracer)."""
     if not isinstance(start, Tracer):
-        return int(np.clip(operator.index(start), 0, n - size))
+        start = operator.index(start)
+        return int(np.clip(start + n if start < 0 else start, 0, n - size))
     if start.shape != () or start.dtype.kind not in "iu":
         raise TypeError(f"dynamic slice start indices must be integer scalars, got {start.aval.str_short()} "
                         f"{user_frame_description()}")
-    return fnp.clip(fnp.asarray(start, np.int64), 0, n - size)
+    start = fnp.asarray(start, np.int64)
+    return fnp.clip(fnp.where(start < 0, start + n, start), 0, n - size)
 
 
 def _check_sizes(name, shape, starts, sizes):

@@ -65,19 +65,31 @@ def _winners(idx, n):
 
 
 def _mul_others(x, idx, upd):
-    """For each update, the product of the OTHER updates at its position (exact with zeros)."""
-    zero = P.scalar_like(upd, 0)
-    one = P.scalar_like(upd, 1)
-    is_zero = P.eq(upd, P.broadcast_in_dim(zero, P.shape_of(upd), ()))
-    safe = P.select(is_zero, P.ones_like(upd), upd)
-    nonzero_prod = P.take(scatter(P.ones_like(x), idx, safe, "mul"), idx, 0)
-    zero_count = P.take(P.scatter_add(P.zeros_like(x), idx, P.convert_element_type(is_zero, P.dtype_of(x)), 0),
-                        idx, 0)
+    """For each update, the product of the OTHER updates at its position, exact with zeros and
+    with a first derivative that is exact too (so ``mul``'s rules nest to second order).
+
+    It is (product of the other nonzero updates) * (product of the other zero updates): the first
+    divides the product of the nonzero ones by the update itself (never by zero); the second is the
+    zeros' product where the update is not zero, and for a zero update ``[no other zero] +
+    [one other zero] * (that zero's value)`` (its value and first derivative)."""
+    dt = P.dtype_of(x)
+    shape = P.shape_of(upd)
+    is_zero = P.eq(upd, P.zeros_like(upd))
+    ones_k = P.ones_like(upd)
     zeros_k = P.zeros_like(upd)
-    alone = P.eq(zero_count, P.broadcast_in_dim(one, P.shape_of(upd), ()))
-    none = P.eq(zero_count, zeros_k)
-    return P.select(is_zero, P.select(alone, nonzero_prod, zeros_k),
-                    P.select(none, P.div(nonzero_prod, safe), zeros_k))
+
+    def at_position(total):  # a per-position total, read back at each update
+        return P.take(total, idx, 0)
+
+    nonzero_prod = at_position(scatter(P.ones_like(x), idx, P.select(is_zero, ones_k, upd), "mul"))
+    zeros_prod = at_position(scatter(P.ones_like(x), idx, P.select(is_zero, upd, ones_k), "mul"))
+    zero_count = at_position(P.scatter_add(P.zeros_like(x), idx, P.convert_element_type(is_zero, dt), 0))
+    zero_sum = at_position(P.scatter_add(P.zeros_like(x), idx, P.select(is_zero, upd, zeros_k), 0))
+    other_nonzero = P.select(is_zero, nonzero_prod, P.div(nonzero_prod, P.select(is_zero, ones_k, upd)))
+    count_is = lambda c: P.convert_element_type(P.eq(zero_count, P.broadcast_in_dim(
+        np.array(c, dt), shape, ())), dt)
+    other_zeros = P.select(is_zero, P.add(count_is(1), P.mul(count_is(2), P.sub(zero_sum, upd))), zeros_prod)
+    return P.mul(other_nonzero, other_zeros)
 
 
 def _extremum_shares(ans, x, idx, upd):

@@ -1247,8 +1247,7 @@ def getitem(x, idx):
 
 # --------------------------------------------------------------------------- unsupported
 
-_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate", "searchsorted",
-                    "histogram", "interp", "median", "percentile", "quantile", "lexsort", "partition"}
+_NOT_IMPLEMENTED = {"fft", "convolve", "correlate", "histogram", "interp"}
 
 
 def __getattr__(name: str):

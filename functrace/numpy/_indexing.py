@@ -115,9 +115,9 @@ class IndexUpdateRef:
         fnp = _fnp()
         x = fnp._to_array(self.array)
         fill = mode in ("fill", "drop")
-        pos, may_oob = flat_positions(x.shape, self.index, clip=not fill)
-        if not may_oob and _all_concrete(self.index):
+        if _all_concrete(self.index) and not flat_positions(x.shape, self.index, clip=False)[1]:
             return fnp.getitem(x, self.index)  # in bounds: slices stay slices (no gather)
+        pos, may_oob = flat_positions(x.shape, self.index, clip=not fill)
         vals = P.take(fnp.ravel(x), fnp._cast(fnp.maximum(pos, 0), np.dtype(np.int64)), 0)
         if not may_oob:
             return vals

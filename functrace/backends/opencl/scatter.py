@@ -17,7 +17,7 @@ import numpy as np
 from ... import scatter as S
 from ...core import Literal
 from .fusion import CTYPE
-from .gather import _index_source
+from .gather import index_source
 from .lowerings import Lowered, register
 
 _UNSIGNED = {"float": ("uint", "atomic_cmpxchg"), "double": ("ulong", "atom_cmpxchg"),
@@ -67,7 +67,7 @@ def lower_scatter(eqn, rt) -> Lowered | None:
         return None  # the winners of ``set`` are 32-bit ints
     t = CTYPE[dt]
     nbytes = n * dt.itemsize
-    index = _index_source(idx)
+    index = index_source(idx)
     if op == "set":
         claim, write = f"scatter_claim_{t}", f"scatter_set_{t}"
         source = f"""
