@@ -80,10 +80,45 @@ def flat_positions(shape: tuple, index, clip: bool):
             padded.append(axis)
             may_oob = True
         axis += 1
+    lead = len(resolved) - len(_trailing_full_slices(resolved))
+    if lead and not any(e is None or isinstance(e, slice) for e in resolved[:lead]):
+        return _direct_positions(fnp, shape, resolved[:lead], padded), may_oob
     table = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
     if padded:  # one extra row of -1 per axis that may be indexed out of bounds
         table = np.pad(table, [(0, 1 if d in padded else 0) for d in range(len(shape))], constant_values=-1)
     return fnp.getitem(table, tuple(resolved)), may_oob
+
+
+def _trailing_full_slices(resolved: list) -> list:
+    """The ``slice(None)`` entries at the end of an index (whole trailing axes)."""
+    k = len(resolved)
+    while k and isinstance(resolved[k - 1], slice) and resolved[k - 1] == slice(None):
+        k -= 1
+    return resolved[k:]
+
+
+def _direct_positions(fnp, shape: tuple, arrays: list, padded: list):
+    """Flat positions of ``x[i0, ..., ik, :, ..., :]`` (integer arrays, then whole axes) computed
+    from the indices and the strides, without a table: -1 where an index is out of bounds."""
+    k = len(arrays)
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    base = None
+    for d, i in enumerate(arrays):
+        term = fnp.multiply(i, strides[d])
+        base = term if base is None else fnp.add(base, term)
+    if padded:
+        bad = None
+        for d in padded:
+            hit = arrays[d] == shape[d]
+            bad = hit if bad is None else bad | hit
+        base = fnp.where(bad, -1, base)
+    rest = shape[k:]
+    if not rest:
+        return base
+    offsets = np.arange(math.prod(rest), dtype=np.int64).reshape(rest)
+    expanded = fnp.reshape(base, fnp.shape(base) + (1,) * len(rest))
+    lin = fnp.add(expanded, offsets)
+    return fnp.where(expanded < 0, -1, lin) if padded else lin
 
 
 def _fill_value(dtype: np.dtype):

@@ -41,6 +41,9 @@ _OPERATORS = {
 }
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
+# sorting and scans (numpy/_sorting.py, numpy/_reductions.py): methods return new arrays, as JAX's
+for _name in ("sort", "argsort", "searchsorted", "cumprod", "ptp"):
+    setattr(Tracer, _name, getattr(fnp, _name))
 
 
 def _real_only(x, what: str):
