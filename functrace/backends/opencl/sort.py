@@ -1,12 +1,14 @@
 """OpenCL lowering of ``argsort``: a stable bottom-up merge sort of index lists, one row per line.
 
-The operand is viewed as ``(R, n)`` rows.  An index buffer starts as the identity; pass ``w``
-(w = 1, 2, 4, ...) merges sorted blocks of ``w`` indices pairwise.  Each work-item moves one
+The operand is viewed as ``(R, n)`` rows.  A first kernel sorts blocks of 16 (key, index) pairs,
+one block per work-item (a stable insertion sort); pass ``w`` (w = 16, 32, 64, ...) then merges
+sorted blocks of ``w`` pairs pairwise.  Each work-item moves one
 index to its place in the merged block: its position in its own block plus the number of keys in
 the other block ordered before it, found by binary search (a left key counts the right keys
 strictly before it, a right key the left keys not after it: equal keys keep their order, so the
-sort is stable, and the result is deterministic).  ``ceil(log2 n)`` launches of ``R * n``
-work-items, ``O(log n)`` reads each; buffers ping-pong so that the last pass writes the output.
+sort is stable, and the result is deterministic).  ``ceil(log2(n / 16))`` launches of ``R * n``
+work-items, ``O(log n)`` reads each (keys travel with their indices: no indirection); buffers
+ping-pong so that the last pass writes the output.
 NaNs order last (first when descending), as numpy and JAX.
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ... import sorting
 from ...core import Literal
 from .fusion import CTYPE
 from .lowerings import Lowered, register
+
+_BLOCK = 16  # entries a work-item sorts alone before the merge passes
 
 
 def _before(t: str, is_float: bool, descending: bool) -> str:
@@ -34,7 +38,7 @@ def _before(t: str, is_float: bool, descending: bool) -> str:
 def lower_argsort(eqn, rt) -> Lowered | None:
     x = eqn.inputs[0]
     dt = x.aval.dtype
-    if type(x) is Literal or dt not in CTYPE or dt == np.dtype(bool):
+    if type(x) is Literal or dt not in CTYPE:
         return None
     if dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True):
         return None
@@ -43,56 +47,77 @@ def lower_argsort(eqn, rt) -> Lowered | None:
     n = shape[-1]
     rows = math.prod(shape[:-1])
     total = rows * n
-    passes = max(0, math.ceil(math.log2(n))) if n > 1 else 0
+    passes = math.ceil(math.log2(n / _BLOCK)) if n > _BLOCK else 0
+    blocks = rows * -(-n // _BLOCK)
     t = CTYPE[dt]
     suffix = f"{t}_{'desc' if descending else 'asc'}"
     init, merge = f"argsort_init_{suffix}", f"argsort_merge_{suffix}"
-    source = _before(t, dt.kind == "f", descending) + f"""
-__kernel void {init}(__global long* restrict idx, const long n, const long total) {{
+    source = f"#define BLOCK {_BLOCK}\n" + _before(t, dt.kind == "f", descending) + f"""
+__kernel void {init}(__global const {t}* restrict x, __global {t}* restrict keys, __global long* restrict idx,
+                     const long n, const long blocks) {{
+    /* one work-item sorts one block of BLOCK entries of a row (a stable insertion sort) */
     const long g = get_global_id(0);
-    if (g < total) idx[g] = g % n;
+    if (g >= blocks) return;
+    const long per_row = (n + BLOCK - 1) / BLOCK;
+    const long row = (g / per_row) * n, start = (g % per_row) * BLOCK;
+    const long count = min((long)BLOCK, n - start);
+    {t} k[BLOCK];
+    long v[BLOCK];
+    for (long j = 0; j < count; j++) {{
+        const {t} key = x[row + start + j];
+        long p = j;
+        while (p > 0 && ft_before(key, k[p - 1])) {{ k[p] = k[p - 1]; v[p] = v[p - 1]; p--; }}
+        k[p] = key;
+        v[p] = start + j;
+    }}
+    for (long j = 0; j < count; j++) {{ keys[row + start + j] = k[j]; idx[row + start + j] = v[j]; }}
 }}
 
-__kernel void {merge}(__global const {t}* restrict x, __global const long* restrict src,
-                      __global long* restrict dst, const long n, const long w, const long total) {{
+__kernel void {merge}(__global const {t}* restrict src_keys, __global const long* restrict src,
+                      __global {t}* restrict dst_keys, __global long* restrict dst,
+                      const long n, const long w, const long total) {{
     const long g = get_global_id(0);
     if (g >= total) return;
     const long row = (g / n) * n, i = g % n;
     const long start = (i / (2 * w)) * 2 * w;
     const long mid = min(start + w, n), end = min(start + 2 * w, n);
-    const long me = src[g];
-    const {t} key = x[row + me];
-    long lo, hi;
+    const {t} key = src_keys[g];
+    long lo, hi, at;
     if (i < mid) {{   /* left block: count right keys strictly before mine */
         lo = mid; hi = end;
         while (lo < hi) {{
             const long m = (lo + hi) / 2;
-            if (ft_before(x[row + src[row + m]], key)) lo = m + 1; else hi = m;
+            if (ft_before(src_keys[row + m], key)) lo = m + 1; else hi = m;
         }}
-        dst[row + start + (i - start) + (lo - mid)] = me;
+        at = row + start + (i - start) + (lo - mid);
     }} else {{        /* right block: count left keys not after mine */
         lo = start; hi = mid;
         while (lo < hi) {{
             const long m = (lo + hi) / 2;
-            if (!ft_before(key, x[row + src[row + m]])) lo = m + 1; else hi = m;
+            if (!ft_before(key, src_keys[row + m])) lo = m + 1; else hi = m;
         }}
-        dst[row + start + (i - mid) + (lo - start)] = me;
+        at = row + start + (i - mid) + (lo - start);
     }}
+    dst_keys[at] = key;
+    dst[at] = src[g];
 }}"""
 
     def run(ctx, inputs):
         out = ctx.alloc(shape, np.int64)
         if not total:
             return [out]
-        scratch = ctx.alloc(shape, np.int64) if passes else None
-        # ping-pong so that the last pass writes ``out``
-        bufs = [out, scratch] if passes % 2 == 0 else [scratch, out]
-        ctx.kernels[init](ctx.queue, (total,), None, bufs[0].buffer, np.int64(n), np.int64(total))
+        scratch = [ctx.alloc(shape, dt), ctx.alloc(shape, dt)] + ([ctx.alloc(shape, np.int64)] if passes else [])
+        keys = scratch[:2]
+        # index buffers ping-pong so that the last pass writes ``out``
+        idx = [out] if not passes else [out, scratch[2]] if passes % 2 == 0 else [scratch[2], out]
+        ctx.kernels[init](ctx.queue, (blocks,), None, inputs[0].buffer, keys[0].buffer, idx[0].buffer,
+                          np.int64(n), np.int64(blocks))
         for p in range(passes):
-            ctx.kernels[merge](ctx.queue, (total,), None, inputs[0].buffer, bufs[p % 2].buffer,
-                               bufs[(p + 1) % 2].buffer, np.int64(n), np.int64(1 << p), np.int64(total))
-        if scratch is not None:
-            ctx.release(scratch)
+            a, b = p % 2, (p + 1) % 2
+            ctx.kernels[merge](ctx.queue, (total,), None, keys[a].buffer, idx[a].buffer, keys[b].buffer,
+                               idx[b].buffer, np.int64(n), np.int64(_BLOCK << p), np.int64(total))
+        for buf in scratch:
+            ctx.release(buf)
         return [out]
 
     return Lowered(source, [init, merge], run, (1 + passes) if total else 0,
