@@ -97,6 +97,11 @@ def test_searchsorted(side):
     v = np.concatenate([a[::3], np.round(RNG.standard_normal(5), 1), [np.nan, -np.inf, np.inf]])
     for got in _all_ways(lambda a, v: fnp.searchsorted(a, v, side=side), a, v):
         np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
+    big = np.sort(np.round(RNG.standard_normal(400), 1))  # 400 x 300 pairs: the binary-search path
+    big[-3:] = np.nan
+    values = np.concatenate([np.round(RNG.standard_normal(290), 1), big[::40], [np.nan, -np.inf, np.inf]])
+    for got in _all_ways(lambda a, v: fnp.searchsorted(a, v, side=side), big, values):
+        np.testing.assert_array_equal(got, np.searchsorted(big, values, side=side))
     perm = RNG.permutation(12)
     np.testing.assert_array_equal(fnp.searchsorted(a[perm], v, side, sorter=np.argsort(perm)),
                                   np.searchsorted(a, v, side))

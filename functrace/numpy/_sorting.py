@@ -7,6 +7,8 @@ OpenCL kernels.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..core import Tracer
@@ -84,9 +86,13 @@ def _before(a, b):
     return (a < b) | (fnp.isnan(b) & ~fnp.isnan(a))
 
 
+_COMPARE_ALL_LIMIT = 1 << 16  # len(a) * len(v) up to which one fused comparison of every pair is cheapest
+
+
 def searchsorted(a, v, side="left", sorter=None, *, method=None):
-    """numpy.searchsorted of a sorted 1-D ``a`` (NaNs last): counts, per value, the entries of
-    ``a`` before it (``left``) or not after it (``right``); O(len(a) * len(v)) comparisons."""
+    """numpy.searchsorted of a sorted 1-D ``a`` (NaNs last): per value, the number of entries of
+    ``a`` before it (``left``) or not after it (``right``).  Small problems compare every pair
+    (one fused reduction); larger ones run a vectorized binary search of ``log2(len(a))`` steps."""
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
     fnp = _fnp()
@@ -96,9 +102,19 @@ def searchsorted(a, v, side="left", sorter=None, *, method=None):
     if sorter is not None:
         a = fnp.take(a, sorter)
     a, v = fnp._promote(a, fnp._to_array(v))
-    vv = fnp.expand_dims(v, -1)
-    hits = _before(a, vv) if side == "left" else ~_before(vv, a)
-    return fnp.sum(fnp.asarray(hits, np.int64), axis=-1)
+    n = a.shape[0]
+    goes_right = (lambda entry, value: _before(entry, value)) if side == "left" else \
+        (lambda entry, value: ~_before(value, entry))
+    if n * builtins.max(fnp.size(v), 1) <= _COMPARE_ALL_LIMIT:
+        return fnp.sum(fnp.asarray(goes_right(a, fnp.expand_dims(v, -1)), np.int64), axis=-1)
+    lo = fnp.zeros(fnp.shape(v), np.int64)
+    hi = fnp.full(fnp.shape(v), n, np.int64)
+    for _ in range(n.bit_length()):
+        mid = (lo + hi) // 2
+        right = goes_right(fnp.take(a, fnp.minimum(mid, n - 1)), v) & (lo < hi)
+        lo = fnp.where(right, mid + 1, lo)
+        hi = fnp.where(right | (lo >= hi), hi, mid)
+    return lo
 
 
 _METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
