@@ -30,6 +30,18 @@ from . import primitives as P
 from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
 from .batching import vmap
+from .collectives import (  # noqa: F401  (re-exported: ft.lax.psum, ...)
+    all_gather,
+    all_to_all,
+    axis_index,
+    axis_size,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_aval, is_float_dtype
 from .errors import ConcretizationError, function_name, user_frame_description
 from .optimize import dce
@@ -611,8 +623,12 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
     return while_loop(cond_fun, body, (lower, upper, init_val))[2]
 
 
-# --------------------------------------------------------------------------- numeric operations (lax_numeric.py)
+# --------------------------------------------------------------------------- bit operations and erf_inv
+# (jax.lax's names for the primitives ft.random is built from)
 
+shift_left, shift_right_logical, bitcast_convert_type = P.shift_left, P.shift_right_logical, P.bitcast_convert_type
+
+# numeric operations (lax_numeric.py); erf_inv from nn (nn does not import lax: no cycle)
 from .lax_numeric import (  # noqa: E402,F401  (re-exported)
     associative_scan,
     clamp,
@@ -635,6 +651,7 @@ from .lax_numeric import (  # noqa: E402,F401  (re-exported)
     sort_key_val,
     top_k,
 )
+from .nn import erf_inv  # noqa: E402, F401
 
 
 def __getattr__(name: str):
