@@ -49,7 +49,10 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False):
         raise NotImplementedError("sort(order=...) (structured arrays) is not supported")
     fnp = _fnp()
     x, ax = _along_last(a, axis, "sort")
-    out = fnp.take_along_axis(x, argsort_last(x, descending), -1)
+    if isinstance(x, Tracer):
+        out = fnp.take_along_axis(x, argsort_last(x, descending), -1)
+    else:  # concrete: numpy's gather by the same permutation, without staging index arithmetic
+        out = fnp._as_eager(np.take_along_axis(x, argsort_last(x, descending), -1))
     return out if axis is None else fnp.moveaxis(out, -1, ax)
 
 
@@ -217,8 +220,8 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     if size is None:
         if isinstance(ar, Tracer):
             ar = ar._concrete("unique (its output size depends on the values; pass size=)")
-        return fnp._concrete_only("unique")(ar, return_index, return_inverse, return_counts, axis,
-                                            equal_nan=equal_nan)
+        out = fnp._concrete_only("unique")(ar, return_index, return_inverse, return_counts, axis, equal_nan=equal_nan)
+        return tuple(map(fnp._as_eager, out)) if isinstance(out, tuple) else fnp._as_eager(out)
     if axis is not None:
         raise NotImplementedError("unique(size=..., axis=...) is not implemented; flatten first")
     x = fnp.ravel(fnp._to_array(ar))
