@@ -75,3 +75,18 @@ def test_scatter_and_sort_in_gradients_and_vmap_run_as_kernels():
     v = ft.vmap(lambda r, i: fnp.asarray(r).at[i].set(-1.0))
     ii = RNG.integers(0, 6, (3, 2))
     np.testing.assert_array_equal(np.asarray(_compiled(v, x, ii)(x, ii)), ft.jit(v, backend="numpy")(x, ii))
+
+
+def test_sorts_and_scatters_of_several_types_share_one_program():
+    """Each kernel's C helpers are named per key type / direction / op: two in one program build."""
+    x = RNG.standard_normal((3, 37))
+    b = x > 0
+    i = RNG.integers(0, 37, 9)
+
+    def f(x, b, i):
+        xf = x.astype(np.float32)
+        return (fnp.argsort(x), fnp.sort(x, descending=True), fnp.argsort(b), fnp.sort(xf),
+                fnp.asarray(x).at[:, i].min(0.0), fnp.asarray(xf).at[:, i].min(0.0), fnp.asarray(x).at[:, i].max(0.0))
+    got = _compiled(f, x, b, i)(x, b, i)
+    for g, w in zip(got, ft.jit(f, backend="numpy")(x, b, i)):
+        np.testing.assert_array_equal(np.asarray(g), w)

@@ -36,11 +36,11 @@ def _combine(op: str, t: str) -> str:
 
 
 def _atomic_update(op: str, t: str) -> str:
-    """C: ``ft_scatter_{op}(addr, v)``, the read-combine-swap loop on the bits of ``t``."""
+    """C: ``ft_scatter_{op}_{t}(addr, v)``, the read-combine-swap loop on the bits of ``t``."""
     ut, cmpxchg = _UNSIGNED[t]
     pragma = _INT64_ATOMICS if ut == "ulong" else ""
     return pragma + f"""
-inline void ft_scatter_{op}(volatile __global {t}* addr, {t} v) {{
+inline void ft_scatter_{op}_{t}(volatile __global {t}* addr, {t} v) {{
     union {{ {ut} u; {t} f; }} cur, upd;
     do {{
         cur.f = *addr;
@@ -88,7 +88,7 @@ __kernel void {write}(__global {t}* out, __global const int* restrict winner,
 __kernel void {apply}(__global {t}* out, __global const long* restrict idx, __global const {t}* restrict upd,
                       const long K) {{
     const long k = get_global_id(0);
-    if (k < K) ft_scatter_{op}(out + idx[k], upd[k]);
+    if (k < K) ft_scatter_{op}_{t}(out + idx[k], upd[k]);
 }}"""
         names = [apply]
 

@@ -25,13 +25,14 @@ from .lowerings import Lowered, register
 _BLOCK = 16  # entries a work-item sorts alone before the merge passes
 
 
-def _before(t: str, is_float: bool, descending: bool) -> str:
-    """C: ``ft_before(a, b)``, true when key ``a`` sorts strictly before key ``b``."""
+def _before(name: str, t: str, is_float: bool, descending: bool) -> str:
+    """C: ``name(a, b)``, true when key ``a`` sorts strictly before key ``b`` (one helper per key
+    type and direction: two sorts in one program define two)."""
     cmp = ">" if descending else "<"
     if not is_float:
-        return f"inline int ft_before({t} a, {t} b) {{ return a {cmp} b; }}"
+        return f"inline int {name}({t} a, {t} b) {{ return a {cmp} b; }}"
     nan_rule = "isnan(a) && !isnan(b)" if descending else "isnan(b) && !isnan(a)"
-    return f"inline int ft_before({t} a, {t} b) {{ return (a {cmp} b) || ({nan_rule}); }}"
+    return f"inline int {name}({t} a, {t} b) {{ return (a {cmp} b) || ({nan_rule}); }}"
 
 
 @register(sorting.argsort_p)
@@ -52,21 +53,22 @@ def lower_argsort(eqn, rt) -> Lowered | None:
     t = CTYPE[dt]
     suffix = f"{t}_{'desc' if descending else 'asc'}"
     init, merge = f"argsort_init_{suffix}", f"argsort_merge_{suffix}"
-    source = f"#define BLOCK {_BLOCK}\n" + _before(t, dt.kind == "f", descending) + f"""
+    before = f"ft_before_{suffix}"
+    source = _before(before, t, dt.kind == "f", descending) + f"""
 __kernel void {init}(__global const {t}* restrict x, __global {t}* restrict keys, __global long* restrict idx,
                      const long n, const long blocks) {{
-    /* one work-item sorts one block of BLOCK entries of a row (a stable insertion sort) */
+    /* one work-item sorts one block of {_BLOCK} entries of a row (a stable insertion sort) */
     const long g = get_global_id(0);
     if (g >= blocks) return;
-    const long per_row = (n + BLOCK - 1) / BLOCK;
-    const long row = (g / per_row) * n, start = (g % per_row) * BLOCK;
-    const long count = min((long)BLOCK, n - start);
-    {t} k[BLOCK];
-    long v[BLOCK];
+    const long per_row = (n + {_BLOCK} - 1) / {_BLOCK};
+    const long row = (g / per_row) * n, start = (g % per_row) * {_BLOCK};
+    const long count = min((long){_BLOCK}, n - start);
+    {t} k[{_BLOCK}];
+    long v[{_BLOCK}];
     for (long j = 0; j < count; j++) {{
         const {t} key = x[row + start + j];
         long p = j;
-        while (p > 0 && ft_before(key, k[p - 1])) {{ k[p] = k[p - 1]; v[p] = v[p - 1]; p--; }}
+        while (p > 0 && {before}(key, k[p - 1])) {{ k[p] = k[p - 1]; v[p] = v[p - 1]; p--; }}
         k[p] = key;
         v[p] = start + j;
     }}
@@ -87,14 +89,14 @@ __kernel void {merge}(__global const {t}* restrict src_keys, __global const long
         lo = mid; hi = end;
         while (lo < hi) {{
             const long m = (lo + hi) / 2;
-            if (ft_before(src_keys[row + m], key)) lo = m + 1; else hi = m;
+            if ({before}(src_keys[row + m], key)) lo = m + 1; else hi = m;
         }}
         at = row + start + (i - start) + (lo - mid);
     }} else {{        /* right block: count left keys not after mine */
         lo = start; hi = mid;
         while (lo < hi) {{
             const long m = (lo + hi) / 2;
-            if (!ft_before(key, src_keys[row + m])) lo = m + 1; else hi = m;
+            if (!{before}(key, src_keys[row + m])) lo = m + 1; else hi = m;
         }}
         at = row + start + (i - mid) + (lo - start);
     }}
