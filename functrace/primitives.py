@@ -409,9 +409,11 @@ reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
 def _prod_of_others(x, axes):
     """prod over ``axes`` of x with each element left out in turn, without dividing by x.
 
-    The reduced axes are flattened to one axis of size n and an (n, n) identity mask
-    replaces the left-out element by 1: O(n^2) but exact at zeros and differentiable.
+    The reduced axes are flattened to one axis; the product of the others is the exclusive
+    product from the left times the one from the right (``scans.exclusive_products``): O(n)
+    memory, exact at zeros, and differentiable again.
     """
+    from .scans import exclusive_products
     shape = shape_of(x)
     rest = tuple(i for i in range(len(shape)) if i not in axes)
     xt = transpose(x, rest + tuple(axes))
@@ -419,10 +421,7 @@ def _prod_of_others(x, axes):
     n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
     xf = reshape(xt, rest_shape + (n,))
     k = len(rest_shape)
-    eye = np.eye(n, dtype=bool)
-    tiled = broadcast_in_dim(xf, rest_shape + (n, n), tuple(range(k)) + (k + 1,))
-    masked = select(eye, ones_like(tiled), tiled)
-    others = reduce_prod(masked, (k + 1,))
+    others = mul(exclusive_products(xf, k), exclusive_products(xf, k, reverse=True))
     others = reshape(others, rest_shape + tuple(shape[a] for a in axes))
     inv = np.argsort(rest + tuple(axes))
     return transpose(others, tuple(int(i) for i in inv))
