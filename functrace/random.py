@@ -427,31 +427,10 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     return P.broadcast_to(P.add(low, P.convert_element_type(offset, dtype)), shape)
 
 
-TRACED_SORT_LIMIT = 4096  # longest axis _stable_order sorts by comparisons (n^2 elements)
-
-
 def _stable_order(keys, axis: int, descending: bool = False):
-    """The permutation a stable sort of ``keys`` along ``axis`` applies (indices, int32):
-    numpy's argsort on arrays; traced, the rank of each key (how many keys sort before it) and
-    its inverse by comparisons, O(n^2) along the axis, but elementwise work every backend runs."""
-    if not isinstance(keys, Tracer):
-        k = np.asarray(keys)
-        return np.argsort(-k.astype(np.float64) if descending else k, axis=axis, kind="stable").astype(np.int32)
-    keys = P.moveaxis(keys, axis, len(P.shape_of(keys)) - 1)
-    n = P.shape_of(keys)[-1]
-    if n > TRACED_SORT_LIMIT:
-        raise NotImplementedError(f"ft.random: a traced shuffle or top-k of {n} > {TRACED_SORT_LIMIT} elements "
-                                  "needs a sort primitive (functrace has none yet; its O(n^2) comparisons would "
-                                  f"take {n * n:,} elements); call it outside jit/vmap {user_frame_description()}")
-    mine = P.expand_dims(keys, (len(P.shape_of(keys)),))       # [..., i, 1]
-    other = P.expand_dims(keys, (len(P.shape_of(keys)) - 1,))   # [..., 1, j]
-    before = P.gt_p.bind(other, mine) if descending else P.lt_p.bind(other, mine)
-    position = np.arange(n)
-    tie_before = P.and_p.bind(P.eq(other, mine), position[None, :] < position[:, None])
-    rank = fnp.sum(P.or_p.bind(before, tie_before), axis=-1).astype(np.int32)  # [..., i]
-    at = P.eq(P.expand_dims(rank, (len(P.shape_of(rank)) - 1,)), np.arange(n, dtype=np.int32)[:, None])  # [..., r, i]
-    order = fnp.sum(fnp.where(at, np.arange(n, dtype=np.int32), np.int32(0)), axis=-1).astype(np.int32)
-    return P.moveaxis(order, len(P.shape_of(order)) - 1, axis)
+    """The permutation a stable sort of ``keys`` along ``axis`` applies (int32): the ``argsort``
+    primitive, descending with ties in their original order (as JAX's sorts and ``lax.top_k``)."""
+    return fnp.argsort(keys, axis=axis, descending=descending).astype(np.int32)
 
 
 def _shuffle(key, x, axis: int):

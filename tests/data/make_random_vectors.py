@@ -84,6 +84,8 @@ def run(x64: bool) -> dict:
     out = {f"{name}/{seed}": np.asarray(f(jax.random.PRNGKey(seed))) for name, f in cases.items() for seed in SEEDS}
     if x64:
         out.update({f"x64_key/{s}": np.asarray(jax.random.PRNGKey(s)) for s in (-1, 2 ** 40 + 5)})
+    else:  # one long shuffle (two sorting rounds), one seed: tests/test_random.py runs it traced
+        out["permutation_10000/0"] = np.asarray(jax.random.permutation(jax.random.PRNGKey(0), 10000))
     return out
 
 
