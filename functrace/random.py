@@ -211,14 +211,19 @@ def _as(x, dtype):
     return np.asarray(x, dtype)
 
 
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Does an array of ``shape`` broadcast to ``target`` (unchanged)?"""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
 def _check_broadcast(fname: str, shape: tuple, *args) -> None:
+    """Every parameter in ``args`` broadcasts to the sample ``shape``, or a ShapeError."""
     for a in args:
         s = tuple(P.shape_of(a))
-        try:
-            ok = np.broadcast_shapes(s, shape) == shape
-        except ValueError:
-            ok = False
-        if not ok:
+        if not _broadcasts_to(s, shape):
             raise ShapeError(f"ft.random.{fname}: a parameter of shape {s} does not broadcast to the "
                              f"sample shape {shape} {user_frame_description()}")
 
@@ -337,28 +342,38 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
     Gumbel-top-k trick (the leading axes of ``shape`` past the batch shape number the draws)."""
     key = _check_key("categorical", key)
     logits = fnp._to_float(logits)
-    ndim = len(P.shape_of(logits))
+    logits_shape = tuple(P.shape_of(logits))
+    ndim = len(logits_shape)
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"ft.random.categorical: axis {axis} is out of range for logits of shape {logits_shape} "
+                         f"(the categories lie along one of its axes) {user_frame_description()}")
     axis = axis % ndim
-    batch_shape = tuple(n for i, n in enumerate(P.shape_of(logits)) if i != axis)
+    if logits_shape[axis] == 0:
+        raise ValueError(f"ft.random.categorical: logits of shape {logits_shape} have no categories along axis {axis} "
+                         f"{user_frame_description()}")
+    batch_shape = logits_shape[:axis] + logits_shape[axis + 1:]
     shape = batch_shape if shape is None else _shape(shape)
-    _check_broadcast("categorical", shape, np.zeros(batch_shape))
+    if not _broadcasts_to(batch_shape, shape):
+        raise ShapeError(f"ft.random.categorical: the batch shape {batch_shape} of logits of shape {logits_shape} "
+                         f"(without axis {axis}, the categories) does not broadcast to shape {shape} "
+                         f"{user_frame_description()}")
     prefix = shape[:len(shape) - len(batch_shape)]
     if not replace:
-        draws, categories = math.prod(prefix), P.shape_of(logits)[axis]
+        draws, categories = math.prod(prefix), logits_shape[axis]
         if draws > categories:
             raise ValueError(f"ft.random.categorical: cannot draw {draws} samples from {categories} categories "
-                             "without replacement")
+                             f"without replacement {user_frame_description()}")
         if shape[len(prefix):] != batch_shape:
             raise ShapeError(f"ft.random.categorical: without replacement the shape must end in the batch "
-                             f"shape {batch_shape}, got {shape}")
-        scores = P.add(logits, gumbel(key, tuple(P.shape_of(logits)), P.dtype_of(logits)))
+                             f"shape {batch_shape}, got {shape} {user_frame_description()}")
+        scores = P.add(logits, gumbel(key, logits_shape, P.dtype_of(logits)))
         order = P.moveaxis(_stable_order(scores, axis, descending=True), axis, len(batch_shape))  # batch..., rank
         top = P.slice_op(order, (0,) * ndim, batch_shape + (draws,))
         return P.reshape(P.moveaxis(top, len(batch_shape), 0), shape)
     noise_shape = list(shape[len(prefix):])
-    noise_shape.insert(axis, P.shape_of(logits)[axis])
+    noise_shape.insert(axis, logits_shape[axis])
     noise = gumbel(key, prefix + tuple(noise_shape), P.dtype_of(logits))
-    scores = P.add(noise, P.reshape(logits, (1,) * len(prefix) + tuple(P.shape_of(logits))))
+    scores = P.add(noise, P.reshape(logits, (1,) * len(prefix) + logits_shape))
     return fnp.argmax(scores, axis=len(prefix) + axis).astype(np.int32)
 
 

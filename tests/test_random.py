@@ -242,6 +242,26 @@ def test_bad_keys_and_arguments_are_named():
         ft.jit(lambda k: R.permutation(k, 5000), backend="numpy")(R.PRNGKey(0))
 
 
+def test_categorical_shape_errors_name_the_logits_and_the_caller():
+    key = R.PRNGKey(0)
+
+    def sample_actions(logits):
+        return R.categorical(key, logits, shape=(3, 4))
+
+    with pytest.raises(ft.ShapeError, match=r"batch shape \(5,\) of logits of shape \(5, 7\) \(without axis 1, "
+                                            r"the categories\) does not broadcast to shape \(3, 4\) in function `sample_actions`"):
+        ft.jit(sample_actions, backend="numpy")(np.zeros((5, 7), np.float32))
+    with pytest.raises(ft.ShapeError, match=r"axis -1 is out of range for logits of shape \(\)"):
+        R.categorical(key, np.float32(1.0))
+    with pytest.raises(ft.ShapeError, match=r"axis 2 is out of range for logits of shape \(2, 3\)"):
+        R.categorical(key, np.zeros((2, 3), np.float32), axis=2)
+    with pytest.raises(ValueError, match=r"have no categories along axis 1"):
+        R.categorical(key, np.zeros((3, 0), np.float32))
+    with pytest.raises(ValueError, match="cannot draw 5 samples from 3 categories without replacement in function"):
+        R.categorical(key, np.zeros(3, np.float32), shape=(5,), replace=False)
+    assert R.categorical(key, np.zeros((2, 3), np.float32), axis=-2).shape == (3,)
+
+
 # --------------------------------------------------------------------------- ft.nn extras
 
 
