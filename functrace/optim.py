@@ -20,6 +20,8 @@ from typing import Any, Callable, NamedTuple, Union
 import numpy as np
 
 from . import numpy as fnp
+from .core import Tracer
+from .errors import user_frame_description
 from .tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 Schedule = Callable[[Any], Any]
@@ -104,9 +106,24 @@ def _bias_correction(moment, decay: float, count):
 
 
 def _check_learning_rate(learning_rate, name: str) -> None:
-    if not callable(learning_rate) and not isinstance(learning_rate, (int, float, np.number, np.ndarray)):
+    """A schedule, a traced scalar, or a finite non-negative real number; else an error naming
+    ``ft.optim.<name>`` and the caller (a bad rate would otherwise fail, or diverge, steps later)."""
+    if callable(learning_rate):
+        return
+    where = user_frame_description()
+    if isinstance(learning_rate, Tracer):
+        if learning_rate.shape != ():
+            raise TypeError(f"ft.optim.{name}: learning_rate must be a scalar, got {learning_rate.aval.str_short()} "
+                            f"{where}")
+        return
+    value = np.asarray(learning_rate) if isinstance(learning_rate, (int, float, np.number, np.ndarray)) else None
+    if value is None or isinstance(learning_rate, bool) or value.shape != () or value.dtype.kind not in "iuf":
+        got = type(learning_rate).__name__ if value is None else f"{value.dtype.name}{list(value.shape)}"
         raise TypeError(f"ft.optim.{name}: learning_rate must be a number or a schedule (a function of the "
-                        f"step count), got {type(learning_rate).__name__}")
+                        f"step count), got {got} {where}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"ft.optim.{name}: learning_rate must be finite and non-negative, got {value} {where} "
+                         "(for gradient ascent, negate the loss)")
 
 
 def apply_updates(params, updates):
