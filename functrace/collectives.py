@@ -442,7 +442,7 @@ def _single_name(axis_name, what: str) -> Hashable:
     if isinstance(axis_name, tuple):
         if len(axis_name) != 1:
             raise NotImplementedError(f"{what} over several axes {axis_name!r} is not implemented: "
-                                      "apply it once per axis name")
+                                      f"apply it once per axis name {user_frame_description()}")
         return axis_name[0]
     return axis_name
 

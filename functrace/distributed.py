@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import tree_util
+from .errors import user_frame_description
 
 PROCESSES = "processes"  # the reserved axis name of the process group
 # before aborting, time for mpiexec to forward the traceback (an abort at once lost it in 1 of 3 runs)
@@ -126,7 +127,7 @@ def shard(tree: Any, axis: int = 0) -> Any:
         n = x.shape[axis]
         if n % count:
             raise ValueError(f"ft.distributed.shard: axis {axis} has length {n}, not divisible by the "
-                             f"{count} processes")
+                             f"{count} processes {user_frame_description()}")
         k = n // count
         return np.take(x, np.arange(index * k, (index + 1) * k), axis=axis)
 

@@ -148,7 +148,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
     """Apply ``transforms`` in order; the state is the tuple of their states."""
     for t in transforms:
         if not isinstance(t, GradientTransformation):
-            raise TypeError(f"ft.optim.chain: expected GradientTransformations, got {type(t).__name__}")
+            raise TypeError(f"ft.optim.chain: expected GradientTransformations, got {type(t).__name__} {user_frame_description()}")
 
     def init(params):
         return tuple(t.init(params) for t in transforms)
@@ -156,7 +156,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
     def update(updates, state, params=None):
         if len(state) != len(transforms):
             raise ValueError(f"ft.optim.chain: the state has {len(state)} entries for {len(transforms)} "
-                             "transformations (was it made by this optimizer's init?)")
+                             f"transformations (was it made by this optimizer's init?) {user_frame_description()}")
         new_state = []
         for t, s in zip(transforms, state):
             updates, s = t.update(updates, s, params)
@@ -270,7 +270,7 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("ft.optim.add_decayed_weights: update needs the parameters: "
-                             "call opt.update(grads, state, params)")
+                             f"call opt.update(grads, state, params) {user_frame_description()}")
         if weight_decay == 0:
             return updates, state
         return tree_map(lambda g, p: g + _cast_like(weight_decay, g) * p, updates, params), state
@@ -365,7 +365,7 @@ def linear_schedule(init_value: float, end_value: float, transition_steps: int, 
 def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0) -> Schedule:
     """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps`` steps."""
     if decay_steps <= 0:
-        raise ValueError(f"ft.optim.cosine_decay_schedule: decay_steps must be positive, got {decay_steps}")
+        raise ValueError(f"ft.optim.cosine_decay_schedule: decay_steps must be positive, got {decay_steps} {user_frame_description()}")
 
     def schedule(count):
         t = fnp.minimum(count, float(decay_steps))
@@ -418,7 +418,7 @@ def piecewise_constant_schedule(init_value: float, boundaries_and_scales: dict |
     """``init_value`` times the product of the scales of the boundaries already passed."""
     items = sorted((boundaries_and_scales or {}).items())
     if any(s < 0 for _, s in items):
-        raise ValueError("ft.optim.piecewise_constant_schedule: scales must be non-negative")
+        raise ValueError(f"ft.optim.piecewise_constant_schedule: scales must be non-negative, got {dict(items)} {user_frame_description()}")
 
     def schedule(count):
         value = init_value

@@ -113,7 +113,7 @@ def PRNGKey(seed) -> np.ndarray:
     bits), as ``jax.random.PRNGKey``."""
     if isinstance(seed, Tracer):
         if seed.shape != () or seed.dtype.kind not in "iu":
-            raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {seed.aval.str_short()}")
+            raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {seed.aval.str_short()} {user_frame_description()}")
         if seed.dtype.itemsize <= 4:
             low = P.convert_element_type(P.convert_element_type(seed, np.int32), _U32) if seed.dtype.kind == "i" \
                 else P.convert_element_type(seed, _U32)
@@ -125,7 +125,7 @@ def PRNGKey(seed) -> np.ndarray:
     s = np.asarray(seed)
     if s.shape != () or s.dtype.kind not in "iub":
         raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {s.dtype.name}{list(s.shape)} "
-                        "(use ft.vmap for many seeds)")
+                        f"(use ft.vmap for many seeds) {user_frame_description()}")
     if s.dtype.kind == "i" and s.dtype.itemsize <= 4:
         return np.array([0, int(s) & 0xFFFFFFFF], _U32)
     v = int(s) & 0xFFFFFFFFFFFFFFFF
@@ -165,11 +165,11 @@ def fold_in(key, data):
     key = _check_key("fold_in", key)
     if isinstance(data, Tracer):
         if data.shape != ():
-            raise TypeError("ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many)")
+            raise TypeError(f"ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many) {user_frame_description()}")
         d = P.convert_element_type(data, _U32)
     else:
         if np.ndim(data):
-            raise TypeError("ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many)")
+            raise TypeError(f"ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many) {user_frame_description()}")
         d = np.array(int(data) & 0xFFFFFFFF, _U32)
     k1, k2 = _key_words(key)
     return fnp.stack(threefry2x32_p.bind(k1, k2, np.zeros((), _U32), d))
@@ -190,7 +190,7 @@ def bits(key, shape: Sequence[int] = (), dtype=np.uint32):
     key = _check_key("bits", key)
     dtype = np.dtype(dtype)
     if dtype.kind != "u":
-        raise TypeError(f"ft.random.bits: dtype must be an unsigned integer type, got {dtype.name}")
+        raise TypeError(f"ft.random.bits: dtype must be an unsigned integer type, got {dtype.name} {user_frame_description()}")
     return _bits(key, dtype.itemsize * 8, _shape(shape))
 
 
@@ -200,7 +200,7 @@ def bits(key, shape: Sequence[int] = (), dtype=np.uint32):
 def _float_dtype(fname: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"ft.random.{fname}: dtype must be float32 or float64, got {dtype.name}")
+        raise TypeError(f"ft.random.{fname}: dtype must be float32 or float64, got {dtype.name} {user_frame_description()}")
     return dtype
 
 
@@ -297,7 +297,7 @@ def _probability_dtype(fname: str, p) -> np.dtype:
         return np.dtype(np.float32)  # a Python number: JAX's default float
     d = P.dtype_of(p)
     if d.kind != "f":
-        raise TypeError(f"ft.random.{fname}: probabilities must be floats, got {d.name}")
+        raise TypeError(f"ft.random.{fname}: probabilities must be floats, got {d.name} {user_frame_description()}")
     return d
 
 
@@ -320,7 +320,7 @@ def gumbel(key, shape: Sequence[int] = (), dtype=np.float32, mode: str = "low"):
         u = _uniform("gumbel", key, shape, dtype, info.tiny, 1.0)
         return P.neg(P.log(P.neg(P.log(u))))
     if mode != "high":
-        raise ValueError(f"ft.random.gumbel: mode must be 'low' or 'high', got {mode!r}")
+        raise ValueError(f"ft.random.gumbel: mode must be 'low' or 'high', got {mode!r} {user_frame_description()}")
     both = _uniform("gumbel", key, (2,) + shape, dtype, 0.0, 1.0)
     high, low = (P.squeeze(P.slice_op(both, (i,) + (0,) * len(shape), (i + 1,) + shape), (0,)) for i in (0, 1))
     fine = P.add(P.add(high, P.mul(np.array(2.0 ** -info.nmant, dtype), low)), np.array(info.tiny, dtype))
@@ -409,7 +409,7 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     key = _check_key("randint", key)
     dtype, shape = np.dtype(dtype), _shape(shape)
     if dtype.kind not in "iu":
-        raise TypeError(f"ft.random.randint: dtype must be an integer type, got {dtype.name}")
+        raise TypeError(f"ft.random.randint: dtype must be an integer type, got {dtype.name} {user_frame_description()}")
     minval, maxval = _integer(minval), _integer(maxval)
     _check_broadcast("randint", shape, minval, maxval)
     if dtype.itemsize < 4:  # sampled in 32 bits (less bias), as JAX
@@ -487,7 +487,7 @@ def permutation(key, x, axis: int = 0, independent: bool = False):
     key = _check_key("permutation", key)
     if not isinstance(x, Tracer) and np.ndim(x) == 0:
         if np.asarray(x).dtype.kind not in "iu":
-            raise TypeError("ft.random.permutation: x must be an integer or an array of at least one axis")
+            raise TypeError(f"ft.random.permutation: x must be an integer or an array of at least one axis {user_frame_description()}")
         return _shuffle(key, np.arange(int(x), dtype=np.int32), 0)
     x = fnp.asarray(x)
     axis = axis % len(x.shape)
@@ -511,9 +511,9 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
         n = arr.shape[axis]
     draws = math.prod(shape)
     if n <= 0 and draws:
-        raise ValueError("ft.random.choice: a must be greater than 0 unless no samples are taken")
+        raise ValueError(f"ft.random.choice: a must be greater than 0 unless no samples are taken {user_frame_description()}")
     if not replace and draws > n:
-        raise ValueError(f"ft.random.choice: cannot take {draws} samples from {n} without replacement")
+        raise ValueError(f"ft.random.choice: cannot take {draws} samples from {n} without replacement {user_frame_description()}")
     if p is None:
         if replace:
             ind = randint(key, shape, 0, n)
@@ -524,7 +524,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
             p = np.asarray(p, np.float32)  # Python numbers: JAX's default float
         p = fnp._to_float(p)
         if tuple(P.shape_of(p)) != (n,):
-            raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))}")
+            raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))} {user_frame_description()}")
         if replace:
             cumulative = fnp.cumsum(p)
             total = P.squeeze(P.slice_op(cumulative, (n - 1,), (n,)), (0,))
@@ -547,27 +547,24 @@ def multivariate_normal(key, mean, cov, shape: Sequence[int] | None = None, dtyp
     ``jax.random.multivariate_normal`` (``method``: 'cholesky', 'eigh' or 'svd')."""
     key = _check_key("multivariate_normal", key)
     if method not in ("cholesky", "eigh", "svd"):
-        raise ValueError(f"ft.random.multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r}")
+        raise ValueError(f"ft.random.multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r} {user_frame_description()}")
     mean, cov = fnp._to_float(mean), fnp._to_float(cov)
     dtype = _float_dtype("multivariate_normal", P.dtype_of(mean) if dtype is None else dtype)
     mean, cov = _as(mean, dtype), _as(cov, dtype)
     n = P.shape_of(mean)[-1] if P.shape_of(mean) else None
     if n is None or tuple(P.shape_of(cov))[-2:] != (n, n):
         raise ShapeError(f"ft.random.multivariate_normal: needs mean (..., n) and cov (..., n, n), got "
-                         f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))}")
+                         f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))} {user_frame_description()}")
     batch = tuple(np.broadcast_shapes(P.shape_of(mean)[:-1], P.shape_of(cov)[:-2]))
     shape = batch if shape is None else _shape(shape)
     if isinstance(cov, Tracer):
-        linalg = fnp.linalg
-        try:
-            decompose = {"cholesky": linalg.cholesky, "eigh": linalg.eigh, "svd": linalg.svd}[method]
-        except AttributeError:
+        decompose = getattr(fnp.linalg, method, None)
+        if decompose is None:
             raise NotImplementedError(f"ft.random.multivariate_normal: a traced cov needs "
-                                      f"functrace.numpy.linalg.{method}, not available") from None
+                                      f"functrace.numpy.linalg.{method}, not available {user_frame_description()}")
         sqrt = fnp.sqrt
     else:
-        decompose = {"cholesky": np.linalg.cholesky, "eigh": np.linalg.eigh, "svd": np.linalg.svd}[method]
-        sqrt = np.sqrt
+        decompose, sqrt = getattr(np.linalg, method), np.sqrt
     if method == "cholesky":
         factor = decompose(cov)
     elif method == "eigh":

@@ -262,6 +262,17 @@ def test_categorical_shape_errors_name_the_logits_and_the_caller():
     assert R.categorical(key, np.zeros((2, 3), np.float32), axis=-2).shape == (3,)
 
 
+@pytest.mark.parametrize("sampler, args, kwargs", [
+    (R.bits, ((2,), np.int32), {}), (R.gumbel, (), {"mode": "mid"}), (R.fold_in, (np.arange(2),), {}),
+    (R.choice, (3,), {"p": np.ones(4)}), (ft.nn.initializers.glorot_uniform(), ((3,),), {})],
+    ids=["bits", "gumbel", "fold_in", "choice", "initializer"])
+def test_argument_errors_name_the_callers_function(sampler, args, kwargs):
+    def user_code():
+        return sampler(R.PRNGKey(0), *args, **kwargs)
+    with pytest.raises((TypeError, ValueError), match="in function `user_code`"):
+        user_code()
+
+
 # --------------------------------------------------------------------------- ft.nn extras
 
 
