@@ -104,8 +104,15 @@ def _check_key(fname: str, key):
     return k
 
 
+def _row(x, i: int):
+    """``x[i]`` along the leading axis (a slice: traceable, fused like any other)."""
+    shape = tuple(P.shape_of(x))
+    return P.squeeze(P.slice_op(x, (i,) + (0,) * (len(shape) - 1), (i + 1,) + shape[1:]), (0,))
+
+
 def _key_words(key) -> tuple:
-    return tuple(P.squeeze(P.slice_op(key, (i,), (i + 1,)), (0,)) for i in (0, 1))
+    """The two uint32 words of a key."""
+    return _row(key, 0), _row(key, 1)
 
 
 def PRNGKey(seed) -> np.ndarray:
@@ -322,7 +329,7 @@ def gumbel(key, shape: Sequence[int] = (), dtype=np.float32, mode: str = "low"):
     if mode != "high":
         raise ValueError(f"ft.random.gumbel: mode must be 'low' or 'high', got {mode!r} {user_frame_description()}")
     both = _uniform("gumbel", key, (2,) + shape, dtype, 0.0, 1.0)
-    high, low = (P.squeeze(P.slice_op(both, (i,) + (0,) * len(shape), (i + 1,) + shape), (0,)) for i in (0, 1))
+    high, low = _row(both, 0), _row(both, 1)
     fine = P.add(P.add(high, P.mul(np.array(2.0 ** -info.nmant, dtype), low)), np.array(info.tiny, dtype))
     x = P.select(P.ge_p.bind(high, np.array(0.5, dtype)), high, fine)
     return P.neg(P.log(P.neg(P.log1p_p.bind(P.neg(x)))))
@@ -428,7 +435,8 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     else:
         out_of_range = np.asarray(maxval).astype(object) > above
     low, high = _clipped(minval, dtype), _clipped(maxval, dtype)
-    k1, k2 = (P.squeeze(P.slice_op(split(key), (i, 0), (i + 1, 2)), (0,)) for i in (0, 1))
+    keys = split(key)
+    k1, k2 = _row(keys, 0), _row(keys, 1)
     higher_bits, lower_bits = _bits(k1, width, shape), _bits(k2, width, shape)
     span = P.convert_element_type(P.sub(high, low), uint)
     one, zero = np.array(1, uint), np.array(0, uint)
@@ -527,7 +535,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
             raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))} {user_frame_description()}")
         if replace:
             cumulative = fnp.cumsum(p)
-            total = P.squeeze(P.slice_op(cumulative, (n - 1,), (n,)), (0,))
+            total = _row(cumulative, n - 1)
             u = _uniform("choice", key, shape, P.dtype_of(p), 0.0, 1.0)
             r = P.mul(total, P.sub(np.array(1.0, P.dtype_of(p)), u))
             ind = fnp.sum(P.lt_p.bind(cumulative, P.expand_dims(r, (len(shape),))), axis=-1).astype(np.int32)
