@@ -51,33 +51,47 @@ class EmptyState(NamedTuple):
 
 
 class TraceState(NamedTuple):
+    """``trace``'s state: the momentum, like the parameters."""
+
     trace: Any
 
 
 class ScaleByAdamState(NamedTuple):
+    """``scale_by_adam``'s state: the step count and the first and second moments."""
+
     count: Any
     mu: Any
     nu: Any
 
 
 class ScaleByRmsState(NamedTuple):
+    """``scale_by_rms``'s state: the moving average of squared gradients."""
+
     nu: Any
 
 
 class ScaleByRssState(NamedTuple):
+    """``scale_by_rss``'s state: the sum of all squared gradients."""
+
     sum_of_squares: Any
 
 
 class ScaleByLionState(NamedTuple):
+    """``scale_by_lion``'s state: the step count and the momentum."""
+
     count: Any
     mu: Any
 
 
 class ScaleByScheduleState(NamedTuple):
+    """``scale_by_schedule``'s state: the step count the schedule is evaluated at."""
+
     count: Any
 
 
 class MaskedState(NamedTuple):
+    """``masked``'s state: the inner transformation's, over the selected leaves."""
+
     inner_state: Any
 
 
@@ -126,12 +140,12 @@ def _check_learning_rate(learning_rate, name: str) -> None:
                          "(for gradient ascent, negate the loss)")
 
 
-def apply_updates(params, updates):
+def apply_updates(params: Any, updates: Any) -> Any:
     """``params + updates`` leaf by leaf, each result in its parameter's dtype."""
     return tree_map(lambda p, u: fnp.asarray(p + u, p.dtype), params, updates)
 
 
-def global_norm(updates):
+def global_norm(updates: Any) -> Any:
     """The L2 norm of all leaves of ``updates`` taken together."""
     return fnp.sqrt(sum(fnp.sum(fnp.square(x)) for x in tree_leaves(updates)))
 
@@ -244,7 +258,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
                                   update)
 
 
-def masked(inner: GradientTransformation, mask) -> GradientTransformation:
+def masked(inner: GradientTransformation, mask: Any) -> GradientTransformation:
     """Apply ``inner`` only to the leaves where ``mask`` (a pytree of bools like the parameters,
     or a function of the parameters returning one) is True; the other updates pass unchanged."""
     def select(tree, flags):  # masked-out leaves become None: empty nodes the inner transform skips
@@ -264,7 +278,7 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformation:
     return GradientTransformation(lambda params: MaskedState(inner.init(select(params, flags_for(params)))), update)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
+def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates (decoupled weight decay); ``mask`` as in
     ``masked`` limits it to some parameters."""
     def update(updates, state, params=None):
@@ -305,7 +319,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999, ep
 
 
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          eps_root: float = 0.0, weight_decay: float = 1e-4, mask=None) -> GradientTransformation:
+          eps_root: float = 0.0, weight_decay: float = 1e-4, mask: Any = None) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019)."""
     _check_learning_rate(learning_rate, "adamw")
     return chain(scale_by_adam(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
@@ -328,7 +342,7 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
 
 
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-3,
-         mask=None) -> GradientTransformation:
+         mask: Any = None) -> GradientTransformation:
     """Lion (Chen et al., 2023): sign updates with decoupled weight decay."""
     _check_learning_rate(learning_rate, "lion")
     return chain(scale_by_lion(b1, b2), add_decayed_weights(weight_decay, mask),
@@ -374,7 +388,7 @@ def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.
     return schedule
 
 
-def join_schedules(schedules: list, boundaries: list) -> Schedule:
+def join_schedules(schedules: list[Schedule], boundaries: list[int]) -> Schedule:
     """``schedules[i]`` from ``boundaries[i-1]`` on (its count restarting at 0 there)."""
     def schedule(count):
         out = schedules[0](count)
