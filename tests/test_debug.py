@@ -8,15 +8,10 @@ import functrace.numpy as fnp
 
 
 @pytest.fixture
-def opencl_kernels():
+def opencl_kernels(monkeypatch):
     """Run even small programs as kernels (not on the host of a CPU device) while the test runs."""
-    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0}
-    saved = {n: getattr(ft.config, n) for n in settings}
-    for n, v in settings.items():
-        ft.config.update(n, v)
-    yield
-    for n, v in saved.items():
-        ft.config.update(n, v)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
 
 
 def f(x):
