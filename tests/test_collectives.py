@@ -233,6 +233,32 @@ def test_collectives_in_control_flow_bodies_under_a_named_vmap():
     ft.test_util.check_grads(lambda v: ft.vmap(scan, axis_name="i")(v), (x,), order=2, modes=("fwd", "rev"))
 
 
+def _scan_with_psum(x):
+    def body(c, xi):
+        s = ft.lax.psum(xi * c, "processes")
+        return c * 0.5 + fnp.sin(s), s
+    c, ys = ft.lax.scan(body, 1.0, x)
+    return c + ys.sum()
+
+
+def _cond_with_psum(x):
+    return ft.lax.cond(x.sum() > 0, lambda v: fnp.sin(ft.lax.psum(v, "processes")).sum(), lambda v: v.sum(), x)
+
+
+def _fori_with_pmean(x):
+    return ft.lax.fori_loop(0, 3, lambda i, v: fnp.sin(ft.lax.pmean(v, "processes")), x).sum()
+
+
+@pytest.mark.parametrize("f", [_scan_with_psum, _cond_with_psum, _fori_with_pmean], ids=lambda f: f.__name__[1:])
+def test_grad_through_a_loop_body_holding_a_process_collective(f):
+    """Reverse mode recomputes the body's forward pass without its prints, but with its collectives
+    (their values are used: dropping them left undefined variables, a KeyError)."""
+    x = np.arange(3.0) / 5
+    ft.test_util.check_grads(f, (x,), order=2, modes=("fwd", "rev"))
+    for backend in ("numpy", "opencl"):
+        np.testing.assert_allclose(ft.jit(ft.grad(f), backend=backend)(x), ft.grad(f)(x), rtol=1e-13)
+
+
 def test_a_loop_of_constants_with_a_collective_under_a_named_vmap_is_a_clear_error():
     """Its operands are no values of the vmap, so it runs at once, outside it (see collectives.py)."""
     body = lambda c, _: (ft.lax.psum(c, "i"), None)
