@@ -531,12 +531,16 @@ def ppermute(x: Any, axis_name: Hashable, perm: Sequence[tuple[int, int]]) -> An
     receive nothing get zeros."""
     name = _single_name(axis_name, "ppermute")
     n = axis_size(name)
-    perm = tuple((int(s), int(d)) for s, d in perm)
-    sources, dests = [s for s, _ in perm], [d for _, d in perm]
-    if len(set(sources)) < len(perm) or len(set(dests)) < len(perm) or \
+    try:
+        pairs = tuple((int(s), int(d)) for s, d in perm)
+    except (TypeError, ValueError):
+        pairs = None
+    sources, dests = ([s for s, _ in pairs], [d for _, d in pairs]) if pairs is not None else ([], [])
+    if pairs is None or len(set(sources)) < len(pairs) or len(set(dests)) < len(pairs) or \
             not all(0 <= i < n for i in sources + dests):
-        raise ValueError(f"ppermute: perm {perm} must be pairs (source, destination) of distinct members "
+        raise ValueError(f"ppermute: perm {perm!r} must be pairs (source, destination) of distinct members "
                          f"of axis {name!r} (size {n}) {user_frame_description()}")
+    perm = pairs
     return tree_util.tree_map(lambda v: ppermute_p.bind(v, axis_name=name, perm=perm), x)
 
 

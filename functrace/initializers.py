@@ -79,6 +79,9 @@ def variance_scaling(scale: float, mode: str, distribution: str, in_axis: int = 
                          f"got {distribution!r} {user_frame_description()}")
 
     def init(key, shape: Sequence[int], dtype=dtype):
+        if np.dtype(dtype).kind != "f":
+            raise TypeError(f"variance_scaling: dtype must be a float type, got {np.dtype(dtype).name} "
+                            f"{user_frame_description()}")
         shape = tuple(int(n) for n in shape)
         fan_in, fan_out = _fans(shape, in_axis, out_axis)
         fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[mode]

@@ -22,7 +22,7 @@ import numpy as np
 from . import numpy as fnp
 from .core import Tracer
 from .errors import user_frame_description
-from .tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from .tree_util import tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
 
 Schedule = Callable[[Any], Any]
 ScalarOrSchedule = Union[float, Schedule]
@@ -140,6 +140,20 @@ def _check_learning_rate(learning_rate, name: str) -> None:
                          "(for gradient ascent, negate the loss)")
 
 
+def _check_updates_match(updates, params) -> None:
+    """``updates`` (the gradients) have the parameters' tree structure and leaf shapes, or a
+    ValueError naming the caller (else a tree_map or numpy broadcast error from inside a rule)."""
+    update_leaves, update_tree = tree_flatten(updates)
+    param_leaves, param_tree = tree_flatten(params)
+    if update_tree != param_tree:
+        raise ValueError(f"ft.optim: update got updates (gradients) with the structure {update_tree}, the "
+                         f"parameters have {param_tree} {user_frame_description()}")
+    for i, (u, p) in enumerate(zip(update_leaves, param_leaves)):
+        if fnp.shape(u) != fnp.shape(p):
+            raise ValueError(f"ft.optim: update got leaf {i} of the updates (gradients) of shape {fnp.shape(u)}, "
+                             f"its parameter has {fnp.shape(p)} {user_frame_description()}")
+
+
 def apply_updates(params: Any, updates: Any) -> Any:
     """``params + updates`` leaf by leaf, each result in its parameter's dtype."""
     return tree_map(lambda p, u: fnp.asarray(p + u, p.dtype), params, updates)
@@ -168,6 +182,8 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
         return tuple(t.init(params) for t in transforms)
 
     def update(updates, state, params=None):
+        if params is not None:
+            _check_updates_match(updates, params)
         if len(state) != len(transforms):
             raise ValueError(f"ft.optim.chain: the state has {len(state)} entries for {len(transforms)} "
                              f"transformations (was it made by this optimizer's init?) {user_frame_description()}")
@@ -265,7 +281,11 @@ def masked(inner: GradientTransformation, mask: Any) -> GradientTransformation:
         return tree_map(lambda x, keep: x if keep else None, tree, flags)
 
     def flags_for(params):
-        return mask(params) if callable(mask) else mask
+        flags = mask(params) if callable(mask) else mask
+        if tree_structure(flags) != tree_structure(params):
+            raise ValueError(f"ft.optim.masked: the mask has the structure {tree_structure(flags)}, the parameters "
+                             f"{tree_structure(params)} {user_frame_description()}")
+        return flags
 
     def update(updates, state, params=None):
         flags = flags_for(params if params is not None else updates)

@@ -23,6 +23,7 @@ two 32-bit words as JAX with x64 does (the same key as without it for seeds in [
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -142,8 +143,19 @@ def PRNGKey(seed) -> np.ndarray:
 key = PRNGKey  # (jax.random.key makes a typed key; here every key is the raw uint32[2] array)
 
 
-def _shape(shape) -> tuple:
-    return tuple(int(n) for n in shape) if isinstance(shape, Sequence) else (int(shape),)
+def _shape(fname: str, shape) -> tuple:
+    """``shape`` (a sequence of sizes, or one size) as a tuple of non-negative ints, or a TypeError
+    naming ``ft.random.<fname>`` (a string or a float would otherwise pass as digits / truncate)."""
+    listed = (isinstance(shape, Sequence) and not isinstance(shape, str)) or np.ndim(shape) == 1
+    sizes = shape if listed else (shape,)
+    try:
+        out = tuple(operator.index(n) for n in sizes)
+    except TypeError:
+        out = None
+    if out is None or any(n < 0 for n in out):
+        raise TypeError(f"ft.random.{fname}: the shape must be non-negative integers, got {shape!r} "
+                        f"{user_frame_description()}")
+    return out
 
 
 def _counters(shape: tuple) -> tuple:
@@ -164,7 +176,7 @@ def _hash(key, shape: tuple) -> list:
 def split(key, num: int | Sequence[int] = 2):
     """``num`` new keys (a shape: keys of that shape), as ``jax.random.split``."""
     key = _check_key("split", key)
-    return fnp.stack(_hash(key, _shape(num)), axis=-1)
+    return fnp.stack(_hash(key, _shape("split", num)), axis=-1)
 
 
 def fold_in(key, data):
@@ -198,7 +210,7 @@ def bits(key, shape: Sequence[int] = (), dtype=np.uint32):
     dtype = np.dtype(dtype)
     if dtype.kind != "u":
         raise TypeError(f"ft.random.bits: dtype must be an unsigned integer type, got {dtype.name} {user_frame_description()}")
-    return _bits(key, dtype.itemsize * 8, _shape(shape))
+    return _bits(key, dtype.itemsize * 8, _shape("bits", shape))
 
 
 # --------------------------------------------------------------------------- floats
@@ -256,7 +268,7 @@ def _uniform(fname: str, key, shape: tuple, dtype: np.dtype, minval, maxval):
 def uniform(key, shape: Sequence[int] = (), dtype=np.float32, minval=0.0, maxval=1.0):
     """Uniform floats in [minval, maxval), as ``jax.random.uniform``."""
     key = _check_key("uniform", key)
-    return _uniform("uniform", key, _shape(shape), _float_dtype("uniform", dtype), minval, maxval)
+    return _uniform("uniform", key, _shape("uniform", shape), _float_dtype("uniform", dtype), minval, maxval)
 
 
 def normal(key, shape: Sequence[int] = (), dtype=np.float32):
@@ -264,7 +276,7 @@ def normal(key, shape: Sequence[int] = (), dtype=np.float32):
     key = _check_key("normal", key)
     dtype = _float_dtype("normal", dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
-    u = _uniform("normal", key, _shape(shape), dtype, low, 1.0)
+    u = _uniform("normal", key, _shape("normal", shape), dtype, low, 1.0)
     return P.mul(np.array(math.sqrt(2.0), dtype), nn.erf_inv_p.bind(u))
 
 
@@ -290,7 +302,7 @@ def truncated_normal(key, lower, upper, shape: Sequence[int] | None = None, dtyp
     key = _check_key("truncated_normal", key)
     dtype = _float_dtype("truncated_normal", dtype)
     lower, upper = _as(lower, dtype), _as(upper, dtype)
-    shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape(shape)
+    shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape("truncated_normal", shape)
     sqrt2 = np.array(math.sqrt(2.0), dtype)
     a, b = nn.erf_p.bind(P.div(lower, sqrt2)), nn.erf_p.bind(P.div(upper, sqrt2))
     out = P.mul(sqrt2, nn.erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
@@ -313,7 +325,7 @@ def bernoulli(key, p=0.5, shape: Sequence[int] | None = None):
     key = _check_key("bernoulli", key)
     dtype = _probability_dtype("bernoulli", p)
     p = _as(p, dtype)
-    shape = tuple(P.shape_of(p)) if shape is None else _shape(shape)
+    shape = tuple(P.shape_of(p)) if shape is None else _shape("bernoulli", shape)
     return P.lt_p.bind(_uniform("bernoulli", key, shape, dtype, 0.0, 1.0), p)
 
 
@@ -321,7 +333,7 @@ def gumbel(key, shape: Sequence[int] = (), dtype=np.float32, mode: str = "low"):
     """Standard Gumbel floats, -log(-log(u)), as ``jax.random.gumbel`` (``mode="high"``: two
     uniforms per sample, for the far tail)."""
     key = _check_key("gumbel", key)
-    dtype, shape = _float_dtype("gumbel", dtype), _shape(shape)
+    dtype, shape = _float_dtype("gumbel", dtype), _shape("gumbel", shape)
     info = np.finfo(dtype)
     if mode == "low":
         u = _uniform("gumbel", key, shape, dtype, info.tiny, 1.0)
@@ -339,7 +351,7 @@ def exponential(key, shape: Sequence[int] = (), dtype=np.float32):
     """Standard exponential floats, -log(1 - u), as ``jax.random.exponential``."""
     key = _check_key("exponential", key)
     dtype = _float_dtype("exponential", dtype)
-    u = _uniform("exponential", key, _shape(shape), dtype, 0.0, 1.0)
+    u = _uniform("exponential", key, _shape("exponential", shape), dtype, 0.0, 1.0)
     return P.neg(P.log1p_p.bind(P.neg(u)))
 
 
@@ -359,7 +371,7 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
         raise ValueError(f"ft.random.categorical: logits of shape {logits_shape} have no categories along axis {axis} "
                          f"{user_frame_description()}")
     batch_shape = logits_shape[:axis] + logits_shape[axis + 1:]
-    shape = batch_shape if shape is None else _shape(shape)
+    shape = batch_shape if shape is None else _shape("categorical", shape)
     if not _broadcasts_to(batch_shape, shape):
         raise ShapeError(f"ft.random.categorical: the batch shape {batch_shape} of logits of shape {logits_shape} "
                          f"(without axis {axis}, the categories) does not broadcast to shape {shape} "
@@ -414,7 +426,7 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     """Integers in [minval, maxval), as ``jax.random.randint`` (two words of random bits per value,
     reduced modulo the span)."""
     key = _check_key("randint", key)
-    dtype, shape = np.dtype(dtype), _shape(shape)
+    dtype, shape = np.dtype(dtype), _shape("randint", shape)
     if dtype.kind not in "iu":
         raise TypeError(f"ft.random.randint: dtype must be an integer type, got {dtype.name} {user_frame_description()}")
     minval, maxval = _integer(minval), _integer(maxval)
@@ -509,7 +521,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     """Samples of ``arange(a)`` (an int) or of ``a``'s slices along ``axis``, with or without
     replacement, uniformly or with probabilities ``p``, as ``jax.random.choice``."""
     key = _check_key("choice", key)
-    shape = _shape(shape)
+    shape = _shape("choice", shape)
     scalar = not isinstance(a, Tracer) and np.ndim(a) == 0
     arr = None if scalar else fnp.asarray(a)
     if scalar:
@@ -564,7 +576,7 @@ def multivariate_normal(key, mean, cov, shape: Sequence[int] | None = None, dtyp
         raise ShapeError(f"ft.random.multivariate_normal: needs mean (..., n) and cov (..., n, n), got "
                          f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))} {user_frame_description()}")
     batch = tuple(np.broadcast_shapes(P.shape_of(mean)[:-1], P.shape_of(cov)[:-2]))
-    shape = batch if shape is None else _shape(shape)
+    shape = batch if shape is None else _shape("multivariate_normal", shape)
     if isinstance(cov, Tracer):
         decompose = getattr(fnp.linalg, method, None)
         if decompose is None:

@@ -213,6 +213,25 @@ def test_misused_optimizers_raise_clear_errors():
         ft.optim.chain(ft.optim.adam(0.1), "sgd")
 
 
+def test_gradients_unlike_the_parameters_are_named_at_the_update():
+    params = {"w": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
+    opt = ft.optim.adamw(0.1)
+    state = opt.init(params)
+
+    def train_step(grads):
+        return opt.update(grads, state, params)
+    with pytest.raises(ValueError, match=r"update got updates \(gradients\) with the structure .* in function `train_step`"):
+        train_step({"w": np.ones(3, np.float32)})
+    with pytest.raises(ValueError, match=r"leaf 1 of the updates \(gradients\) of shape \(4,\), its parameter has \(3,\)"):
+        ft.jit(train_step, backend="numpy")({"w": np.ones(4, np.float32), "b": np.zeros(2, np.float32)})
+    masked = ft.optim.adamw(0.1, mask={"b": False, "w": True})  # masked-out leaves: still the same structure
+    masked.update(params, masked.init(params), params)
+    with pytest.raises(ValueError, match=r"ft.optim.masked: the mask has the structure .* in function `make_state`"):
+        def make_state():
+            return ft.optim.adamw(0.1, mask={"w": True}).init(params)
+        make_state()
+
+
 if __name__ == "__main__":  # write the stored expected values again (needs optax)
     import jax
     import optax
