@@ -198,6 +198,8 @@ def test_bad_arguments():
         ft.vmap(lambda v: ft.lax.psum_scatter(v, "i"), axis_name="i")(x)
     with pytest.raises(ValueError, match="distinct members"):
         ft.vmap(lambda v: ft.lax.ppermute(v, "i", [(0, 1), (1, 1)]), axis_name="i")(x)
+    with pytest.raises(ValueError, match=r"perm \[0, 1\] must be pairs"):
+        ft.vmap(lambda v: ft.lax.ppermute(v, "i", [0, 1]), axis_name="i")(x)
     with pytest.raises(ft.ShapeError, match="out of range"):
         ft.vmap(lambda v: ft.lax.all_gather(v, "i", axis=3), axis_name="i")(x)
     with pytest.raises(NotImplementedError, match="once per axis name"):

@@ -219,8 +219,11 @@ def test_categorical_shape_errors_name_the_logits_and_the_caller():
 
 @pytest.mark.parametrize("sampler, args, kwargs", [
     (R.bits, ((2,), np.int32), {}), (R.gumbel, (), {"mode": "mid"}), (R.fold_in, (np.arange(2),), {}),
-    (R.choice, (3,), {"p": np.ones(4)}), (ft.nn.initializers.glorot_uniform(), ((3,),), {})],
-    ids=["bits", "gumbel", "fold_in", "choice", "initializer"])
+    (R.choice, (3,), {"p": np.ones(4)}), (ft.nn.initializers.glorot_uniform(), ((3,),), {}),
+    (R.uniform, ("3",), {}), (R.normal, ((2.5,),), {}), (R.split, (-1,), {}),
+    (ft.nn.initializers.glorot_normal(), ((3, 3), np.int32), {})],
+    ids=["bits", "gumbel", "fold_in", "choice", "initializer", "shape_str", "shape_float", "shape_negative",
+         "initializer_int"])
 def test_argument_errors_name_the_callers_function(sampler, args, kwargs):
     def user_code():
         return sampler(R.PRNGKey(0), *args, **kwargs)
