@@ -130,7 +130,8 @@ def _check_learning_rate(learning_rate, name: str) -> None:
             raise TypeError(f"ft.optim.{name}: learning_rate must be a scalar, got {learning_rate.aval.str_short()} "
                             f"{where}")
         return
-    value = np.asarray(learning_rate) if isinstance(learning_rate, (int, float, np.number, np.ndarray)) else None
+    numeric = isinstance(learning_rate, (int, float, np.number, np.ndarray)) or hasattr(learning_rate, "__array__")
+    value = np.asarray(learning_rate) if numeric else None  # (an ft.Array on a device included)
     if value is None or isinstance(learning_rate, bool) or value.shape != () or value.dtype.kind not in "iuf":
         got = type(learning_rate).__name__ if value is None else f"{value.dtype.name}{list(value.shape)}"
         raise TypeError(f"ft.optim.{name}: learning_rate must be a number or a schedule (a function of the "

@@ -194,7 +194,7 @@ def test_a_bad_learning_rate_is_named_with_the_callers_function(rate, error, mes
         make_optimizer()
 
 
-def test_a_traced_scalar_learning_rate_is_accepted():
+def test_a_traced_or_device_scalar_learning_rate_is_accepted():
     params = {"w": np.ones(2, np.float32)}
 
     def step(rate, params):
@@ -202,6 +202,9 @@ def test_a_traced_scalar_learning_rate_is_accepted():
         return opt.update(params, opt.init(params), params)[0]
     np.testing.assert_allclose(ft.jit(step, backend="numpy")(np.float32(0.5), params)["w"], [-0.5, -0.5])
     np.testing.assert_allclose(ft.optim.adam(np.float32(0.0)).update(params, ft.optim.adam(0.0).init(params))[0]["w"], 0)
+    on_device = ft.device_put(np.float32(0.5))
+    opt = ft.optim.sgd(on_device)
+    np.testing.assert_allclose(opt.update(params, opt.init(params))[0]["w"], [-0.5, -0.5])
 
 
 def test_misused_optimizers_raise_clear_errors():
