@@ -631,6 +631,17 @@ case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rm
 case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),
      normal(3, 2, 2), normal(3, 2, 2))
 
+# functrace.numpy.linalg: one case per decomposition primitive (tests/test_linalg.py has the rest)
+_SQUARE = normal(3, 3) + 3 * np.eye(3)
+case("linalg-solve", fnp.linalg.solve, _SQUARE, normal(3, 2))
+case("linalg-det", fnp.linalg.det, _SQUARE)
+case("linalg-slogdet", lambda a: fnp.linalg.slogdet(a)[1], _SQUARE)
+case("linalg-cholesky", lambda a: fnp.linalg.cholesky(a @ a.T), _SQUARE)
+case("linalg-triangular_solve", lambda a, b: fnp.linalg.triangular_solve(a, b, lower=False), _SQUARE, normal(3, 2))
+case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0], _SQUARE @ _SQUARE.T)
+case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
+case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),
