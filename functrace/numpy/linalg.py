@@ -1,7 +1,8 @@
 """``functrace.numpy.linalg``: differentiable, batched linear algebra.
 
-A small set of primitives does the numerical work through numpy.linalg (host LAPACK):
-``cholesky``, ``triangular_solve``, ``solve``, ``det``, ``slogdet``, ``eigh``, ``svd``
+A small set of primitives does the numerical work with host LAPACK (numpy.linalg, and for
+the routines it does not expose the OpenBLAS numpy ships, see ``_lapack``): ``cholesky``,
+``triangular_solve``, ``lu_factor`` / ``lu_solve``, ``det``, ``slogdet``, ``eigh``, ``svd``
 and ``qr``.  Every other function (``inv``, ``pinv``, ``lstsq``, ``norm``, ``cond``,
 ``matrix_power``, ...) is built from them and from functrace.numpy, so it differentiates,
 batches and jits through them.
@@ -33,6 +34,7 @@ from ..core import ShapedArray as _ShapedArray
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
+from . import _lapack
 
 _HOST_REASON = "LAPACK through numpy.linalg on the host: no OpenCL kernel for this decomposition"
 
@@ -156,6 +158,8 @@ def _triangle(a, lower: bool, unit_diagonal: bool):
 
 
 def _triangular_solve_impl(a, b, *, lower, transpose_a, unit_diagonal):
+    if _lapack.usable(a):
+        return _lapack.triangular_solve(a, b, lower, transpose_a, unit_diagonal)
     t = _triangle(_np.asarray(a), lower, unit_diagonal)
     if transpose_a:
         t = _np.swapaxes(t, -1, -2)
@@ -211,34 +215,76 @@ triangular_solve_p.vjp = [_tsolve_vjp_a,
 # --------------------------------------------------------------------------- solve
 
 
-solve_p = _new_primitive("solve")
-solve_p.impl = lambda a, b: _np.linalg.solve(a, b)
-solve_p.abstract_eval = _solve_abstract("solve")
-solve_p.jvp = [lambda t, x, a, b: -solve_p.bind(a, _mm(t, x)), lambda t, x, a, b: solve_p.bind(a, t)]
+lu_factor_p = _new_primitive("lu_factor", multiple_results=True)
+lu_factor_p.differentiable = False  # solver data for lu_solve, whose rules differentiate through its matrix
 
 
-def _solve_vjp(primals, needs):
-    a, b = primals
-    x = solve_p.bind(a, b)
-
-    def backward(cts):
-        gb = solve_p.bind(_mT(a), cts[0])  # one solve serves both cotangents
-        return [-_mm(gb, _mT(x)) if needs[0] else None, gb if needs[1] else None]
-    return x, backward
+def _lu_factor_impl(a):
+    """LAPACK's LU factors and pivots (of a^T, see ``_lapack``); matrices that numpy.linalg.solve
+    serves faster get no factors (lu_solve then solves from the matrix)."""
+    if _lapack.usable(a):
+        return list(_lapack.lu_factor(a))
+    return [_np.broadcast_to(_np.zeros((), a.dtype), a.shape), _np.zeros(a.shape[:-1], _np.int64)]
 
 
-solve_p.vjp_rule = _solve_vjp
+lu_factor_p.impl = _lu_factor_impl
+lu_factor_p.abstract_eval = lambda a: [_square_aval("lu_factor", a), _ShapedArray(a.shape[:-1], _np.dtype(_np.int64))]
+
+
+def _lu_solve_impl(a, factors, pivots, b, *, transpose_a):
+    if _lapack.usable(a):
+        return _lapack.lu_solve(factors, pivots, b, transpose_a)
+    return _np.linalg.solve(_np.swapaxes(a, -1, -2) if transpose_a else a, b)
+
+
+lu_solve_p = _new_primitive("lu_solve")
+lu_solve_p.impl = _lu_solve_impl
+
+
+def _lu_solve_abstract(a, factors, pivots, b, *, transpose_a):
+    return _solve_abstract("solve")(a, b)
+
+
+lu_solve_p.abstract_eval = _lu_solve_abstract
+
+
+def _lu_solve(a, factors, pivots, b, transpose_a: bool):
+    """op(a)^-1 b, op transposing if ``transpose_a``, from ``lu_factor``'s (factors, pivots) of a."""
+    return lu_solve_p.bind(a, factors, pivots, b, transpose_a=transpose_a)
+
+
+def _lu_solve_jvp_a(t, x, a, factors, pivots, b, *, transpose_a):
+    return -_lu_solve(a, factors, pivots, _mm(_mT(t) if transpose_a else t, x), transpose_a)
+
+
+def _lu_solve_vjp_a(g, x, a, factors, pivots, b, *, transpose_a):
+    gb = _lu_solve(a, factors, pivots, g, not transpose_a)  # the same solve as b's cotangent: CSE shares it
+    return -(_mm(x, _mT(gb)) if transpose_a else _mm(gb, _mT(x)))
+
+
+lu_solve_p.jvp = [_lu_solve_jvp_a, None, None,
+                  lambda t, x, a, factors, pivots, b, *, transpose_a: _lu_solve(a, factors, pivots, t, transpose_a)]
+lu_solve_p.vjp = [_lu_solve_vjp_a, None, None,
+                  lambda g, x, a, factors, pivots, b, *, transpose_a: _lu_solve(a, factors, pivots, g, not transpose_a)]
+
+
+def _solve(a, b):
+    """a^-1 b for matching (..., n, n) and (..., n, k): one LU factorization, which every derivative
+    of the result reuses (jvp, vjp and theirs)."""
+    factors, pivots = lu_factor_p.bind(a)
+    return _lu_solve(a, factors, pivots, b, False)
+
 
 # --------------------------------------------------------------------------- det, slogdet
 
 
 def _inverse(a):
-    return solve_p.bind(a, _eye_like(a))
+    return _solve(a, _eye_like(a))
 
 
 def _trace_of_solve(a, t):
     """trace(a^-1 t) over the last two axes."""
-    return _fnp.sum(_diag_part(solve_p.bind(a, t)), axis=-1)
+    return _fnp.sum(_diag_part(_solve(a, t)), axis=-1)
 
 
 det_p = _new_primitive("det")
@@ -272,12 +318,17 @@ slogdet_p.vjp_rule = _slogdet_vjp
 
 
 def _cholesky_impl(a):
-    """numpy's lower factor; a matrix that is not positive definite gives NaNs (as in JAX), not an
+    """The lower factor of the symmetric part (a + a^T) / 2 (symmetrized here, in the copy LAPACK
+    factors in place); a matrix that is not positive definite gives NaNs (as in JAX), not an
     exception in the middle of a program."""
+    sym = _np.add(a, _np.swapaxes(a, -1, -2))
+    sym *= _P.scalar_like(sym, 0.5)
+    if _lapack.usable(sym):
+        return _lapack.cholesky(sym, overwrite=True)
     try:
-        return _np.linalg.cholesky(a)
+        return _np.linalg.cholesky(sym)
     except _np.linalg.LinAlgError:
-        flat = _np.asarray(a).reshape((-1,) + a.shape[-2:])
+        flat = sym.reshape((-1,) + a.shape[-2:])
         out = _np.full(flat.shape, _np.nan, dtype=a.dtype)
         for i, m in enumerate(flat):
             try:
@@ -293,8 +344,8 @@ def _phi(x):
 
 
 def _cholesky_jvp(t, chol, a):
-    """dL = L Phi(L^-1 dA L^-T) for a symmetric dA."""
-    y = triangular_solve(chol, t, lower=True)
+    """dL = L Phi(L^-1 dA L^-T), dA the symmetric part of the tangent."""
+    y = triangular_solve(chol, _symmetrize(t), lower=True)
     return _mm(chol, _phi(triangular_solve(chol, _mT(y), lower=True)))
 
 
@@ -306,7 +357,7 @@ def _cholesky_vjp(g, chol, a):
     return _symmetrize(s)
 
 
-cholesky_p = _new_primitive("cholesky")
+cholesky_p = _new_primitive("cholesky")  # of the symmetric part of its operand
 cholesky_p.impl = _cholesky_impl
 cholesky_p.abstract_eval = lambda a: _square_aval("cholesky", a)
 cholesky_p.jvp = [_cholesky_jvp]
@@ -485,7 +536,7 @@ def _solve_operands(name: str, a, b):
 def solve(a, b):
     """x with a @ x == b (b a vector or a stack of columns, numpy 2's rule)."""
     a, b, vector = _solve_operands("solve", a, b)
-    x = solve_p.bind(a, b)
+    x = _solve(a, b)
     return x[..., 0] if vector else x
 
 
@@ -517,7 +568,7 @@ class SlogdetResult(tuple):
 def cholesky(a, *, upper: bool = False):
     """The lower Cholesky factor of the symmetric part (a + a^T) / 2 (NaNs if not positive
     definite, as in JAX); ``upper=True``: its transpose."""
-    chol = cholesky_p.bind(_symmetrize(_as_float_matrix("cholesky", a, square=True)))
+    chol = cholesky_p.bind(_as_float_matrix("cholesky", a, square=True))
     return _mT(chol) if upper else chol
 
 
