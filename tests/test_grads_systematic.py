@@ -642,6 +642,8 @@ case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0]
 case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
 case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
 
+case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),
