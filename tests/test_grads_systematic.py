@@ -644,6 +644,11 @@ case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
 
 case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))
 
+# functrace.numpy.fft and complex intermediates (real inputs and outputs)
+case("fft-rfft_irfft_filter", lambda a, w: fnp.fft.irfft(fnp.fft.rfft(a) * w), normal(8), normal(5))
+case("fft-complex_parts", lambda a, b: [fnp.fft.fft(P.complex_(a, b)).real, fnp.fft.ifft(P.complex_(b, a)).imag,
+                                        fnp.abs(fnp.fft.fft(a) * fnp.fft.fft(b).conj())], normal(6), normal(6))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),

@@ -1265,5 +1265,6 @@ def __getattr__(name: str):
 
 from . import (
     _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
+    fft,  # noqa: E402  (it uses the functions above)
     linalg,  # noqa: E402  (it uses the functions above)
 )

@@ -22,8 +22,6 @@ batches and jits through them.
 * On OpenCL these primitives run as host steps (``host_reason`` below, shown by
   ``report()``): LAPACK on the host is what numpy offers, and is fast on CPU devices.
 """
-from __future__ import annotations
-
 import numpy as _np
 
 import functrace.numpy as _fnp
@@ -552,10 +550,10 @@ def det(a):
 def slogdet(a):
     """(sign, log|det|); the sign carries no derivative."""
     sign, logdet = slogdet_p.bind(_as_float_matrix("slogdet", a, square=True))
-    return SlogdetResult(sign, logdet)
+    return _SlogdetResult(sign, logdet)
 
 
-class SlogdetResult(tuple):
+class _SlogdetResult(tuple):
     """(sign, logabsdet), with the field names of numpy's result."""
 
     def __new__(cls, sign, logabsdet):
@@ -584,10 +582,10 @@ def eigh(a, UPLO: str = "L", symmetrize_input: bool = True):
         low = _tri_mask(x, True, -1) if UPLO == "L" else _mT(_tri_mask(x, False, 1))
         x = low + _mT(low) + _diag_matrix(_diag_part(x))
     w, v = eigh_p.bind(x)
-    return EighResult(w, v)
+    return _EighResult(w, v)
 
 
-class EighResult(tuple):
+class _EighResult(tuple):
     def __new__(cls, eigenvalues, eigenvectors):
         return super().__new__(cls, (eigenvalues, eigenvectors))
 
@@ -604,10 +602,10 @@ def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool 
     """(U, S, Vh) with a = U diag(S) Vh, or S alone (whose derivative needs no distinct values)."""
     x = _as_float_matrix("svd", a)
     out = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
-    return SVDResult(*out) if compute_uv else out[0]
+    return _SVDResult(*out) if compute_uv else out[0]
 
 
-class SVDResult(tuple):
+class _SVDResult(tuple):
     def __new__(cls, U, S, Vh):
         return super().__new__(cls, (U, S, Vh))
 
@@ -626,10 +624,10 @@ def qr(a, mode: str = "reduced"):
     if mode not in ("reduced", "complete", "r"):
         raise NotImplementedError(f"linalg.qr: mode={mode!r} is not implemented (use 'reduced', 'complete' or 'r')")
     q, r = qr_p.bind(x, complete=mode == "complete")
-    return r if mode == "r" else QRResult(q, r)
+    return r if mode == "r" else _QRResult(q, r)
 
 
-class QRResult(tuple):
+class _QRResult(tuple):
     def __new__(cls, Q, R):
         return super().__new__(cls, (Q, R))
 
