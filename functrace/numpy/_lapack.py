@@ -7,7 +7,8 @@ factoring twice, and a triangular solve costs n^3 instead of an LU's (2/3 + 2) n
 what brings solve / cholesky gradients of 256x256 matrices within reach of JAX.
 
 numpy wheels bundle ``libscipy_openblas64_*.so`` (64-bit integers, ``scipy_`` prefix,
-``64_`` suffix).  When that library is not there (a numpy built against a system BLAS),
+``64_`` suffix).  The LAPACKE ``_work`` entry points skip LAPACKE's NaN scan of every input
+(a pass over the matrix per call; NaNs propagate through the factorizations anyway).  When that library is not there (a numpy built against a system BLAS),
 ``AVAILABLE`` is False and callers use numpy.linalg: same results, slower.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import math
 import os
 
 import numpy as np
@@ -44,18 +46,26 @@ def _load():
             f.restype = None
             f.argtypes = [ctypes.c_int] * 5 + [_INT, _INT, _CTYPE[dtype], ptr, _INT, ptr, _INT]
             out["trsm", dtype] = f
-            f = getattr(lib, f"scipy_LAPACKE_{p}potrf64_")
+            f = getattr(lib, f"scipy_LAPACKE_{p}potrf_work64_")
             f.restype = _INT
             f.argtypes = [ctypes.c_int, ctypes.c_char, _INT, ptr, _INT]
             out["potrf", dtype] = f
-            f = getattr(lib, f"scipy_LAPACKE_{p}getrf64_")
+            f = getattr(lib, f"scipy_LAPACKE_{p}getrf_work64_")
             f.restype = _INT
             f.argtypes = [ctypes.c_int, _INT, _INT, ptr, _INT, ctypes.POINTER(_INT)]
             out["getrf", dtype] = f
-            f = getattr(lib, f"scipy_LAPACKE_{p}getrs64_")
+            f = getattr(lib, f"scipy_LAPACKE_{p}getrs_work64_")
             f.restype = _INT
             f.argtypes = [ctypes.c_int, ctypes.c_char, _INT, _INT, ptr, _INT, ctypes.POINTER(_INT), ptr, _INT]
             out["getrs", dtype] = f
+            f = getattr(lib, f"scipy_cblas_{p}omatcopy64_")
+            f.restype = None
+            f.argtypes = [ctypes.c_int, ctypes.c_int, _INT, _INT, _CTYPE[dtype], ptr, _INT, ptr, _INT]
+            out["omatcopy", dtype] = f
+            f = getattr(lib, f"scipy_cblas_{p}geadd64_")
+            f.restype = None
+            f.argtypes = [ctypes.c_int, _INT, _INT, _CTYPE[dtype], ptr, _INT, _CTYPE[dtype], ptr, _INT]
+            out["geadd", dtype] = f
         return out
     except (OSError, AttributeError):
         return {}
@@ -79,25 +89,35 @@ def _matrices(x):
     return np.array(x, order="C").reshape((-1,) + x.shape[-2:])
 
 
-def cholesky(a, overwrite: bool = False):
-    """Lower Cholesky factors; NaN for a matrix that is not positive definite (``overwrite``: ``a``
-    is a C-contiguous temporary that may hold the work)."""
-    dtype = a.dtype
-    stack = a.reshape((-1,) + a.shape[-2:]) if overwrite else _matrices(a)
-    n = a.shape[-1]
+def cholesky(a):
+    """Lower Cholesky factors of the symmetric parts (a + a^T) / 2; NaN for a matrix that is not
+    positive definite."""
+    dtype, n = a.dtype, a.shape[-1]
+    stack = np.empty((math.prod(a.shape[:-2]), n, n), dtype)
     potrf = _ROUTINES["potrf", dtype]
-    for m in stack:
+    failed = []
+    for source, m in zip(np.reshape(a, (-1, n, n)), stack):
+        _symmetric_part(source, m)
         # row-major A is column-major A^T = A: its column-major upper factor U (A = U^T U) reads,
         # row-major, as U^T = L, with no transposing copies
-        if potrf(_COL_MAJOR, b"U", n, _ptr(m, dtype), n) != 0:
-            m[...] = np.nan
-    np.multiply(stack, _lower_mask(n, dtype), out=stack)  # zero the (untouched) upper triangle
+        failed.append(potrf(_COL_MAJOR, b"U", n, _ptr(m, dtype), n) != 0)
+    np.copyto(stack, 0, where=_strict_upper(n))  # (never read: may hold anything, NaN included)
+    stack[np.array(failed, bool)] = np.nan
     return stack.reshape(a.shape)
 
 
+def _symmetric_part(a, out):
+    """(a + a^T) / 2 into ``out`` with OpenBLAS's transposing copy (numpy's transposed reads, element
+    by element, cost ~10x a copy at n = 256)."""
+    n, dtype = a.shape[-1], a.dtype
+    a = np.ascontiguousarray(a)
+    _ROUTINES["omatcopy", dtype](_ROW_MAJOR, _CBLAS["trans"], n, n, 0.5, _ptr(a, dtype), n, _ptr(out, dtype), n)
+    _ROUTINES["geadd", dtype](_ROW_MAJOR, n, n, 0.5, _ptr(a, dtype), n, 1.0, _ptr(out, dtype), n)
+
+
 @functools.lru_cache(maxsize=16)
-def _lower_mask(n: int, dtype) -> np.ndarray:
-    return np.tri(n, dtype=dtype)
+def _strict_upper(n: int) -> np.ndarray:
+    return ~np.tri(n, dtype=bool)
 
 
 def triangular_solve(a, b, lower: bool, transpose_a: bool, unit_diagonal: bool):

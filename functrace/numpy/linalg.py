@@ -316,13 +316,13 @@ slogdet_p.vjp_rule = _slogdet_vjp
 
 
 def _cholesky_impl(a):
-    """The lower factor of the symmetric part (a + a^T) / 2 (symmetrized here, in the copy LAPACK
+    """The lower factor of the symmetric part (a + a^T) / 2 (symmetrized here, in the copy that LAPACK
     factors in place); a matrix that is not positive definite gives NaNs (as in JAX), not an
     exception in the middle of a program."""
+    if _lapack.usable(a):
+        return _lapack.cholesky(a)
     sym = _np.add(a, _np.swapaxes(a, -1, -2))
     sym *= _P.scalar_like(sym, 0.5)
-    if _lapack.usable(sym):
-        return _lapack.cholesky(sym, overwrite=True)
     try:
         return _np.linalg.cholesky(sym)
     except _np.linalg.LinAlgError:
