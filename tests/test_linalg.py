@@ -262,3 +262,61 @@ def test_values_and_grads_match_jax(name):
     f, x = _jax_style_cases(fnp)[name]
     jf, _ = _jax_style_cases(jnp)[name]
     _assert_trees_close(ft.value_and_grad(f)(x), jax.jit(jax.value_and_grad(jf))(x), rtol=1e-9, atol=1e-11)
+
+
+# Matrices of order >= _lapack.MIN_ORDER go to the LAPACK routines numpy ships (when present);
+# smaller ones, and every matrix with MIN_ORDER raised, to numpy.linalg: both paths must agree.
+_LARGE = 40
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_direct_lapack_routines_match_numpy(direct, dtype, monkeypatch):
+    from functrace.numpy import _lapack
+    if not direct:
+        monkeypatch.setattr(_lapack, "MIN_ORDER", 10**9)
+    tol = dict(rtol=1e-9, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-3, atol=2e-3)
+    a = (rng.standard_normal((2, _LARGE, _LARGE)) / np.sqrt(_LARGE) + 2 * np.eye(_LARGE)).astype(dtype)
+    s = spd(2, _LARGE, _LARGE).astype(dtype)
+    b = rng.standard_normal((2, _LARGE, 3)).astype(dtype)
+    np.testing.assert_allclose(LA.solve(a, b), np.linalg.solve(a, b), **tol)
+    np.testing.assert_allclose(LA.cholesky(s), np.linalg.cholesky(s), **tol)
+    nonsymmetric = s + rng.standard_normal(s.shape).astype(dtype) * 0.1
+    np.testing.assert_allclose(LA.cholesky(nonsymmetric),
+                               np.linalg.cholesky((nonsymmetric + np.swapaxes(nonsymmetric, -1, -2)) / 2), **tol)
+    assert np.isnan(LA.cholesky(-s)).all()
+    for lower in (True, False):
+        for transpose in (True, False):
+            for unit in (True, False):
+                t = (np.tril(a) if lower else np.triu(a)) * (0.1 if unit else 1.0)
+                if unit:
+                    t[..., range(_LARGE), range(_LARGE)] = 1
+                op = np.swapaxes(t, -1, -2) if transpose else t
+                got = LA.triangular_solve(t, b, lower=lower, transpose_a=transpose, unit_diagonal=unit)
+                np.testing.assert_allclose(got, np.linalg.solve(op, b), **tol)
+    assert LA.solve(a, b).dtype == dtype and LA.cholesky(s).dtype == dtype
+
+
+@pytest.mark.parametrize("name", ["solve", "cholesky", "triangular_solve", "inv"])
+def test_grads_of_large_matrices(name):
+    a, b = rng.standard_normal((_LARGE, _LARGE)) / np.sqrt(_LARGE) + 2 * np.eye(_LARGE), rng.standard_normal((_LARGE, 2))
+    f = {"solve": lambda a, b: LA.solve(a, b), "cholesky": lambda a, b: LA.cholesky(a @ a.T) @ b,
+         "triangular_solve": lambda a, b: LA.triangular_solve(a, b, lower=False, transpose_a=True),
+         "inv": lambda a, b: LA.inv(a) @ b}[name]
+    check_grads(f, (a, b), order=2, modes=("fwd", "rev"))
+
+
+def test_direct_routines_leave_their_operands_unchanged():
+    """LAPACK overwrites its right-hand sides: an F-ordered b (whose transpose is already C-ordered,
+    so a no-copy view) was once solved in place, corrupting second derivatives."""
+    a = rng.standard_normal((_LARGE, _LARGE)) / np.sqrt(_LARGE) + 2 * np.eye(_LARGE)
+    b = np.asfortranarray(rng.standard_normal((_LARGE, 3)))
+    s = np.asfortranarray(spd(_LARGE, _LARGE))
+    saved = [a.copy(), b.copy(), s.copy()]
+    want = np.linalg.solve(a, b)
+    np.testing.assert_allclose(LA.solve(a, b), want, rtol=1e-10)
+    np.testing.assert_allclose(LA.solve(a, b), want, rtol=1e-10)
+    LA.triangular_solve(a, b, lower=True)
+    LA.cholesky(s)
+    for before, after in zip(saved, [a, b, s]):
+        np.testing.assert_array_equal(before, after)

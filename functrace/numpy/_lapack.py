@@ -153,8 +153,9 @@ def lu_solve(factors, pivots, b, transpose_a: bool):
     lus = np.ascontiguousarray(factors).reshape((-1,) + factors.shape[-2:])
     pivs = np.ascontiguousarray(pivots, dtype=_INT_DTYPE).reshape((-1, factors.shape[-1]))
     n, k = b.shape[-2:]
-    # column-major right-hand sides: the C-ordered transposes of b's matrices
-    out = np.ascontiguousarray(np.swapaxes(b, -1, -2)).reshape((-1, k, n))
+    # column-major right-hand sides: C-ordered copies of the transposes of b's matrices (always a
+    # copy: getrs overwrites them, and b may be a transposed view that is already in that order)
+    out = np.array(np.swapaxes(b, -1, -2), order="C").reshape((-1, k, n))
     getrs = _ROUTINES["getrs", dtype]
     trans = b"N" if transpose_a else b"T"  # the factors are those of A^T
     for lu, p, x in zip(lus, pivs, out):
