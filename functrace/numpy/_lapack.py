@@ -9,13 +9,12 @@ what brings solve / cholesky gradients of 256x256 matrices within reach of JAX.
 numpy wheels bundle ``libscipy_openblas64_*.so`` (64-bit integers, ``scipy_`` prefix,
 ``64_`` suffix).  The LAPACKE ``_work`` entry points skip LAPACKE's NaN scan of every input
 (a pass over the matrix per call; NaNs propagate through the factorizations anyway).  When that library is not there (a numpy built against a system BLAS),
-``AVAILABLE`` is False and callers use numpy.linalg: same results, slower.
+``usable`` is False and callers use numpy.linalg: same results, slower.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import math
 import os
 
@@ -31,14 +30,17 @@ _INT_DTYPE = np.dtype(np.int64)
 MIN_ORDER = 32
 
 
-def _load():
-    """The routines of numpy's bundled OpenBLAS, keyed by (name, dtype); {} when absent."""
-    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs",
-                                  "libscipy_openblas64_*.so"))
+@functools.lru_cache(maxsize=None)
+def _routines() -> dict:
+    """The routines of numpy's bundled OpenBLAS, keyed by (name, dtype); {} when absent (loaded at
+    first use: ``import functrace`` does not pay for it)."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    libs = sorted(n for n in os.listdir(folder) if n.startswith("libscipy_openblas64_") and n.endswith(".so")) \
+        if os.path.isdir(folder) else []
     if not libs:
         return {}
     try:
-        lib = ctypes.CDLL(libs[0])
+        lib = ctypes.CDLL(os.path.join(folder, libs[0]))
         out = {}
         for dtype, p in _PREFIX.items():
             ptr = ctypes.POINTER(_CTYPE[dtype])
@@ -71,13 +73,9 @@ def _load():
         return {}
 
 
-_ROUTINES = _load()
-AVAILABLE = bool(_ROUTINES)
-
-
 def usable(a) -> bool:
     """Whether the direct routines serve matrices like ``a`` (float32/64, order >= MIN_ORDER)."""
-    return AVAILABLE and a.dtype in _PREFIX and a.shape[-1] >= MIN_ORDER
+    return a.dtype in _PREFIX and a.shape[-1] >= MIN_ORDER and bool(_routines())
 
 
 def _ptr(x, dtype):
@@ -94,7 +92,7 @@ def cholesky(a):
     positive definite."""
     dtype, n = a.dtype, a.shape[-1]
     stack = np.empty((math.prod(a.shape[:-2]), n, n), dtype)
-    potrf = _ROUTINES["potrf", dtype]
+    potrf = _routines()["potrf", dtype]
     failed = []
     for source, m in zip(np.reshape(a, (-1, n, n)), stack):
         _symmetric_part(source, m)
@@ -111,8 +109,8 @@ def _symmetric_part(a, out):
     by element, cost ~10x a copy at n = 256)."""
     n, dtype = a.shape[-1], a.dtype
     a = np.ascontiguousarray(a)
-    _ROUTINES["omatcopy", dtype](_ROW_MAJOR, _CBLAS["trans"], n, n, 0.5, _ptr(a, dtype), n, _ptr(out, dtype), n)
-    _ROUTINES["geadd", dtype](_ROW_MAJOR, n, n, 0.5, _ptr(a, dtype), n, 1.0, _ptr(out, dtype), n)
+    _routines()["omatcopy", dtype](_ROW_MAJOR, _CBLAS["trans"], n, n, 0.5, _ptr(a, dtype), n, _ptr(out, dtype), n)
+    _routines()["geadd", dtype](_ROW_MAJOR, n, n, 0.5, _ptr(a, dtype), n, 1.0, _ptr(out, dtype), n)
 
 
 @functools.lru_cache(maxsize=16)
@@ -126,7 +124,7 @@ def triangular_solve(a, b, lower: bool, transpose_a: bool, unit_diagonal: bool):
     tri = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
     out = _matrices(b)
     n, k = b.shape[-2:]
-    trsm = _ROUTINES["trsm", dtype]
+    trsm = _routines()["trsm", dtype]
     flags = (_CBLAS["lower"] if lower else _CBLAS["upper"], _CBLAS["trans"] if transpose_a else _CBLAS["notrans"],
              _CBLAS["unit"] if unit_diagonal else _CBLAS["nonunit"])
     for t, x in zip(tri, out):
@@ -141,7 +139,7 @@ def lu_factor(a):
     stack = _matrices(a)
     n = a.shape[-1]
     pivots = np.empty(stack.shape[:1] + (n,), _INT_DTYPE)
-    getrf = _ROUTINES["getrf", dtype]
+    getrf = _routines()["getrf", dtype]
     for m, p in zip(stack, pivots):
         getrf(_COL_MAJOR, n, n, _ptr(m, dtype), n, p.ctypes.data_as(ctypes.POINTER(_INT)))
     return stack.reshape(a.shape), pivots.reshape(a.shape[:-1])
@@ -156,7 +154,7 @@ def lu_solve(factors, pivots, b, transpose_a: bool):
     # column-major right-hand sides: C-ordered copies of the transposes of b's matrices (always a
     # copy: getrs overwrites them, and b may be a transposed view that is already in that order)
     out = np.array(np.swapaxes(b, -1, -2), order="C").reshape((-1, k, n))
-    getrs = _ROUTINES["getrs", dtype]
+    getrs = _routines()["getrs", dtype]
     trans = b"N" if transpose_a else b"T"  # the factors are those of A^T
     for lu, p, x in zip(lus, pivs, out):
         getrs(_COL_MAJOR, trans, n, k, _ptr(lu, dtype), n, p.ctypes.data_as(ctypes.POINTER(_INT)), _ptr(x, dtype), n)
