@@ -641,6 +641,7 @@ case("linalg-triangular_solve", lambda a, b: fnp.linalg.triangular_solve(a, b, l
 case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0], _SQUARE @ _SQUARE.T)
 case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
 case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
+case("scipy-linalg-lu_solve", lambda a, b: ft.scipy.linalg.lu_solve(ft.scipy.linalg.lu_factor(a), b), _SQUARE, normal(3))
 
 case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))
 
@@ -687,6 +688,7 @@ NON_DIFFERENTIABLE = {
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
     "lu_factor",                          # solver data: lu_solve differentiates through its matrix
+    "lu_pivots_to_permutation",           # integer outputs
 }
 
 
@@ -721,6 +723,8 @@ def test_non_differentiable_primitives_carry_no_derivative(name):
         params = {"axis": 0} if name in {"argmax", "argmin"} else {}
         if name == "lu_factor":  # a square matrix in, (factors, pivots) out
             out = p.bind(fnp.outer(v, v) + 4 * fnp.eye(4))[0]
+        elif name == "lu_pivots_to_permutation":  # row swaps in, a row order out
+            out = p.bind(fnp.asarray(v > 0, np.int32), size=4)
         else:
             out = p.bind(*ops, **params)
         return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))

@@ -825,7 +825,9 @@ NOT_PLANNED["iota"] = "no operands, so never staged: computed when traced, a con
 
 # Primitives that run as host steps by design, and why (the reason is what report() says).
 HOST_ONLY = {name: "LAPACK through numpy.linalg on the host"  # fast on CPU devices; no GPU kernels yet
-             for name in ("cholesky", "triangular_solve", "lu_factor", "lu_solve", "det", "slogdet", "eigh", "svd", "qr")}
+             for name in ("cholesky", "triangular_solve", "lu_factor", "lu_solve", "lu", "det", "slogdet", "eigh", "svd",
+                          "qr")}
+HOST_ONLY["lu_pivots_to_permutation"] = "a sequential loop of row swaps"
 HOST_ONLY.update({name: "no type for it in generated kernels"  # complex values: numpy (numpy.fft) on the host
                   for name in ("fft", "real", "imag", "conj", "complex")})
 

@@ -217,6 +217,46 @@ def test_scipy_linalg_matches_numpy():
     np.testing.assert_allclose(LA.svd(a, compute_uv=False), np.linalg.svd(a, compute_uv=False))
 
 
+@pytest.mark.parametrize("shape", [(4, 4), (40, 40), (2, 5, 5)])
+def test_lu_matches_the_factorization(shape):
+    a = rng.standard_normal(shape)
+    b = rng.standard_normal(shape[:-1])
+    factors, pivots = LA.lu_factor(a)
+    p, lower, upper = LA.lu(a)
+    np.testing.assert_allclose(p @ lower @ upper, a, rtol=1e-12, atol=1e-12)
+    assert np.all(np.abs(np.tril(lower, -1)) <= 1 + 1e-12)  # partial pivoting
+    np.testing.assert_allclose(np.tril(factors, -1) + np.eye(shape[-1]), lower, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.triu(factors), upper, rtol=1e-12, atol=1e-15)
+    solve = np.vectorize(np.linalg.solve, signature="(n,n),(n)->(n)")
+    np.testing.assert_allclose(LA.lu_solve((factors, pivots), b), solve(a, b), rtol=1e-10)
+    np.testing.assert_allclose(LA.lu_solve((factors, pivots), b, trans=1), solve(np.swapaxes(a, -1, -2), b), rtol=1e-10)
+    np.testing.assert_allclose(ft.jit(lambda a, b: LA.lu_solve(LA.lu_factor(a), b), backend="opencl")(a, b), solve(a, b),
+                               rtol=1e-10)
+
+
+def test_lu_matches_scipy():
+    linalg = pytest.importorskip("scipy.linalg", reason="optional comparison with scipy")
+    for shape in [(4, 4), (40, 40), (5, 3), (3, 5)]:
+        a = rng.standard_normal(shape)
+        for got, want in zip(LA.lu(a), linalg.lu(a)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    a = rng.standard_normal((6, 6))
+    factors, pivots = LA.lu_factor(a)
+    want_factors, want_pivots = linalg.lu_factor(a)
+    np.testing.assert_allclose(factors, want_factors, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(pivots, want_pivots)
+
+
+def test_lu_grads_and_vmap():
+    a, b = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    for f in (lambda a, b: LA.lu_factor(a)[0] * b, lambda a, b: LA.lu_solve(LA.lu_factor(a), b, trans=1),
+              lambda a, b: [v * b for v in LA.lu(a)[1:]]):
+        check_grads(f, (a, b), order=2, modes=("fwd", "rev"))
+    stack = np.stack([a, a.T, a * 2])
+    got = ft.vmap(lambda m: LA.lu_solve(LA.lu_factor(m), b))(stack)
+    np.testing.assert_allclose(got, [np.linalg.solve(m, b) for m in stack], rtol=1e-12)
+
+
 def _expm_by_series(a, terms=60):
     out, term = np.eye(a.shape[-1]), np.eye(a.shape[-1])
     for k in range(1, terms):

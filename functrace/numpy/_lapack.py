@@ -159,3 +159,16 @@ def lu_solve(factors, pivots, b, transpose_a: bool):
     for lu, p, x in zip(lus, pivs, out):
         getrs(_COL_MAJOR, trans, n, k, _ptr(lu, dtype), n, p.ctypes.data_as(ctypes.POINTER(_INT)), _ptr(x, dtype), n)
     return np.swapaxes(out.reshape(b.shape[:-2] + (k, n)), -1, -2)
+
+
+def lu(a):
+    """(lu, pivots) of a = P L U for each (m, n) matrix: L (unit diagonal, below it) and U packed
+    in ``lu``, 0-based row swaps in ``pivots`` (LAPACK's getrf, as scipy.linalg.lu_factor)."""
+    dtype = a.dtype
+    m, n = a.shape[-2:]
+    stack = _matrices(a)
+    pivots = np.empty(stack.shape[:1] + (min(m, n),), _INT_DTYPE)
+    getrf = _routines()["getrf", dtype]
+    for mat, p in zip(stack, pivots):
+        getrf(_ROW_MAJOR, m, n, _ptr(mat, dtype), n, p.ctypes.data_as(ctypes.POINTER(_INT)))
+    return stack.reshape(a.shape), (pivots - 1).reshape(a.shape[:-2] + (min(m, n),))

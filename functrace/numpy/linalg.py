@@ -503,6 +503,89 @@ def _qr_linear_jvp(primals, outs, tangents, *, complete):
 
 _transposed_jvp(qr_p, _qr_linear_jvp)
 
+# --------------------------------------------------------------------------- lu (scipy.linalg's)
+
+
+def _lu_numpy(a):
+    """LU with partial pivoting in numpy, batched (for matrices too small for a LAPACK call each)."""
+    lu = _np.array(a, order="C").reshape((-1,) + a.shape[-2:])
+    batch, m, n = lu.shape
+    pivots = _np.zeros((batch, min(m, n)), _np.int64)
+    rows = _np.arange(batch)
+    for j in range(min(m, n)):
+        p = j + _np.argmax(_np.abs(lu[:, j:, j]), axis=1)
+        pivots[:, j] = p
+        lu[rows, j], lu[rows, p] = lu[rows, p].copy(), lu[rows, j].copy()
+        pivot = lu[:, j, j]
+        safe = _np.where(pivot == 0, 1, pivot)  # a zero column: no elimination (as LAPACK)
+        lu[:, j + 1:, j] /= safe[:, None]
+        lu[:, j + 1:, j + 1:] -= lu[:, j + 1:, j:j + 1] * lu[:, j:j + 1, j + 1:]
+    return lu.reshape(a.shape), pivots.reshape(a.shape[:-2] + (min(m, n),))
+
+
+def _pivots_to_permutation(pivots, size: int):
+    """The row order ``perm`` (a[perm] = L U) from sequential row swaps (numpy, batched)."""
+    flat = _np.asarray(pivots).reshape((-1, pivots.shape[-1]))
+    perm = _np.broadcast_to(_np.arange(size), (flat.shape[0], size)).copy()
+    rows = _np.arange(flat.shape[0])
+    for i in range(flat.shape[1]):
+        p = flat[:, i]
+        perm[rows, i], perm[rows, p] = perm[rows, p], perm[rows, i].copy()
+    return perm.reshape(pivots.shape[:-1] + (size,))
+
+
+def _lu_impl(a):
+    factors, pivots = _lapack.lu(a) if _lapack.usable(a) else _lu_numpy(a)
+    return [factors, pivots.astype(_np.int32), _pivots_to_permutation(pivots, a.shape[-2]).astype(_np.int32)]
+
+
+def _lu_abstract(a):
+    if len(a.shape) < 2 or a.dtype.kind != "f":
+        raise _ShapeError(f"linalg.lu: expected float matrices (..., m, n), got {a.str_short()} {_where()}")
+    *batch, m, n = a.shape
+    int32 = _np.dtype(_np.int32)
+    return [a, _ShapedArray(tuple(batch) + (min(m, n),), int32), _ShapedArray(tuple(batch) + (m,), int32)]
+
+
+lu_p = _new_primitive("lu", multiple_results=True)  # (lu, pivots, permutation), as JAX's
+lu_p.impl = _lu_impl
+lu_p.abstract_eval = _lu_abstract
+
+
+def permutation_matrix(perm, dtype):
+    """P with P[i, perm[i]] = 1 (P @ a == a[perm]), batched over perm's leading axes."""
+    n = _P.shape_of(perm)[-1]
+    return _fnp.asarray(_fnp.expand_dims(perm, -1) == _np.arange(n), dtype)
+
+
+def _lu_linear_jvp(primals, outs, tangents):
+    """For square a = P^T L U: with X = L^-1 P dA U^-1, dL = L tril(X, -1) and dU = triu(X) U
+    (the factors' tangents packed like lu)."""
+    (a,), (t,), (factors, _, perm) = primals, tangents, outs
+    m, n = _P.shape_of(a)[-2:]
+    if m != n:
+        raise NotImplementedError("linalg.lu: the derivative is implemented for square matrices")
+    x = _mm(permutation_matrix(perm, _P.dtype_of(t)), t)
+    la = triangular_solve(factors, x, lower=True, unit_diagonal=True)
+    lau = _mT(triangular_solve(factors, _mT(la), lower=False, transpose_a=True))
+    lower = _tri_mask(factors, True, -1) + _eye_like(factors)
+    return [_mm(lower, _tri_mask(lau, True, -1)) + _mm(_tri_mask(lau, False), _tri_mask(factors, False)), None, None]
+
+
+_transposed_jvp(lu_p, _lu_linear_jvp)
+
+lu_pivots_to_permutation_p = _new_primitive("lu_pivots_to_permutation")
+lu_pivots_to_permutation_p.host_reason = "a sequential loop of row swaps: numpy on the host"
+lu_pivots_to_permutation_p.differentiable = False  # integer outputs
+lu_pivots_to_permutation_p.impl = lambda pivots, *, size: _pivots_to_permutation(pivots, size).astype(pivots.dtype)
+lu_pivots_to_permutation_p.abstract_eval = lambda p, *, size: _ShapedArray(p.shape[:-1] + (size,), p.dtype)
+
+
+def lu_pivots_to_permutation(pivots, size: int):
+    """The row order ``perm`` with a[perm] = L U from LAPACK's sequential row swaps ``pivots``."""
+    return lu_pivots_to_permutation_p.bind(pivots, size=int(size))
+
+
 # --------------------------------------------------------------------------- user functions
 
 

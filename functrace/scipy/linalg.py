@@ -11,10 +11,11 @@ from ..errors import ConcretizationError
 from ..numpy import linalg as _la
 
 
-def _as_columns(b):
-    """b as (..., n, k), and whether it was a vector."""
+def _as_columns(b, matrix_ndim: int):
+    """b as (..., n, k), and whether it was a stack of vectors (one axis fewer than the matrices,
+    as JAX decides)."""
     b = fnp._to_float(b, np.float64)
-    return (fnp.expand_dims(b, -1), True) if b.ndim == 1 else (b, False)
+    return (fnp.expand_dims(b, -1), True) if b.ndim == max(1, matrix_ndim - 1) else (b, False)
 
 
 def solve_triangular(a, b, trans=0, lower: bool = False, unit_diagonal: bool = False, overwrite_b: bool = False,
@@ -23,7 +24,7 @@ def solve_triangular(a, b, trans=0, lower: bool = False, unit_diagonal: bool = F
     if trans not in (0, 1, 2, "N", "T", "C"):
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
     a = fnp._to_float(a, np.float64)
-    b, vector = _as_columns(b)
+    b, vector = _as_columns(b, a.ndim)
     a, b = fnp._promote(a, b)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a, b = fnp.broadcast_to(a, batch + a.shape[-2:]), fnp.broadcast_to(b, batch + b.shape[-2:])
@@ -54,6 +55,53 @@ def solve(a, b, assume_a: str = "gen", lower: bool = False, overwrite_a: bool = 
     if assume_a in ("pos", "positive definite"):
         return cho_solve(cho_factor(a, lower=True), b)
     return _la.solve(a, b)
+
+
+def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True):
+    """(lu, piv): L (unit diagonal, below it) and U packed in lu, 0-based row swaps in piv (a = P L U)."""
+    x = fnp._to_float(a, np.float64)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"lu_factor: expected square matrices (..., n, n), got shape {x.shape}")
+    factors, pivots, _ = _la.lu_p.bind(x)
+    return factors, pivots
+
+
+def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True):
+    """x with a x = b (trans=1 or 2: a^T x = b) from ``lu_factor(a)``."""
+    factors, pivots = lu_and_piv
+    b, vector = _as_columns(b, fnp.ndim(factors))
+    factors, b = fnp._promote(factors, b)
+    perm = _la.lu_pivots_to_permutation(pivots, factors.shape[-1])
+    p = _la.permutation_matrix(perm, b.dtype)
+    if trans in (0, "N"):  # a = P^T L U: x = U^-1 L^-1 P b
+        y = _la.triangular_solve(factors, p @ b, lower=True, unit_diagonal=True)
+        x = _la.triangular_solve(factors, y, lower=False)
+    elif trans in (1, 2, "T", "C"):  # a^T = U^T L^T P: x = P^T L^-T U^-T b
+        y = _la.triangular_solve(factors, b, lower=False, transpose_a=True)
+        x = fnp.swapaxes(p, -1, -2) @ _la.triangular_solve(factors, y, lower=True, transpose_a=True, unit_diagonal=True)
+    else:
+        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
+    return x[..., 0] if vector else x
+
+
+def lu(a, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True):
+    """(p, l, u) with a = p @ l @ u (``permute_l``: (p @ l, u))."""
+    x = fnp._to_float(a, np.float64)
+    factors, _, perm = _la.lu_p.bind(x)
+    m, n = x.shape[-2:]
+    k = min(m, n)
+    lower = _strict_lower(factors[..., :, :k]) + np.eye(m, k)
+    upper = _upper(factors[..., :k, :])
+    p = fnp.swapaxes(_la.permutation_matrix(perm, x.dtype), -1, -2)
+    return (p @ lower, upper) if permute_l else (p, lower, upper)
+
+
+def _strict_lower(x):
+    return fnp.where(np.tri(*x.shape[-2:], -1, dtype=bool), x, 0.0)
+
+
+def _upper(x):
+    return fnp.where(~np.tri(*x.shape[-2:], -1, dtype=bool), x, 0.0)
 
 
 def det(a, overwrite_a: bool = False, check_finite: bool = True):
