@@ -1281,7 +1281,7 @@ def test_public_names_are_the_numpy_api():
     assert extras == {"getitem", "round_", "sigmoid"}, extras  # functrace's own additions
     for module, reference in ((fnp.linalg, np.linalg), (fnp.fft, np.fft)):  # beside primitives (*_p)
         extras = {n for n in dir(module) if not n.startswith("_") and not hasattr(reference, n) and not n.endswith("_p")}
-        assert extras <= {"triangular_solve"}, extras
+        assert extras <= {"triangular_solve", "lu_pivots_to_permutation", "permutation_matrix"}, extras
     for helper in ("np", "P", "math", "functools", "builtins", "operator", "string", "shape_of", "Tracer",
                    "importlib", "annotations", "user_frame_description"):
         assert not hasattr(fnp, helper), helper
