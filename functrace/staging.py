@@ -19,6 +19,7 @@ from .core import (
     current_phase,
     get_aval,
     new_main,
+    trace_stack,
 )
 from .errors import ConcretizationError
 
@@ -86,10 +87,13 @@ class StagingTrace(Trace):
         memo = builder.memo
         # Trace-time CSE: primitives are pure, so the same op on the same variables is
         # recorded once (derivative rules often recompute e.g. cos(x) of the forward pass).
-        key = (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
+        # (effectful primitives are never shared: each call has its effect)
+        key = None if primitive.effectful else (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
         try:
-            known = memo.get(key)
+            known = None if key is None else memo.get(key)
         except TypeError:  # unhashable params (sub-jaxprs): never shared
+            key = known = None
+        if primitive.effectful:  # its effect happens at each call: never shared
             key = known = None
         if known is not None:
             return known
@@ -105,6 +109,15 @@ class StagingTrace(Trace):
         if key is not None:
             memo[key] = result
         return result
+
+
+def innermost_staging_trace() -> "StagingTrace | None":
+    """The trace of the innermost ``jit`` / ``make_jaxpr`` being traced in this thread, if any: an
+    effect on values known at trace time belongs in the staged program, to happen when it runs."""
+    for main in reversed(trace_stack()):
+        if main.trace_type is StagingTrace:
+            return main.trace
+    return None
 
 
 def check_output(x, fun_name: str | None, transform: str | None = None) -> None:

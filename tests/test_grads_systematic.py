@@ -650,6 +650,34 @@ case("fft-rfft_irfft_filter", lambda a, w: fnp.fft.irfft(fnp.fft.rfft(a) * w), n
 case("fft-complex_parts", lambda a, b: [fnp.fft.fft(P.complex_(a, b)).real, fnp.fft.ifft(P.complex_(b, a)).imag,
                                         fnp.abs(fnp.fft.fft(a) * fnp.fft.fft(b).conj())], normal(6), normal(6))
 
+# collectives over the process group: one member here (tests/test_collectives.py checks them under
+# vmap(axis_name=...) with three, tests/test_distributed.py over two MPI processes)
+case("lax-psum-pmax-pmin-ppermute-processes", lambda x: fnp.sin(ft.lax.psum(x, "processes")) * ft.lax.pmax(x, "processes")
+     + ft.lax.pmin(x * x, "processes") * ft.lax.ppermute(x, "processes", [(0, 0)]), normal(3))
+case("lax-all_gather-psum_scatter-all_to_all-processes", lambda x: ft.lax.psum_scatter(
+    ft.lax.all_to_all(ft.lax.all_gather(fnp.sin(x), "processes"), "processes", 0, 2) * x[:, :, None], "processes",
+    scatter_dimension=2), normal(2, 1))
+# ft.nn activations (inputs away from their kinks) and erf_inv; ft.random's parameters
+_KEY = np.array([0, 7], np.uint32)
+case("nn-erf_inv-(5,)", ft.nn.erf_inv, uniform(-0.9, 0.9, 5))
+case("nn-leaky_relu", ft.nn.leaky_relu, signed(0.1, 2.0, 6))
+case("nn-elu", ft.nn.elu, signed(0.1, 2.0, 6))
+case("nn-selu", ft.nn.selu, signed(0.1, 2.0, 6))
+case("nn-celu", lambda x: ft.nn.celu(x, alpha=1.5), signed(0.1, 2.0, 6))
+case("nn-glu-(3,4)", ft.nn.glu, normal(3, 4))
+case("nn-relu6", ft.nn.relu6, np.array([-1.0, 0.4, 2.5, 5.5, 7.0]))
+case("nn-hard_tanh", ft.nn.hard_tanh, np.array([-1.7, -0.6, 0.3, 0.8, 1.4]))
+case("nn-hard_sigmoid", ft.nn.hard_sigmoid, np.array([-3.5, -1.2, 0.7, 2.4, 3.3]))
+case("nn-hard_silu", ft.nn.hard_silu, np.array([-3.5, -1.2, 0.7, 2.4, 3.3]))
+case("nn-softplus", ft.nn.softplus, normal(5))
+case("nn-log_sigmoid", ft.nn.log_sigmoid, normal(5))
+case("nn-standardize-(3,5)", ft.nn.standardize, normal(3, 5))
+case("nn-dropout-(4,5)", lambda x: ft.nn.dropout(_KEY, 0.3, x), normal(4, 5))
+case("random-uniform-minval_maxval", lambda lo, hi: ft.random.uniform(_KEY, (4,), np.float64, lo, hi),
+     np.array(-0.5), np.array(1.5))
+case("random-truncated_normal-bounds", lambda lo, hi: ft.random.truncated_normal(_KEY, lo, hi, (4,), np.float64),
+     np.array(-1.2), np.array(0.9))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),
@@ -689,11 +717,16 @@ NON_DIFFERENTIABLE = {
     "stop_gradient",                      # blocks derivatives by design
     "lu_factor",                          # solver data: lu_solve differentiates through its matrix
     "lu_pivots_to_permutation",           # integer outputs
+    "shift_left", "shift_right_logical", "bitcast_convert_type", "threefry2x32",  # bits (ft.random)
+    "debug_callback",                     # no outputs: an effect (tests/test_debug.py runs it under grad)
+    "axis_index",                         # integer output
 }
 
 
 # Rules a primitive legitimately lacks, with the reason.
-NO_RULE = {("iota", "batch"): "no operands: a batched value never reaches it"}
+NO_RULE = {("iota", "batch"): "no operands: a batched value never reaches it",
+           ("axis_index", "batch"): "no operands: a batched value never reaches it (a vmap binding its "
+                                    "axis name has its own rule)"}
 
 
 def test_every_primitive_has_jvp_vjp_and_batching_rules():
@@ -710,7 +743,10 @@ def test_every_primitive_has_jvp_vjp_and_batching_rules():
     assert marked == NON_DIFFERENTIABLE, sorted(marked ^ NON_DIFFERENTIABLE)
 
 
-@pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota"}))
+_BIT_OPERANDS = {"shift_left": 2, "shift_right_logical": 2, "threefry2x32": 4}
+
+
+@pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota", "debug_callback", "axis_index"}))
 def test_non_differentiable_primitives_carry_no_derivative(name):
     """Their outputs are constants to every derivative: float() of one works under grad, and
     forward and reverse mode give the zero derivative."""
@@ -720,13 +756,17 @@ def test_non_differentiable_primitives_carry_no_derivative(name):
 
     def f(v):
         ops = [v > 0] * arity if name in {"and", "or", "xor", "not"} else [v] * arity
+        if name in _BIT_OPERANDS:  # uint32 operands
+            ops = [P.convert_element_type(fnp.abs(v) * 7.0, np.uint32)] * _BIT_OPERANDS[name]
         params = {"axis": 0} if name in {"argmax", "argmin"} else {}
+        params = {"new_dtype": np.dtype(np.int64)} if name == "bitcast_convert_type" else params
         if name == "lu_factor":  # a square matrix in, (factors, pivots) out
             out = p.bind(fnp.outer(v, v) + 4 * fnp.eye(4))[0]
         elif name == "lu_pivots_to_permutation":  # row swaps in, a row order out
             out = p.bind(fnp.asarray(v > 0, np.int32), size=4)
         else:
             out = p.bind(*ops, **params)
+            out = fnp.stack(out) if p.multiple_results else out
         return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))
     np.testing.assert_array_equal(ft.grad(f)(x), np.zeros(4))
     assert ft.jvp(f, (x,), (np.ones(4),))[1] == 0.0

@@ -822,11 +822,16 @@ def test_bad_device_choice(monkeypatch):
 NOT_PLANNED = {name: "inlined before planning (optimize.inline_calls): its body's equations run as kernels"
                for name in ("checkpoint", "custom_jvp_call", "custom_vjp_call")}
 NOT_PLANNED["iota"] = "no operands, so never staged: computed when traced, a constant of the program"
+# Primitives that run on the host by design, and why (the report names each such step's reason).
+HOST_ONLY = {"debug_callback": "effectful: ft.debug.print / callback call back into Python"}
+HOST_ONLY.update({name: "effectful: a collective calls MPI on host buffers, in program order"
+                  for name in ("psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all",
+                               "axis_index")})
 
-# Primitives that run as host steps by design, and why (the reason is what report() says).
-HOST_ONLY = {name: "LAPACK through numpy.linalg on the host"  # fast on CPU devices; no GPU kernels yet
-             for name in ("cholesky", "triangular_solve", "lu_factor", "lu_solve", "lu", "det", "slogdet", "eigh", "svd",
-                          "qr")}
+# linear algebra (the reason is what report() says): host LAPACK, fast on CPU devices; no GPU kernels yet
+HOST_ONLY.update({name: "LAPACK through numpy.linalg on the host"
+                  for name in ("cholesky", "triangular_solve", "lu_factor", "lu_solve", "lu", "det", "slogdet", "eigh",
+                               "svd", "qr")})
 HOST_ONLY["lu_pivots_to_permutation"] = "a sequential loop of row swaps"
 HOST_ONLY.update({name: "no type for it in generated kernels"  # complex values: numpy (numpy.fft) on the host
                   for name in ("fft", "real", "imag", "conj", "complex")})
@@ -844,7 +849,23 @@ EXTRA_CASES = {
     "floor": lambda x, y: fnp.floor(x * 3), "ceil": lambda x, y: fnp.ceil(x * 3), "round": lambda x, y: fnp.rint(x * 3),
     "sign": lambda x, y: fnp.sign(x - y), "floor_div": lambda x, y: x // (fnp.abs(y) + 0.5),
     "convert_element_type": lambda x, y: (x * 4).astype(np.int32) * 3 + (y > 0).astype(np.float64),
+    "debug_callback": lambda x, y: (ft.debug.callback(lambda a: None, x * y), x + y)[1],
+    "axis_index": lambda x, y: x * (ft.lax.axis_index("processes") + 1.0),
 }
+
+
+def _random_program(x, y):
+    """ft.random on OpenCL: the threefry kernel, then 64-bit words to float64 normals (shifts, or,
+    bitcast, erf_inv) and 32-bit words shifted by up to 39 places (0 past the width)."""
+    key = (fnp.abs(x[:2]) * 1e6).astype(np.uint32)
+    words = ft.random.bits(key, (5000,))
+    shifts = ft.primitives.rem_p.bind((fnp.abs(y) * 100).astype(np.uint32), np.uint32(40))
+    return (ft.random.normal(key, (5000,), np.float64) + y, ft.lax.shift_left(words, shifts),
+            ft.lax.shift_right_logical(words, shifts))
+
+
+EXTRA_CASES.update({name: _random_program for name in
+                    ("threefry2x32", "shift_left", "shift_right_logical", "bitcast_convert_type")})
 
 
 def _primitive_names(closed) -> set:
@@ -885,8 +906,9 @@ def test_every_primitive_runs_as_kernels_and_matches_numpy(name, f, args):
     if name not in NOT_PLANNED:
         assert name in _primitive_names(compiled.closed), f"the case no longer exercises {name}"
     if name in HOST_ONLY:
-        assert any(line.strip().startswith(f"host    {name} ") and HOST_ONLY[name] in line
-                   for line in compiled.report().splitlines()), compiled.report()
+        hosted = [line for line in compiled.report().splitlines() if line.strip().startswith(f"host    {name} ")]
+        reason = "effectful" if ft.primitives.registry[name].effectful else HOST_ONLY[name]
+        assert hosted and all(reason in line for line in hosted), compiled.report()
     else:
         assert compiled.num_host_steps == 0, compiled.report()
     got = ft.tree_util.tree_map(np.asarray, compiled(*args))
