@@ -255,9 +255,8 @@ def test_values_and_grads_match_stored_jax_results(name):
 
 
 @pytest.mark.parametrize("name", sorted(JAX_VALUES))
-def test_values_and_grads_match_jax(name):
-    jax = pytest.importorskip("jax", reason="optional comparison with JAX")
-    jax.config.update("jax_enable_x64", True)
+def test_values_and_grads_match_jax(name, jax_x64):
+    jax = jax_x64
     import jax.numpy as jnp
     f, x = _jax_style_cases(fnp)[name]
     jf, _ = _jax_style_cases(jnp)[name]
