@@ -6,9 +6,10 @@ OpenCL) and under every transformation, with derivatives from the formulas thems
 * ``gammaln`` / ``digamma``: the Stirling (de Moivre) series at z >= 15, reached from smaller
   arguments by the recurrence (x -> x + 8) and from x < 1/2 by the reflection formula; about
   1e-15 absolute error in float64 (scipy's values: see tests/test_scipy.py).
-* ``ndtri`` / ``erfinv``: Acklam's rational approximation refined by two Halley steps on the
-  normal cdf (residuals from erf near the center and from erfc in the tails, so neither loses
-  digits); their derivatives come from ``custom_jvp`` (1 / pdf), not from the iterations.
+* ``ndtri``: Acklam's rational approximation refined by two Halley steps on the normal cdf
+  (residuals from erf near the center and from erfc in the tails, so neither loses digits: the
+  tails are why it is not ``sqrt(2) * erfinv(2p - 1)``); its derivative comes from
+  ``custom_jvp`` (1 / pdf), not from the iterations.  ``erfinv`` is ``ft.nn.erf_inv``.
 * ``erfc`` is a primitive (``math.erfc`` on the host, OpenCL's ``erfc`` builtin in kernels):
   1 - erf(x) would lose every digit in the upper tail, which ``ndtr`` and ``log_ndtr`` need.
 """
@@ -248,23 +249,9 @@ def ndtri(p):
     return _ndtri(_float(p))
 
 
-@custom_jvp
-def _erfinv(y):
-    ay = fnp.abs(y)
-    t = fnp.where(ay > 1, -1.0, 0.5 * (1 - ay))  # min(p, 1 - p) of p = (1 + y) / 2
-    return _normal_quantile(0.5 * y, t) / _SQRT2
-
-
-@_erfinv.defjvp
-def _erfinv_jvp(primals, tangents):
-    (y,), (t,) = primals, tangents
-    x = _erfinv(y)
-    return x, t * (0.5 * math.sqrt(math.pi) * fnp.exp(x * x))
-
-
 def erfinv(y):
-    """The inverse of erf on [-1, 1] (+-inf at +-1, NaN outside)."""
-    return _erfinv(_float(y))
+    """The inverse of erf on [-1, 1] (+-inf at +-1, NaN outside): ``ft.nn.erf_inv``."""
+    return nn.erf_inv(_float(y))
 
 
 # --------------------------------------------------------------------------- logsumexp
