@@ -88,6 +88,8 @@ VALUE_CASES = [  # (name, functrace function, numpy function, args)
     ("cholesky-upper", lambda a: LA.cholesky(a, upper=True), lambda a: np.linalg.cholesky(a, upper=True), (spd(5, 5),)),
     ("eigh", lambda a: tuple(LA.eigh(a)), lambda a: tuple(np.linalg.eigh(a)), (spd(2, 5, 5),)),
     ("eigvalsh", LA.eigvalsh, np.linalg.eigvalsh, (spd(5, 5),)),
+    ("eigh-upper_triangle", lambda a: LA.eigh(a, "U", symmetrize_input=False)[0], lambda a: np.linalg.eigh(a, "U")[0],
+     (rng.standard_normal((2, 4, 4)),)),
     ("svd", lambda a: tuple(LA.svd(a)), lambda a: tuple(np.linalg.svd(a)), (rng.standard_normal((2, 5, 3)),)),
     ("svd-reduced", lambda a: tuple(LA.svd(a, False)), lambda a: tuple(np.linalg.svd(a, False)), (rng.standard_normal((3, 6)),)),
     ("svdvals", LA.svdvals, np.linalg.svdvals, (rng.standard_normal((4, 3)),)),
