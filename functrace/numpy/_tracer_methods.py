@@ -5,6 +5,7 @@ import functrace.numpy as fnp
 
 from .. import primitives as _P
 from ..core import Tracer
+from ._indexing import IndexUpdateHelper
 
 
 def _swap(f):
@@ -41,6 +42,9 @@ _OPERATORS = {
 }
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
+# sorting and scans (numpy/_sorting.py, numpy/_reductions.py): methods return new arrays, as JAX's
+for _name in ("sort", "argsort", "searchsorted", "cumprod", "ptp"):
+    setattr(Tracer, _name, getattr(fnp, _name))
 
 
 def _complex_part(x, part: str):
@@ -59,15 +63,14 @@ def _not_implemented(what: str, hint: str):
 Tracer.T = property(lambda self: fnp.transpose(self))
 Tracer.real = property(lambda self: _complex_part(self, "real"))
 Tracer.imag = property(lambda self: _complex_part(self, "imag"))
-Tracer.at = property(_not_implemented("x.at[...] (functional index updates)",
-                                      "build the result with fnp.where(mask, value, x) or fnp.concatenate"))
+Tracer.at = property(lambda self: IndexUpdateHelper(self))  # x.at[idx].set(v) etc. (numpy/_indexing.py)
 for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
     setattr(Tracer, _name, _not_implemented("bit shifts", "multiply or floor-divide by powers of two"))
 
 
 def _setitem(self, index, value):
     raise TypeError("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change a traced value; "
-                    "build the result with fnp.where(mask, v, x) (x.at[i].set(v) is not implemented)")
+                    "write x = x.at[i].set(v) instead")
 
 
 Tracer.__setitem__ = _setitem

@@ -19,7 +19,7 @@ batches and jits through them.
   derivative's 1 / (w_j - w_i) factor is taken as 0 (JAX gives inf there); eigenvalue-only
   functions (``eigvalsh``, ``svd(compute_uv=False)``, norms) never form it, so they stay
   finite at degenerate points, as in JAX.
-* On OpenCL these primitives run as host steps (``host_reason`` below, shown by
+* On OpenCL these primitives run as host steps (``host_step_reason`` below, shown by
   ``report()``): LAPACK on the host is what numpy offers, and is fast on CPU devices.
 """
 import numpy as _np
@@ -103,7 +103,7 @@ def _batch_leading(prim):
 def _new_primitive(name: str, multiple_results: bool = False):
     p = _P.new_primitive(name)
     p.multiple_results = multiple_results
-    p.host_reason = _HOST_REASON
+    p.host_step_reason = _HOST_REASON
     p.batch = _batch_leading(p)
     return p
 
@@ -575,7 +575,7 @@ def _lu_linear_jvp(primals, outs, tangents):
 _transposed_jvp(lu_p, _lu_linear_jvp)
 
 lu_pivots_to_permutation_p = _new_primitive("lu_pivots_to_permutation")
-lu_pivots_to_permutation_p.host_reason = "a sequential loop of row swaps: numpy on the host"
+lu_pivots_to_permutation_p.host_step_reason = "a sequential loop of row swaps: numpy on the host"
 lu_pivots_to_permutation_p.differentiable = False  # integer outputs
 lu_pivots_to_permutation_p.impl = lambda pivots, *, size: _pivots_to_permutation(pivots, size).astype(pivots.dtype)
 lu_pivots_to_permutation_p.abstract_eval = lambda p, *, size: _ShapedArray(p.shape[:-1] + (size,), p.dtype)
