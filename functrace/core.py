@@ -156,6 +156,11 @@ class phase:
         return False
 
 
+def trace_stack() -> list:
+    """This thread's active transformations (``MainTrace``s), outermost first."""
+    return _state.stack
+
+
 def current_phase() -> str:
     """The phase tag (``"forward"`` / ``"backward"``) of equations staged now in this thread."""
     return _state.phase[-1]
@@ -206,8 +211,17 @@ class ClosedJaxpr:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        """The program, and a table of its constants: name, shape and dtype, and their values in short."""
         import html
-        return f"<pre>{html.escape(str(self))}</pre>"
+
+        from .reports import html_table
+        text = f"<pre>{html.escape(str(self))}</pre>"
+        if not self.consts:
+            return text
+        rows = [(name, v.aval.str_short(), "(a traced value)" if isinstance(c, Tracer) else np.array2string(
+                    np.asarray(c), threshold=8, edgeitems=2, max_line_width=80))
+                for name, v, c in zip(_names(), self.jaxpr.const_vars, self.consts)]
+        return f"<div>{text}{html_table(f'Constants ({len(rows)})', ['name', 'shape', 'value'], rows)}</div>"
 
 
 def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args) -> list:
@@ -287,7 +301,7 @@ def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> s
         params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in eqn.params.items() if not _is_subprogram(v))
         lhs = " ".join(map(decl, eqn.out_vars))
         rhs = f"{eqn.primitive.name}{'[' + params + ']' if params else ''} {' '.join(map(name, eqn.inputs))}"
-        lines.append(f"{pad}    {lhs} = {rhs.rstrip()}")
+        lines.append(f"{pad}    {lhs + ' = ' if lhs else ''}{rhs.rstrip()}")  # (no outputs: an effect)
         for k, v in eqn.params.items():
             subs = v if isinstance(v, tuple) and v and all(isinstance(s, (Jaxpr, ClosedJaxpr)) for s in v) else (v,)
             for j, sub in enumerate(subs):
@@ -311,7 +325,14 @@ class Primitive:
     * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
 
     OpenCL lowerings are registered apart, by primitive name (``backends/opencl/lowerings.py``).
+
+    ``effectful``: the primitive does something besides computing its outputs (a debug print, a
+    callback, an MPI collective).  Its equations are never removed by dead-code elimination,
+    merged by CSE or constant-folded, keep their program order relative to each other, and run
+    as host steps on OpenCL.
     """
+
+    effectful = False
 
     def __init__(self, name: str, multiple_results: bool = False):
         self.name = name

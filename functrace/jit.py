@@ -9,6 +9,7 @@ is optimize -> differentiate -> optimize for ``jit(grad(jit(f)))``.
 from __future__ import annotations
 
 import functools
+import html
 import inspect
 import threading
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
+from .reports import CompiledReport, LoweredReport
 from .staging import trace_to_jaxpr
 
 _ARRAY_TYPES = {np.ndarray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
@@ -72,14 +74,28 @@ class Lowered:
         self.jaxpr: ClosedJaxpr = entry.closed
         self.unoptimized: ClosedJaxpr = entry.raw
 
-    def report(self) -> Report:
-        return self._entry.report
+    def report(self) -> LoweredReport:
+        """What the optimizer's passes did (text, ``counts`` per pass, buffer ``analysis``)."""
+        return LoweredReport(self._entry.report)
 
     def compile(self) -> "Compiled":
         return Compiled(self._jitted, self._entry)
 
     def as_text(self) -> str:
         return str(self.jaxpr)
+
+    def _title(self) -> str:
+        return f"`{self._jitted.__name__}` lowered for {_describe(self._entry.key)}"
+
+    def __repr__(self) -> str:
+        return f"<Lowered {self._title()}: {self.report().summary}>"
+
+    def __str__(self) -> str:
+        return f"{self._title()}\n{self.as_text()}\n{self.report()}"
+
+    def _repr_html_(self) -> str:
+        return (f"<div><p><b>{html.escape(self._title())}</b></p>{self.report()._repr_html_()}"
+                f"{self.jaxpr._repr_html_()}</div>")
 
 
 class Compiled:
@@ -101,6 +117,22 @@ class Compiled:
                             f"{_describe(self._entry.key)} but was called with {_describe(key)}{structure}")
         outs = self.executable(*scalars_to_arrays(leaves))
         return tree_util.tree_unflatten(self._entry.out_tree, outs)
+
+    def report(self) -> CompiledReport:
+        """How the program runs: backend, device, kernel launches, host steps and their reasons."""
+        return CompiledReport(self.executable)
+
+    def _title(self) -> str:
+        return f"`{self._jitted.__name__}` compiled for {_describe(self._entry.key)}"
+
+    def __repr__(self) -> str:
+        return f"<Compiled {self._title()}: {self.report().summary}>"
+
+    def __str__(self) -> str:
+        return f"{self._title()}\n{self.report()}"
+
+    def _repr_html_(self) -> str:
+        return f"<div><p><b>{html.escape(self._title())}</b></p>{self.report()._repr_html_()}</div>"
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["executable"], name)

@@ -1,7 +1,9 @@
 """IR passes and the bookkeeping backends need.
 
-Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive is pure, so any equation
-whose outputs are unused can go):
+Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive but the *effectful* ones
+(``Primitive.effectful``: debug prints, callbacks, collectives) is pure, so any other equation
+whose outputs are unused can go; effectful equations are never removed, merged or folded, and
+no pass reorders equations):
 
 * ``cse``: equal equations on equal inputs are computed once;
 * ``fold_constants``: equations whose inputs are all known are evaluated at compile time
@@ -36,14 +38,42 @@ def _rebuild(closed: ClosedJaxpr, const_vars, consts, eqns, outs) -> ClosedJaxpr
                        closed.in_tree, closed.out_tree)
 
 
+def has_effects(eqn: JaxprEqn) -> bool:
+    """Does running ``eqn`` do more than compute its outputs (an effectful primitive, or a
+    sub-program -- a loop body, a branch -- holding one)?"""
+    if eqn.primitive.effectful:
+        return True
+    for v in eqn.params.values():
+        for sub in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(sub, (ClosedJaxpr, Jaxpr)) and any(
+                    has_effects(e) for e in (sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub).eqns):
+                return True
+    return False
+
+
+def without_effects(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """``closed`` with its effectful equations removed (at any depth): a forward pass that reverse
+    mode recomputes must not print again (as in JAX, the effect belongs to the primal pass)."""
+    if not any(has_effects(e) for e in closed.jaxpr.eqns):
+        return closed
+
+    def strip(v):
+        if isinstance(v, tuple) and v and all(isinstance(s, ClosedJaxpr) for s in v):
+            return tuple(without_effects(s) for s in v)
+        return without_effects(v) if isinstance(v, ClosedJaxpr) else v
+    eqns = [JaxprEqn(e.primitive, e.inputs, {k: strip(v) for k, v in e.params.items()}, e.out_vars, e.phase)
+            for e in closed.jaxpr.eqns if not e.primitive.effectful]
+    return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, closed.jaxpr.outs)
+
+
 def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Dead-code elimination: keep only equations that an output depends on."""
+    """Dead-code elimination: keep only equations that an output depends on, and effects."""
     jaxpr = closed.jaxpr
     live = {v for v in jaxpr.outs if type(v) is not Literal}
     kept = []
     for eqn in reversed(jaxpr.eqns):
         outs = eqn.out_vars
-        if (outs[0] in live) if len(outs) == 1 else not live.isdisjoint(outs):
+        if ((outs[0] in live) if len(outs) == 1 else not live.isdisjoint(outs)) or has_effects(eqn):
             kept.append(eqn)
             for a in eqn.inputs:
                 if type(a) is not Literal:
@@ -89,12 +119,16 @@ class _Renamer:
 
 
 def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Common-subexpression elimination: equal equations on equal inputs are computed once."""
+    """Common-subexpression elimination: equal equations on equal inputs are computed once
+    (effects happen each time: never merged)."""
     rename = _Renamer()
     seen: dict = {}
     eqns = []
     for eqn in closed.jaxpr.eqns:
         inputs = [rename(a) for a in eqn.inputs]
+        if has_effects(eqn):
+            eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase))
+            continue
         key = (eqn.primitive, tuple(_literal_key(a) if type(a) is Literal else a for a in inputs),
                _param_key(eqn.params))
         prev = seen.get(key)
@@ -124,7 +158,7 @@ def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
         inputs = [rename(a) for a in eqn.inputs]
         vals = [a.val if type(a) is Literal else known.get(a, _MISSING) for a in inputs]
         foldable = (not eqn.primitive.multiple_results and eqn.primitive.impl is not None
-                    and all(v is not _MISSING for v in vals)
+                    and all(v is not _MISSING for v in vals) and not has_effects(eqn)
                     and shape_size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
                         [shape_size(np.shape(v)) for v in vals], default=0))
         if foldable:

@@ -19,6 +19,7 @@ from .core import (
     current_phase,
     get_aval,
     new_main,
+    trace_stack,
 )
 from .errors import ConcretizationError
 
@@ -91,6 +92,8 @@ class StagingTrace(Trace):
             known = memo.get(key)
         except TypeError:  # unhashable params (sub-jaxprs): never shared
             key = known = None
+        if primitive.effectful:  # its effect happens at each call: never shared
+            key = known = None
         if known is not None:
             return known
         out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)
@@ -105,6 +108,15 @@ class StagingTrace(Trace):
         if key is not None:
             memo[key] = result
         return result
+
+
+def innermost_staging_trace() -> "StagingTrace | None":
+    """The trace of the innermost ``jit`` / ``make_jaxpr`` being traced in this thread, if any: an
+    effect on values known at trace time belongs in the staged program, to happen when it runs."""
+    for main in reversed(trace_stack()):
+        if main.trace_type is StagingTrace:
+            return main.trace
+    return None
 
 
 def check_output(x, fun_name: str | None, transform: str | None = None) -> None:

@@ -55,3 +55,24 @@ def test_no_module_imports_another_modules_private_names():
                 found += [f"{path.relative_to(root)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+def test_the_wheel_ships_the_opencl_sources_and_the_package_loads_them(tmp_path):
+    """``cl_kernels/`` sits at the repository's top level and is installed as the package data
+    ``functrace/cl_kernels``; an installed functrace reads its kernels from there."""
+    import pathlib
+    import zipfile
+    root = pathlib.Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "-w", str(tmp_path), str(root)], check=True, capture_output=True, cwd=tmp_path)
+    wheel, = tmp_path.glob("functrace-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = sorted(p.name for p in (root / "cl_kernels").glob("*.cl"))
+    assert sources and all(f"functrace/cl_kernels/{name}" in names for name in sources)
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = ("from functrace.backends.opencl.lowerings import kernel_source, _KERNEL_DIR\n"
+            f"print(_KERNEL_DIR); print(len(kernel_source({sources[0]!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()
+    assert out[0] == str(tmp_path / "site" / "functrace" / "cl_kernels")
+    assert int(out[1]) == len((root / "cl_kernels" / sources[0]).read_text())

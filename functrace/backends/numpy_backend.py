@@ -74,7 +74,7 @@ class NumpyExecutable:
             namespace[fn] = functools.partial(impl, **params) if params else impl
             call = f"{fn}({', '.join(names[i] for i in ins)})"
             target = ", ".join(names[o] for o in out) + ("," if len(out) == 1 else "") if multiple else names[out]
-            lines.append(f"    {target} = {call}")
+            lines.append(f"    {target} = {call}" if target else f"    {call}")  # (no outputs: an effect)
             dead = [names[f] for f in frees]
             if dead:
                 lines.append(f"    del {', '.join(dead)}")

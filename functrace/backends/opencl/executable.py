@@ -168,6 +168,7 @@ class HostStep(Step):
 
 _TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
 _NO_FP64 = "float64 on a device without cl_khr_fp64"
+_EFFECT = "effectful: {} calls back into Python, in program order"
 
 
 @dataclass
@@ -286,6 +287,9 @@ def _partition(jaxpr: Jaxpr, rt, plan: Plan) -> tuple[list, dict]:
         if eqn in fused_at:
             seal_inputs(fused_at[eqn][0])
             order[id(fused_at[eqn])] = ("lowered", fused_at[eqn])
+        elif eqn.primitive.effectful:  # a host step, in program order
+            seal_inputs(eqn)
+            order[id(eqn)] = ("eqn", eqn)
         elif _is_view(eqn):
             plan.view_eqns[eqn.out_vars[0]] = eqn
             src = eqn.inputs[0]
@@ -489,6 +493,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             steps, numbered = _reduction_steps(plan, rt, item, g if id(g) in absorbed else None, k)
         elif item.primitive in LAYOUT_PRIMS and _kernel_dtype_ok(rt, item.out_vars[0].aval.dtype):
             steps, numbered = _layout_steps(plan, rt, item, k), True
+        elif item.primitive.effectful:
+            steps, numbered = [HostStep(item, _EFFECT.format(item.primitive.name))], False
         else:
             lowered = lower(item, rt) if rt is not None else None
             steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)

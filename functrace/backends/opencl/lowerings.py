@@ -1,7 +1,7 @@
 """Hand-written kernels: the registry mapping a primitive to its OpenCL lowering.
 
 A lowering is ``fn(eqn, runtime) -> Lowered | None`` (None: run the equation as a host step).
-``Lowered.source`` is OpenCL C (kernels from ``functrace/cl_kernels/*.cl`` are read with
+``Lowered.source`` is OpenCL C (kernels from the top-level ``cl_kernels/*.cl`` are read with
 ``kernel_source``); the executable puts the sources of all steps of a jitted function into one
 program (identical sources once) and, per call, invokes ``Lowered.run(ctx, inputs)`` which
 enqueues the launches and returns the output arrays.
@@ -20,8 +20,12 @@ from ...core import Literal
 LOWERINGS: dict = {}  # Primitive -> its lowering
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"  # first line of every program
 
-_KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "cl_kernels")
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The sources live in the repository's top-level ``cl_kernels/``; setup.py installs them as the
+# package data ``functrace/cl_kernels/``.  A source checkout reads the first, an install the second.
+_KERNEL_DIR = next((d for d in (os.path.join(_PACKAGE_DIR, "cl_kernels"),
+                                os.path.join(os.path.dirname(_PACKAGE_DIR), "cl_kernels")) if os.path.isdir(d)),
+                   os.path.join(_PACKAGE_DIR, "cl_kernels"))
 
 
 def register(primitive):
@@ -35,7 +39,7 @@ def register(primitive):
 
 @functools.lru_cache(maxsize=None)
 def kernel_source(filename: str) -> str:
-    """The text of ``functrace/cl_kernels/<filename>`` (shipped with the package)."""
+    """The text of ``cl_kernels/<filename>`` (shipped in the package as ``functrace/cl_kernels``)."""
     with open(os.path.join(_KERNEL_DIR, filename)) as f:
         return f.read()
 

@@ -771,7 +771,15 @@ class Array:
         return out if dtype is None else out.astype(dtype)
 
     def __repr__(self) -> str:
-        return f"Array({np.asarray(self)!r}, device={self.runtime.name!r})"
+        """As JAX's: ``Array([1., 2.], dtype=float32)``; the device is named only when it is not
+        the current default one."""
+        prefix = "Array("
+        body = np.array2string(np.asarray(self), separator=", ", prefix=prefix)
+        device = "" if self.runtime is _state.get("runtime") else f", device={self.runtime.name!r}"
+        return f"{prefix}{body}, dtype={self.dtype.name}{device})"
+
+    def __str__(self) -> str:
+        return str(np.asarray(self))  # as numpy's (and JAX's)
 
     def __len__(self) -> int:
         return self.shape[0]
