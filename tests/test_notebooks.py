@@ -33,7 +33,7 @@ def execute(path: pathlib.Path) -> "nbformat.NotebookNode":
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     try:
-        client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT_PER_CELL,
+        client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT_PER_CELL, record_timing=False,
                                          resources={"metadata": {"path": str(path.parent)}})
         client.execute()
     finally:
@@ -46,6 +46,7 @@ def execute(path: pathlib.Path) -> "nbformat.NotebookNode":
     kernel_prefix = "".join(o.get("text", "") for o in probe.outputs).strip()
     assert kernel_prefix == sys.prefix, f"the kernel runs in {kernel_prefix}, not in this environment ({sys.prefix})"
     for cell in nb.cells:  # number the cells from 1, as a run without the probe would
+        cell.metadata.pop("execution", None)  # timestamps: noise in a stored notebook's diff
         if cell.cell_type == "code":
             cell.execution_count -= 1
             for out in cell.outputs:
