@@ -1,14 +1,16 @@
 """Vectorizing map: every primitive's batching rule runs the whole batch in one op."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Hashable, NamedTuple
 
 import numpy as np
 
 from . import primitives as P
 from . import tree_util
-from .core import ShapedArray, Trace, Tracer, get_aval, new_main
+from .core import ClosedJaxpr, Jaxpr, ShapedArray, Trace, Tracer, get_aval, new_main
 from .errors import ConcretizationError, check_callable
 from .staging import check_output
 
@@ -50,6 +52,14 @@ class BatchTracer(Tracer):
         return super().__array__(dtype, copy)
 
 
+class AxisFrame(NamedTuple):
+    """The named axis a ``vmap(..., axis_name=...)`` binds: collectives over ``name`` see ``size``
+    members (the batch)."""
+
+    name: Hashable
+    size: int
+
+
 class BatchTrace(Trace):
     __slots__ = ()
     transform = "ft.vmap"
@@ -60,6 +70,12 @@ class BatchTrace(Trace):
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
+        frame = self.main.global_data
+        if frame is not None and params.get("axis_name") == frame.name and hasattr(primitive, "batch_named_axis"):
+            # a collective over this vmap's own axis: it combines the batch members
+            return self._tracers(primitive, *primitive.batch_named_axis(vals, dims, frame.size, **params))
+        if frame is not None and _uses_axis(params, frame.name):
+            return self._batch_with_axis_in_subprograms(primitive, vals, dims, params, frame)
         if all(d is None for d in dims):
             # unbatched results stay tracers of this vmap (the same for every element), so that
             # e.g. indexing them with a batched index dispatches to functrace rather than numpy
@@ -69,10 +85,67 @@ class BatchTrace(Trace):
             return BatchTracer(self, out, None)
         if primitive.batch is None:
             raise NotImplementedError(f"vmap: no batching rule for primitive '{primitive.name}'")
-        out, out_dim = primitive.batch(vals, dims, **params)
+        return self._tracers(primitive, *primitive.batch(vals, dims, **params))
+
+    def _tracers(self, primitive, out, out_dim):
+        """The batching rule's result as tracers of this trace."""
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(out, out_dim)]
         return BatchTracer(self, out, out_dim)
+
+    def _batch_with_axis_in_subprograms(self, primitive, vals, dims, params, frame: AxisFrame):
+        """A primitive whose sub-programs (a cond branch, a loop body) hold collectives over this
+        vmap's axis: its batching rule runs with the vmaps it makes over the batch named as this
+        one, so those collectives combine the members (an unbatched primitive is batched first:
+        its collectives still see ``frame.size`` members)."""
+        if all(d is None for d in dims):
+            first = next((i for i, v in enumerate(vals) if _is_array(v) or type(v) in (int, float, bool)), None)
+            if first is None:
+                raise NotImplementedError(f"vmap: '{primitive.name}' with no operands and collectives over "
+                                          f"axis {frame.name!r} in its sub-programs")
+            shape = P.shape_of(vals[first])
+            vals = list(vals)
+            vals[first] = P.broadcast_in_dim(vals[first], (frame.size, *shape), tuple(range(1, len(shape) + 1)))
+            dims = [0 if i == first else None for i in range(len(dims))]
+        outer, _rule_axis.frame = _rule_axis.frame, frame
+        try:
+            return self._tracers(primitive, *primitive.batch(vals, dims, **params))
+        finally:
+            _rule_axis.frame = outer
+
+
+class _RuleAxis(threading.local):
+    """The named axis whose vmap is running a batching rule in this thread (see
+    ``BatchTrace._batch_with_axis_in_subprograms``): the rule's own vmaps over the batch take its name."""
+
+    frame: AxisFrame | None = None
+
+
+_rule_axis = _RuleAxis()
+
+
+@contextlib.contextmanager
+def _rule_axis_cleared():
+    outer, _rule_axis.frame = _rule_axis.frame, None
+    try:
+        yield
+    finally:
+        _rule_axis.frame = outer
+
+
+def _uses_axis(params: dict, name: Hashable) -> bool:
+    """Do the sub-programs among ``params`` hold a collective over the axis ``name``?"""
+    stack = [v for v in params.values() if isinstance(v, (Jaxpr, ClosedJaxpr, tuple))]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(s for s in v if isinstance(s, (Jaxpr, ClosedJaxpr)))
+            continue
+        for eqn in (v.jaxpr if isinstance(v, ClosedJaxpr) else v).eqns:
+            if eqn.params.get("axis_name") == name:
+                return True
+            stack.extend(p for p in eqn.params.values() if isinstance(p, (Jaxpr, ClosedJaxpr, tuple)))
+    return False
 
 
 def _is_array(x) -> bool:
@@ -91,8 +164,12 @@ def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
     raise ValueError(f"vmap of `{fname}`: {what} {prefix!r} does not match the structure of the arguments")
 
 
-def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None) -> Callable:
-    """Map ``fun`` over an axis of its inputs without a Python loop (batching rules)."""
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None,
+         axis_size: int | None = None) -> Callable:
+    """Map ``fun`` over an axis of its inputs without a Python loop (batching rules).
+
+    ``axis_name`` names the mapped axis, as in JAX: collectives in ``ft.lax`` (``psum``,
+    ``all_gather``, ``axis_index``, ...) over that name combine the members of the batch."""
     check_callable(fun, "vmap")
     fname = getattr(fun, "__qualname__", repr(fun))
 
@@ -124,7 +201,10 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
         if len(sizes) != 1:
             raise ValueError(f"vmap of `{fname}`: mapped axes have inconsistent or no sizes {sorted(sizes)}")
         size = sizes.pop()
-        with new_main(BatchTrace, None, fname) as main:
+        frame = AxisFrame(axis_name, size) if axis_name is not None else _rule_axis.frame
+        if frame is not None and frame.size != size:
+            frame = None
+        with new_main(BatchTrace, frame, fname) as main, _rule_axis_cleared():  # nested vmaps start afresh
             trace = main.trace
             # unmapped arrays enter as unbatched tracers (not as numpy arrays, which a batched
             # index could not index: numpy's indexing would convert the index tracer to an array)

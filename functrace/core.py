@@ -157,7 +157,8 @@ class phase:
 
 
 def trace_stack() -> list:
-    """This thread's active transformations (``MainTrace``s), outermost first."""
+    """This thread's active transformations (``MainTrace``s), outermost first (read-only: staging
+    looks up the innermost staging trace, named axes their binding vmap)."""
     return _state.stack
 
 

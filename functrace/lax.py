@@ -30,6 +30,18 @@ from . import primitives as P
 from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
 from .batching import vmap
+from .collectives import (  # noqa: F401  (re-exported: ft.lax.psum, ...)
+    all_gather,
+    all_to_all,
+    axis_index,
+    axis_size,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, eval_jaxpr, get_aval, is_float_dtype
 from .errors import ConcretizationError, function_name, user_frame_description
 from .optimize import dce

@@ -256,7 +256,7 @@ def _simplify_eqn(eqn: JaxprEqn, inputs: list, producer: dict, uses: dict):
         if prim is P.transpose_p and eqn.params["permutation"] == tuple(range(len(out.aval.shape))):
             return x
         prev = producer.get(x)
-        if prev is None:
+        if prev is None or not prev.inputs:  # (an operand-free producer: axis_index)
             return None
         inner = prev.inputs[0]
         if prim is P.neg_p and prev.primitive is P.neg_p:

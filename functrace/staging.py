@@ -87,9 +87,10 @@ class StagingTrace(Trace):
         memo = builder.memo
         # Trace-time CSE: primitives are pure, so the same op on the same variables is
         # recorded once (derivative rules often recompute e.g. cos(x) of the forward pass).
-        key = (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
+        # (effectful primitives are never shared: each call has its effect)
+        key = None if primitive.effectful else (primitive, *in_vars, *params.items()) if params else (primitive, *in_vars)
         try:
-            known = memo.get(key)
+            known = None if key is None else memo.get(key)
         except TypeError:  # unhashable params (sub-jaxprs): never shared
             key = known = None
         if primitive.effectful:  # its effect happens at each call: never shared

@@ -631,6 +631,14 @@ case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rm
 case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),
      normal(3, 2, 2), normal(3, 2, 2))
 
+# collectives over the process group: one member here (tests/test_collectives.py checks them under
+# vmap(axis_name=...) with three, tests/test_distributed.py over two MPI processes)
+case("lax-psum-pmax-pmin-ppermute-processes", lambda x: fnp.sin(ft.lax.psum(x, "processes")) * ft.lax.pmax(x, "processes")
+     + ft.lax.pmin(x * x, "processes") * ft.lax.ppermute(x, "processes", [(0, 0)]), normal(3))
+case("lax-all_gather-psum_scatter-all_to_all-processes", lambda x: ft.lax.psum_scatter(
+    ft.lax.all_to_all(ft.lax.all_gather(fnp.sin(x), "processes"), "processes", 0, 2) * x[:, :, None], "processes",
+    scatter_dimension=2), normal(2, 1))
+
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
                                (np.array([0.8, 0.6]),), id="lax-while_loop"),
@@ -669,11 +677,14 @@ NON_DIFFERENTIABLE = {
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
     "debug_callback",                     # no outputs: an effect (tests/test_debug.py runs it under grad)
+    "axis_index",                         # integer output
 }
 
 
 # Rules a primitive legitimately lacks, with the reason.
-NO_RULE = {("iota", "batch"): "no operands: a batched value never reaches it"}
+NO_RULE = {("iota", "batch"): "no operands: a batched value never reaches it",
+           ("axis_index", "batch"): "no operands: a batched value never reaches it (a vmap binding its "
+                                    "axis name has its own rule)"}
 
 
 def test_every_primitive_has_jvp_vjp_and_batching_rules():
@@ -690,7 +701,7 @@ def test_every_primitive_has_jvp_vjp_and_batching_rules():
     assert marked == NON_DIFFERENTIABLE, sorted(marked ^ NON_DIFFERENTIABLE)
 
 
-@pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota", "debug_callback"}))
+@pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota", "debug_callback", "axis_index"}))
 def test_non_differentiable_primitives_carry_no_derivative(name):
     """Their outputs are constants to every derivative: float() of one works under grad, and
     forward and reverse mode give the zero derivative."""

@@ -168,7 +168,7 @@ class HostStep(Step):
 
 _TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
 _NO_FP64 = "float64 on a device without cl_khr_fp64"
-_EFFECT = "effectful: {} calls back into Python, in program order"
+_EFFECT = "effectful: {} runs on the host, in program order"
 
 
 @dataclass
