@@ -1,5 +1,5 @@
 """functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
-from . import debug, distributed, lax, nn, numpy, optim, test_util, tree_util
+from . import debug, distributed, lax, nn, numpy, optim, random, test_util, tree_util
 from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
 from .batching import vmap
 from .config import config
@@ -23,7 +23,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'functrace' has no attribute {name!r}")
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
-           "stop_gradient", "vmap", "jit", "lax", "distributed", "nn", "optim", "debug", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
+           "stop_gradient", "vmap", "jit", "lax", "distributed", "nn", "optim", "random", "debug", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
            "TracerArrayConversionError", "UnexpectedTracerError"]

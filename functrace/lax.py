@@ -621,3 +621,10 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
     if not weak:
         lower, upper = (P.convert_element_type(as_operand(b), dtype) for b in (lower, upper))
     return while_loop(cond_fun, body, (lower, upper, init_val))[2]
+
+
+# --------------------------------------------------------------------------- bit operations and erf_inv
+# (jax.lax's names for the primitives ft.random is built from)
+
+shift_left, shift_right_logical, bitcast_convert_type = P.shift_left, P.shift_right_logical, P.bitcast_convert_type
+from .nn import erf_inv  # noqa: E402, F401  (nn does not import lax: no cycle)

@@ -68,6 +68,74 @@ def erf(x):
     return erf_p.bind(fnp._to_float(x))
 
 
+# erf_inv: M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single-precision
+# polynomials in w = -log1p(-x^2) (the form XLA's, so jax.random.normal's float32 values, use);
+# float64 refines that guess with Newton steps on erf (erfc in the tails, where 1 - |x| is exact)
+ERF_INV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # w < 5, in w - 2.5
+ERF_INV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # w >= 5, in sqrt(w) - 3
+ERF_INV_TAIL_FROM = 0.9  # |x| above: Newton on log(erfc) (erf(z) - |x| loses digits there)
+ERF_INV_STEPS = (2, 4)  # float64 refinement steps (Halley on erf, Newton on log erfc): to rounding,
+#                         1 - 1e-16 included (checked against scipy's erfinv)
+_erfc_object = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erf_inv_guess(x: np.ndarray) -> np.ndarray:
+    """Giles' polynomial in ``x``'s dtype (float32: JAX's erf_inv; float64: Newton's start)."""
+    t = x.dtype.type
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = -np.log1p(-x * x)
+        central = w < t(5.0)
+        w = np.where(central, w - t(2.5), np.sqrt(w) - t(3.0))
+        p = np.where(central, t(ERF_INV_CENTRAL[0]), t(ERF_INV_TAIL[0]))
+        wide = np.float64  # a fused multiply-add (as XLA's CPU code): the float32 product is exact in float64
+        for c, d in zip(ERF_INV_CENTRAL[1:], ERF_INV_TAIL[1:]):
+            p = (np.where(central, t(c), t(d)) + p.astype(wide) * w.astype(wide)).astype(x.dtype)
+        return (p * x).astype(x.dtype)
+
+
+def _erf_inv_impl(x):
+    x = np.asarray(x)
+    guess = _erf_inv_guess(x)
+    if x.dtype == np.float64:
+        guess = np.copysign(_erf_inv_newton(np.abs(x).ravel(), np.abs(guess).ravel()).reshape(x.shape), x)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(x) == 1, x * np.inf, np.where(np.abs(x) > 1, np.nan, guess)).astype(x.dtype)
+
+
+def _erf_inv_newton(a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Refine z >= 0 toward erf(z) = a (a = |x|): Halley steps on erf(z) - a up to
+    ``ERF_INV_TAIL_FROM``, Newton steps on log(erfc(z)) - log(1 - a) above (1 - a is exact there,
+    and the function nearly linear in z, so the far tail converges too)."""
+    c = 2.0 / math.sqrt(math.pi)
+    z = z.copy()
+    with np.errstate(all="ignore"):
+        central = np.isfinite(z) & (a <= ERF_INV_TAIL_FROM)
+        zc, ac = z[central], a[central]
+        for _ in range(ERF_INV_STEPS[0]):
+            miss = np.asarray(_erf_object(zc), dtype=np.float64) - ac
+            zc = zc - miss / (c * np.exp(-zc * zc) + zc * miss)
+        z[central] = zc
+        tail = np.isfinite(z) & (a > ERF_INV_TAIL_FROM) & (a < 1)
+        zt, at = z[tail], a[tail]
+        for _ in range(ERF_INV_STEPS[1]):
+            erfc = np.asarray(_erfc_object(zt), dtype=np.float64)
+            zt = zt - (np.log1p(-at) - np.log(erfc)) * erfc / (c * np.exp(-zt * zt))
+        z[tail] = zt
+    return z
+
+
+erf_inv_p = P.elementwise("erf_inv", _erf_inv_impl,
+                          [lambda ans, x: P.mul(P.scalar_like(x, math.sqrt(math.pi) / 2),
+                                                P.exp_p.bind(P.mul(ans, ans)))])
+
+
+def erf_inv(x):
+    """The inverse of erf on (-1, 1) (+-inf at +-1, NaN outside), as jax.lax.erf_inv."""
+    return erf_inv_p.bind(fnp._to_float(x))
+
+
 # --------------------------------------------------------------------------- softmax family
 
 
@@ -527,3 +595,122 @@ def conv2d(x, w, stride=1, padding=0):
     cols = fnp.stack(patches, axis=1)  # (C, KH*KW, N, OH, OW)
     out = P.dot_general(cols, fnp.reshape(w, (o, c, kh * kw)), (((0, 1), (1, 2)), ((), ())))  # (N, OH, OW, O)
     return P.transpose(out, (0, 3, 1, 2))
+
+
+# --------------------------------------------------------------------------- more activations, one_hot,
+# standardize, dropout (jax.nn's definitions; dropout as flax's, with ft.random's bits)
+
+
+def one_hot(x, num_classes: int, dtype=np.float32, axis: int = -1):
+    """1 where ``x`` equals the class index along a new axis ``axis`` of length ``num_classes``,
+    else 0 (an out-of-range class gives a row of zeros), as jax.nn.one_hot."""
+    x = fnp.asarray(x)
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
+        raise TypeError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r} {user_frame_description()}")
+    ndim = len(shape_of(x))
+    axis = axis % (ndim + 1)
+    classes = np.arange(num_classes).reshape([-1 if d == axis else 1 for d in range(ndim + 1)])
+    return (fnp.expand_dims(x, axis) == classes).astype(dtype)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x where x >= 0, else negative_slope * x."""
+    x = fnp._to_float(x)
+    return fnp.where(x >= 0, x, negative_slope * x)
+
+
+def elu(x, alpha: float = 1.0):
+    """x where x > 0, else alpha * (exp(x) - 1) (the unused branch kept finite for the gradient)."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x)))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x):
+    """The scaled ELU of Klambauer et al. (2017): scale * elu(x, alpha)."""
+    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+
+
+def celu(x, alpha: float = 1.0):
+    """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x) / alpha))
+
+
+def glu(x, axis: int = -1):
+    """The gated linear unit: the first half of ``axis`` times the sigmoid of the second half."""
+    x = fnp._to_float(x)
+    n = shape_of(x)[axis]
+    if n % 2:
+        raise ShapeError(f"glu: axis {axis} has odd length {n} {user_frame_description()}")
+    a, b = fnp.split(x, 2, axis=axis)
+    return a * fnp.sigmoid(b)
+
+
+def relu6(x):
+    """min(max(x, 0), 6)."""
+    x = fnp._to_float(x)
+    return fnp.minimum(fnp.maximum(x, 0.0), 6.0)
+
+
+def hard_tanh(x):
+    """x clipped to [-1, 1]."""
+    x = fnp._to_float(x)
+    return fnp.where(x > 1, fnp.ones_like(x), fnp.where(x < -1, -fnp.ones_like(x), x))
+
+
+def hard_sigmoid(x):
+    """relu6(x + 3) / 6, a piecewise-linear sigmoid."""
+    return relu6(fnp._to_float(x) + 3.0) / 6.0
+
+
+def hard_silu(x):
+    """x * hard_sigmoid(x) (a.k.a. hard swish)."""
+    x = fnp._to_float(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def softplus(x):
+    """log(1 + exp(x)), without overflow."""
+    return fnp.logaddexp(fnp._to_float(x), 0.0)
+
+
+def log_sigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x)."""
+    return -softplus(-fnp._to_float(x))
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon: float = 1e-5):
+    """(x - mean) / sqrt(variance + epsilon) over ``axis`` (statistics computed unless given),
+    as jax.nn.standardize (variance as E[x^2] - E[x]^2)."""
+    x = fnp._to_float(x)
+    if mean is None:
+        mean = fnp.mean(x, axis=axis, keepdims=True)
+    if variance is None:
+        variance = fnp.mean(fnp.square(x), axis=axis, keepdims=True) - fnp.square(mean)
+    return (x - mean) / fnp.sqrt(variance + epsilon)
+
+
+def dropout(key, rate: float, x, deterministic: bool = False):
+    """``x`` with each element zeroed with probability ``rate`` and the kept ones scaled by
+    1 / (1 - rate) (inverted dropout, as flax's Dropout: keep = bernoulli(key, 1 - rate));
+    ``deterministic=True`` or ``rate == 0`` returns ``x``."""
+    from . import random
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1], got {rate!r} {user_frame_description()}")
+    x = fnp._to_float(x)
+    if deterministic or rate == 0.0:
+        return x
+    if rate == 1.0:
+        return fnp.zeros_like(x)
+    keep = random.bernoulli(key, 1.0 - rate, shape_of(x))
+    return fnp.where(keep, x / (1.0 - rate), fnp.zeros_like(x))
+
+
+from . import initializers  # noqa: E402, F401  (ft.nn.initializers; it samples with ft.random, which uses this module's erf_inv)

@@ -942,6 +942,44 @@ stop_gradient_p.differentiable = False  # its output is a constant for every der
 stop_gradient_p.batch = lambda vals, dims: (stop_gradient_p.bind(vals[0]), dims[0])
 
 
+# --------------------------------------------------------------------------- bit operations
+# (unsigned integers: the random-bit arithmetic of ``ft.random``, as jax.lax's)
+
+
+def _shift_impl(shift):
+    def impl(x, y):
+        x, y = np.asarray(x), np.asarray(y)
+        bits = x.dtype.itemsize * 8
+        too_far = y >= bits  # XLA (and so JAX) shifts everything out; C and numpy leave it undefined
+        out = shift(x, np.where(too_far, 0, y).astype(x.dtype))
+        return np.where(too_far, np.zeros((), x.dtype), out).astype(x.dtype)
+    return impl
+
+
+shift_left_p = elementwise("shift_left", _shift_impl(np.left_shift), None)
+shift_right_logical_p = elementwise("shift_right_logical", _shift_impl(np.right_shift), None)
+
+
+def _bitcast_abstract(a, *, new_dtype):
+    if a.dtype.itemsize != new_dtype.itemsize:
+        raise DtypeError(f"bitcast_convert_type: {a.dtype.name} and {new_dtype.name} differ in width "
+                         f"{user_frame_description()}")
+    return ShapedArray(a.shape, new_dtype, False)
+
+
+bitcast_convert_type_p = new_primitive("bitcast_convert_type")  # the same bits read as another dtype
+bitcast_convert_type_p.impl = lambda x, *, new_dtype: np.array(x).view(new_dtype)  # (a copy: contiguous, 0-d kept)
+bitcast_convert_type_p.abstract_eval = _bitcast_abstract
+bitcast_convert_type_p.differentiable = False  # bit patterns carry no derivative
+bitcast_convert_type_p.batch = lambda vals, dims, *, new_dtype: (
+    bitcast_convert_type_p.bind(vals[0], new_dtype=new_dtype), dims[0])
+
+
+def shift_left(x, y): return shift_left_p.bind(x, y)
+def shift_right_logical(x, y): return shift_right_logical_p.bind(x, y)
+def bitcast_convert_type(x, dtype): return bitcast_convert_type_p.bind(x, new_dtype=np.dtype(dtype))
+
+
 # --------------------------------------------------------------------------- ops (the calls rules use)
 
 

@@ -638,6 +638,26 @@ case("lax-psum-pmax-pmin-ppermute-processes", lambda x: fnp.sin(ft.lax.psum(x, "
 case("lax-all_gather-psum_scatter-all_to_all-processes", lambda x: ft.lax.psum_scatter(
     ft.lax.all_to_all(ft.lax.all_gather(fnp.sin(x), "processes"), "processes", 0, 2) * x[:, :, None], "processes",
     scatter_dimension=2), normal(2, 1))
+# ft.nn activations (inputs away from their kinks) and erf_inv; ft.random's parameters
+_KEY = np.array([0, 7], np.uint32)
+case("nn-erf_inv-(5,)", ft.nn.erf_inv, uniform(-0.9, 0.9, 5))
+case("nn-leaky_relu", ft.nn.leaky_relu, signed(0.1, 2.0, 6))
+case("nn-elu", ft.nn.elu, signed(0.1, 2.0, 6))
+case("nn-selu", ft.nn.selu, signed(0.1, 2.0, 6))
+case("nn-celu", lambda x: ft.nn.celu(x, alpha=1.5), signed(0.1, 2.0, 6))
+case("nn-glu-(3,4)", ft.nn.glu, normal(3, 4))
+case("nn-relu6", ft.nn.relu6, np.array([-1.0, 0.4, 2.5, 5.5, 7.0]))
+case("nn-hard_tanh", ft.nn.hard_tanh, np.array([-1.7, -0.6, 0.3, 0.8, 1.4]))
+case("nn-hard_sigmoid", ft.nn.hard_sigmoid, np.array([-3.5, -1.2, 0.7, 2.4, 3.3]))
+case("nn-hard_silu", ft.nn.hard_silu, np.array([-3.5, -1.2, 0.7, 2.4, 3.3]))
+case("nn-softplus", ft.nn.softplus, normal(5))
+case("nn-log_sigmoid", ft.nn.log_sigmoid, normal(5))
+case("nn-standardize-(3,5)", ft.nn.standardize, normal(3, 5))
+case("nn-dropout-(4,5)", lambda x: ft.nn.dropout(_KEY, 0.3, x), normal(4, 5))
+case("random-uniform-minval_maxval", lambda lo, hi: ft.random.uniform(_KEY, (4,), np.float64, lo, hi),
+     np.array(-0.5), np.array(1.5))
+case("random-truncated_normal-bounds", lambda lo, hi: ft.random.truncated_normal(_KEY, lo, hi, (4,), np.float64),
+     np.array(-1.2), np.array(0.9))
 
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
@@ -676,6 +696,7 @@ NON_DIFFERENTIABLE = {
     "floor_div",                          # piecewise constant
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
+    "shift_left", "shift_right_logical", "bitcast_convert_type", "threefry2x32",  # bits (ft.random)
     "debug_callback",                     # no outputs: an effect (tests/test_debug.py runs it under grad)
     "axis_index",                         # integer output
 }
@@ -701,6 +722,9 @@ def test_every_primitive_has_jvp_vjp_and_batching_rules():
     assert marked == NON_DIFFERENTIABLE, sorted(marked ^ NON_DIFFERENTIABLE)
 
 
+_BIT_OPERANDS = {"shift_left": 2, "shift_right_logical": 2, "threefry2x32": 4}
+
+
 @pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE - {"iota", "debug_callback", "axis_index"}))
 def test_non_differentiable_primitives_carry_no_derivative(name):
     """Their outputs are constants to every derivative: float() of one works under grad, and
@@ -711,8 +735,12 @@ def test_non_differentiable_primitives_carry_no_derivative(name):
 
     def f(v):
         ops = [v > 0] * arity if name in {"and", "or", "xor", "not"} else [v] * arity
+        if name in _BIT_OPERANDS:  # uint32 operands
+            ops = [P.convert_element_type(fnp.abs(v) * 7.0, np.uint32)] * _BIT_OPERANDS[name]
         params = {"axis": 0} if name in {"argmax", "argmin"} else {}
+        params = {"new_dtype": np.dtype(np.int64)} if name == "bitcast_convert_type" else params
         out = p.bind(*ops, **params)
+        out = fnp.stack(out) if p.multiple_results else out
         return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))
     np.testing.assert_array_equal(ft.grad(f)(x), np.zeros(4))
     assert ft.jvp(f, (x,), (np.ones(4),))[1] == 0.0

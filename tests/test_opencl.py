@@ -846,6 +846,20 @@ EXTRA_CASES = {
 }
 
 
+def _random_program(x, y):
+    """ft.random on OpenCL: the threefry kernel, then 64-bit words to float64 normals (shifts, or,
+    bitcast, erf_inv) and 32-bit words shifted by up to 39 places (0 past the width)."""
+    key = (fnp.abs(x[:2]) * 1e6).astype(np.uint32)
+    words = ft.random.bits(key, (5000,))
+    shifts = ft.primitives.rem_p.bind((fnp.abs(y) * 100).astype(np.uint32), np.uint32(40))
+    return (ft.random.normal(key, (5000,), np.float64) + y, ft.lax.shift_left(words, shifts),
+            ft.lax.shift_right_logical(words, shifts))
+
+
+EXTRA_CASES.update({name: _random_program for name in
+                    ("threefry2x32", "shift_left", "shift_right_logical", "bitcast_convert_type")})
+
+
 def _primitive_names(closed) -> set:
     """The primitives of a program, sub-programs (cond branches, loop bodies) included."""
     names, stack = set(), [closed.jaxpr]

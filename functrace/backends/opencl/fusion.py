@@ -32,7 +32,10 @@ VEC = 8  # default lanes per work-item; the executable picks the device's prefer
 
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
          np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
+CTYPE.update({np.dtype(np.uint32): "uint", np.dtype(np.uint64): "ulong"})  # random bits (ft.random)
 MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long", "uchar": "int"}  # bools: int lanes
+MASK_OF.update({"uint": "int", "ulong": "long"})
+_WIDE = ("double", "long", "ulong")  # 64-bit lanes: their comparisons give long masks
 
 REDUCTIONS = {P.reduce_sum_p, P.reduce_prod_p, P.reduce_max_p, P.reduce_min_p}
 
@@ -275,6 +278,8 @@ def c_literal(val, ctype: str) -> str:
         return f"(({ctype}){text})"
     if ctype == "uchar":
         return "1" if v else "0"
+    if ctype in ("uint", "ulong"):
+        return f"(({ctype}){int(v)}{'u' if ctype == 'uint' else 'UL'})"
     return f"(({ctype}){int(v)})"
 
 
@@ -403,7 +408,7 @@ class ExprWriter:
 
 # --------------------------------------------------------------------------- the elementwise table
 
-_KIND = {"float": "f", "double": "f", "int": "i", "long": "i", "uchar": "b"}
+_KIND = {"float": "f", "double": "f", "int": "i", "long": "i", "uchar": "b", "uint": "i", "ulong": "i"}
 
 
 @dataclass(frozen=True)
@@ -459,7 +464,7 @@ def _nan_propagating(builtin: str, nan_value: str, nan_test: str, int_template: 
         args = [w.fresh(ct, a) for a in args]
         expr = _write_float(w, eqn, builtin, args, ct, e)
         return w.select(expr, nan_value.format(*args), nan_test.format(*args), ct)
-    kinds = "fi" if int_template is not None else "f"
+    kinds = "fiu" if int_template is not None else "f"
     return Op(writer=write, fits_eqn=lambda eqn: eqn.out_vars[0].aval.dtype.kind in kinds)
 
 
@@ -487,7 +492,7 @@ def _write_convert(w, eqn, args, ct, in_ct, e):
     vec = w.vec if w.vector else ""
     if ct == "uchar":
         cmp = f"({args[0]} != (({src}{vec})0))" if src != "uchar" else args[0]
-        return f"convert_int{w.vec}({cmp})" if w.vector and src in ("double", "long") else cmp
+        return f"convert_int{w.vec}({cmp})" if w.vector and src in _WIDE else cmp
     if src == "uchar":
         return f"convert_{ct}{w.vec}(-{args[0]})" if w.vector else f"(({ct}){args[0]})"
     return f"convert_{ct}{w.vec}({args[0]})" if w.vector else f"(({ct}){args[0]})"
@@ -497,7 +502,7 @@ def _comparison(symbol: str) -> Op:
     """A comparison: a mask (``int`` lanes; long comparisons converted), bools not compared."""
     def write(w, eqn, args, ct, in_ct, e):
         expr = f"({args[0]} {symbol} {args[1]})"
-        return f"convert_int{w.vec}{expr}" if w.vector and in_ct[0] in ("double", "long") else expr
+        return f"convert_int{w.vec}{expr}" if w.vector and in_ct[0] in _WIDE else expr
     return Op(writer=write, fits_eqn=lambda eqn: eqn.inputs[0].aval.dtype != np.dtype(bool))
 
 
@@ -518,6 +523,48 @@ def _write_integer_pow(w, eqn, args, ct, in_ct, e):
 
 _always = lambda eqn: True  # noqa: E731
 
+
+def _write_shift(symbol: str):
+    """``x << y`` / ``x >> y`` (unsigned: logical); 0 where y is at least the width, as XLA's
+    (OpenCL takes y modulo the width)."""
+    def write(w, eqn, args, ct, in_ct, e):
+        x, y = (w.fresh(ct, a) for a in args)
+        bits = eqn.out_vars[0].aval.dtype.itemsize * 8
+        return w.select(f"({x} {symbol} {y})", f"({x} - {x})", f"({y} >= {bits})", ct)
+    return Op(writer=write, fits_eqn=lambda eqn: eqn.out_vars[0].aval.dtype.kind in "iu")
+
+
+def _write_bitcast(w, eqn, args, ct, in_ct, e):
+    return f"as_{w.vtype(ct)}({args[0]})"
+
+
+def _write_erf_inv(w, eqn, args, ct, in_ct, e):
+    """Giles' polynomial (nn.ERF_INV_*) with fused multiply-adds; double refines it as
+    ``nn._erf_inv_newton`` (the numpy implementation) does: Halley on erf, Newton on log(erfc)
+    above ``nn.ERF_INV_TAIL_FROM`` (both lanes' steps computed, selected per lane; extra Halley
+    steps on a converged lane change nothing)."""
+    vt = w.vtype(ct)
+    k = lambda v: f"(({vt}){float(v)!r})"
+    x = w.fresh(ct, args[0])
+    lw = w.fresh(ct, f"(-log1p(-{x} * {x}))")
+    central = f"({lw} < {k(5.0)})"
+    u = w.fresh(ct, w.select(f"(sqrt({lw}) - {k(3.0)})", f"({lw} - {k(2.5)})", central, ct))
+    p = w.fresh(ct, w.select(k(nn.ERF_INV_TAIL[0]), k(nn.ERF_INV_CENTRAL[0]), central, ct))
+    for c, d in zip(nn.ERF_INV_CENTRAL[1:], nn.ERF_INV_TAIL[1:]):
+        p = w.fresh(ct, f"fma({p}, {u}, {w.select(k(d), k(c), central, ct)})")
+    z = w.fresh(ct, f"({p} * {x})")
+    if ct == "double":
+        a = w.fresh(ct, f"fabs({x})")
+        z = w.fresh(ct, f"fabs({z})")
+        for _ in range(max(nn.ERF_INV_STEPS)):
+            dens = w.fresh(ct, f"({k(2 / math.sqrt(math.pi))} * exp(-{z} * {z}))")
+            miss, ec = w.fresh(ct, f"(erf({z}) - {a})"), w.fresh(ct, f"erfc({z})")
+            step = w.select(f"({miss} / ({dens} + {z} * {miss}))", f"((log1p(-{a}) - log({ec})) * {ec} / {dens})",
+                            f"({a} > {k(nn.ERF_INV_TAIL_FROM)})", ct)
+            z = w.fresh(ct, w.select(z, f"({z} - {step})", f"isfinite({z}) & ({dens} > {k(0.0)})", ct))
+        z = w.fresh(ct, f"copysign({z}, {x})")
+    return w.select(z, f"({x} * INFINITY)", f"(fabs({x}) == {k(1.0)})", ct)
+
 # primitive -> how generated kernels compute it; a primitive not here is not fused
 ELEMENTWISE: dict = {
     P.add_p: Op(f="({0} + {1})", i="({0} + {1})"), P.sub_p: Op(f="({0} - {1})", i="({0} - {1})"),
@@ -533,8 +580,8 @@ ELEMENTWISE: dict = {
     P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
     P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
     P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),
-    P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
-    P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fi"),
+    P.rem_p: Op(writer=_write_rem, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fiu"),
+    P.floor_div_p: Op(writer=_write_floor_div, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind in "fiu"),
     P.and_p: Op(i="({0} & {1})", b="({0} & {1})"), P.or_p: Op(i="({0} | {1})", b="({0} | {1})"),
     P.xor_p: Op(i="({0} ^ {1})", b="({0} ^ {1})"),
     P.not_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: f"(~{args[0]})" if w.vector else f"(!{args[0]})",
@@ -545,6 +592,10 @@ ELEMENTWISE: dict = {
     P.select_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: w.select(args[2], args[1], args[0], ct), fits_eqn=_always),
     P.integer_pow_p: Op(writer=_write_integer_pow, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
     P.convert_element_type_p: Op(writer=_write_convert, fits_eqn=_always),
+    P.shift_left_p: _write_shift("<<"), P.shift_right_logical_p: _write_shift(">>"),
+    P.bitcast_convert_type_p: Op(writer=_write_bitcast, fits_eqn=lambda e: np.dtype(bool) not in
+                                 (e.inputs[0].aval.dtype, e.out_vars[0].aval.dtype)),
+    nn.erf_inv_p: Op(writer=_write_erf_inv, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
 }
 
 
@@ -620,6 +671,8 @@ def _reduce_init(kind: str, ct: str) -> str:
         return "0" if kind == "reduce_sum" else "1"
     if ct == "uchar":  # bool: any / all
         return {"reduce_max": "0", "reduce_min": "1"}[kind]
+    if ct in ("uint", "ulong"):
+        return {"reduce_max": "0", "reduce_min": "UINT_MAX" if ct == "uint" else "ULONG_MAX"}[kind]
     if ct in ("int", "long"):
         return {"reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
                 "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
