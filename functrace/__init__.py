@@ -1,12 +1,14 @@
 """functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
-from . import debug, distributed, lax, nn, numpy, optim, random, test_util, tree_util
+from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, test_util, tree, tree_util
 from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
 from .batching import vmap
+from .callback import pure_callback
 from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
 from .custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
 from .errors import ConcretizationError, DtypeError, ShapeError, TracerArrayConversionError, UnexpectedTracerError
-from .jit import jit
+from .jit import disable_jit, jit
+from .shapes import ShapeDtypeStruct, eval_shape
 from .staging import make_jaxpr
 
 __version__ = "0.1.0"
@@ -26,4 +28,5 @@ __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfw
            "stop_gradient", "vmap", "jit", "lax", "distributed", "nn", "optim", "random", "debug", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
-           "TracerArrayConversionError", "UnexpectedTracerError"]
+           "TracerArrayConversionError", "UnexpectedTracerError",
+           "tree", "flatten_util", "pure_callback", "disable_jit", "ShapeDtypeStruct", "eval_shape"]

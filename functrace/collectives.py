@@ -40,6 +40,7 @@ from . import primitives as P
 from .batching import BatchTrace
 from .core import Primitive, ShapedArray, Tracer, trace_stack
 from .distributed import PROCESSES
+from .eager import EagerArray
 from .errors import ShapeError, user_frame_description
 from .staging import StagingTrace
 
@@ -163,7 +164,7 @@ def _output_like(x: np.ndarray) -> np.ndarray:
         for out in arrays:
             if sys.getrefcount(out) == 3:  # the pool's list, this loop and getrefcount: unused
                 return out
-        out = np.empty(x.shape, x.dtype)
+        out = EagerArray(x.shape, x.dtype)  # owns its memory, and eager results are EagerArrays (no view)
         if len(arrays) < 2:  # one the caller still holds, one being filled
             arrays.append(out)
         return out

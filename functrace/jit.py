@@ -8,6 +8,7 @@ is optimize -> differentiate -> optimize for ``jit(grad(jit(f)))``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
@@ -20,12 +21,13 @@ import numpy as np
 from . import tree_util
 from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
+from .eager import EagerArray
 from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
 from .reports import CompiledReport, LoweredReport
 from .staging import trace_to_jaxpr
 
-_ARRAY_TYPES = {np.ndarray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
+_ARRAY_TYPES = {np.ndarray, EagerArray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
 
 
 def register_array_type(cls: type) -> None:
@@ -193,6 +195,25 @@ class _Entry:
         return exe
 
 
+_disable_jit_depth = threading.local()
+
+
+def _jit_disabled() -> bool:
+    return getattr(_disable_jit_depth, "n", 0) > 0
+
+
+@contextlib.contextmanager
+def disable_jit(disable: bool = True):
+    """``with ft.disable_jit():`` jitted functions run as plain Python in this thread (prints and
+    breakpoints see concrete values), as ``jax.disable_jit``; ``disable=False`` is a no-op."""
+    n = getattr(_disable_jit_depth, "n", 0)
+    _disable_jit_depth.n = n + 1 if disable else n
+    try:
+        yield
+    finally:
+        _disable_jit_depth.n = n
+
+
 class Jitted:
     """A function compiled per input signature (pytree structure, shapes, dtypes, static args).
 
@@ -320,6 +341,8 @@ class Jitted:
         return entry
 
     def __call__(self, *args, **kwargs):
+        if _jit_disabled():  # ft.disable_jit(): run the Python function itself, as JAX
+            return self.fun(*args, **kwargs)
         entry, leaves = self._entry(args, kwargs)
         for i, dtype in entry.int_ranges:
             _check_fits(self.__name__, leaves[i], dtype)

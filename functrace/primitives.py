@@ -247,6 +247,18 @@ and_p = elementwise("and", lambda x, y: np.logical_and(x, y) if x.dtype == bool 
 or_p = elementwise("or", lambda x, y: np.logical_or(x, y) if x.dtype == bool else np.bitwise_or(x, y), None)
 xor_p = elementwise("xor", lambda x, y: np.logical_xor(x, y) if x.dtype == bool else np.bitwise_xor(x, y), None)
 
+# numpy's cbrt, fmod, copysign and signbit (functrace.numpy._elementwise builds the rest on them)
+cbrt_p = elementwise("cbrt", np.cbrt, [Reciprocal(lambda ans, x: mul(scalar_like(ans, 3), mul(ans, ans)))])
+fmod_p = elementwise("fmod", np.fmod, [lambda ans, x, y: scalar_like(x, 1),
+                                       lambda ans, x, y: neg(_trunc(div(x, y)))])
+copysign_p = elementwise("copysign", np.copysign, [lambda ans, x, y: mul(sign(x), sign(ans)), None])
+signbit_p = elementwise("signbit", np.signbit, None, out_dtype=np.dtype(bool))
+
+
+def _trunc(x):
+    """Round toward zero (a piecewise constant: only ever a derivative's factor)."""
+    return select(lt_p.bind(x, scalar_like(x, 0)), ceil_p.bind(x), floor(x))
+
 # Linear elementwise ops: the tangent passes through; cotangents unbroadcast.
 add_p.jvp = [lambda t, ans, x, y: t, lambda t, ans, x, y: t]
 add_p.vjp = [lambda g, ans, x, y: unbroadcast(g, shape_of(x)), lambda g, ans, x, y: unbroadcast(g, shape_of(y))]
@@ -397,9 +409,11 @@ reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
 def _prod_of_others(x, axes):
     """prod over ``axes`` of x with each element left out in turn, without dividing by x.
 
-    The reduced axes are flattened to one axis of size n and an (n, n) identity mask
-    replaces the left-out element by 1: O(n^2) but exact at zeros and differentiable.
+    The reduced axes are flattened to one axis; the product of the others is the exclusive
+    product from the left times the one from the right (``scans.exclusive_products``): O(n)
+    memory, exact at zeros, and differentiable again.
     """
+    from .scans import exclusive_products
     shape = shape_of(x)
     rest = tuple(i for i in range(len(shape)) if i not in axes)
     xt = transpose(x, rest + tuple(axes))
@@ -407,10 +421,7 @@ def _prod_of_others(x, axes):
     n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
     xf = reshape(xt, rest_shape + (n,))
     k = len(rest_shape)
-    eye = np.eye(n, dtype=bool)
-    tiled = broadcast_in_dim(xf, rest_shape + (n, n), tuple(range(k)) + (k + 1,))
-    masked = select(eye, ones_like(tiled), tiled)
-    others = reduce_prod(masked, (k + 1,))
+    others = mul(exclusive_products(xf, k), exclusive_products(xf, k, reverse=True))
     others = reshape(others, rest_shape + tuple(shape[a] for a in axes))
     inv = np.argsort(rest + tuple(axes))
     return transpose(others, tuple(int(i) for i in inv))

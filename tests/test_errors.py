@@ -107,8 +107,8 @@ def test_concretization_error_points_to_cond_and_line():
 
 
 def test_unsupported_numpy_function():
-    with pytest.raises(NotImplementedError, match="sort"):
-        fnp.sort(np.ones(3))
+    with pytest.raises(NotImplementedError, match="spacing"):
+        fnp.spacing(np.ones(3))
     with pytest.raises(NotImplementedError, match="fft"):
         fnp.fft
     with pytest.raises(NotImplementedError, match="cholesky"):
@@ -222,9 +222,7 @@ def test_operations_numpy_refuses_are_refused_while_tracing():
 
 def test_missing_array_features_raise_not_implemented_or_say_why():
     x = np.ones(3)
-    with pytest.raises(NotImplementedError, match=r"x.at\[...\].*fnp.where"):
-        ft.jit(lambda t: t.at[0].set(1.0))(x)
-    with pytest.raises(TypeError, match="immutable.*fnp.where"):
+    with pytest.raises(TypeError, match=r"immutable.*x.at\[i\].set"):
         ft.jit(lambda t: t.__setitem__(0, 1.0))(x)
     with pytest.raises(NotImplementedError, match="bit shifts"):
         ft.jit(lambda t: t << 1)(np.ones(3, np.int32))

@@ -10,7 +10,6 @@ import builtins as _builtins
 import functools as _functools
 import math as _math
 import operator as _operator
-import string as _string
 
 import numpy as _np
 
@@ -112,6 +111,7 @@ def _scalar_type(numpy_type: type) -> type:
 float16, float32, float64 = (_scalar_type(t) for t in (_np.float16, _np.float32, _np.float64))
 int8, int16, int32, int64 = (_scalar_type(t) for t in (_np.int8, _np.int16, _np.int32, _np.int64))
 uint8, uint32, bool_ = (_scalar_type(t) for t in (_np.uint8, _np.uint32, _np.bool_))
+uint16, uint64, int_ = (_scalar_type(t) for t in (_np.uint16, _np.uint64, _np.int64))
 complex64, complex128 = (_scalar_type(t) for t in (_np.complex64, _np.complex128))
 
 
@@ -873,7 +873,7 @@ def split(a, indices_or_sections, axis=0):
 def array_split(a, sections, axis=0):
     x = _to_array(a)
     n = x.shape[axis]
-    q, r = divmod(n, sections)
+    q, r = _builtins.divmod(n, sections)
     sizes = [q + 1] * r + [q] * (sections - r)
     return split(x, _np.cumsum(sizes)[:-1].tolist(), axis)
 
@@ -916,14 +916,15 @@ def flipud(a):
     return flip(a, 0)
 
 
-def pad(a, pad_width, mode="constant", constant_values=0):
-    """numpy.pad in mode 'constant'.  ``constant_values`` is one value, or (before, after) values
+def pad(a, pad_width, mode="constant", constant_values=0, **kwargs):
+    """numpy.pad.  Mode 'constant': ``constant_values`` is one value, or (before, after) values
     broadcast like ``pad_width`` to one pair per axis; those pad axis by axis in order, so the
-    corners get the later axis' values, as in numpy."""
-    if mode != "constant":
-        raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (only 'constant')")
+    corners get the later axis' values, as in numpy.  Modes 'edge', 'reflect', 'symmetric' and
+    'wrap' gather (``_shape.pad_by_gather``)."""
     x = _to_array(a)
     pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (x.ndim, 2))
+    if mode != "constant":
+        return _shape.pad_by_gather(x, pw, mode, **kwargs)
     values = _to_array(constant_values)
     if size(values) == 1:
         return _P.pad(x, _cast(reshape(values, ()), x.dtype), tuple((int(lo), int(hi), 0) for lo, hi in pw))
@@ -1026,75 +1027,6 @@ def tensordot(a, b, axes=2):
     for i, j in zip(ax_a, ax_b):
         _check_contract("tensordot", a.shape[i], b.shape[j], a.shape, b.shape)
     return _P.dot_general(a, b, ((ax_a, ax_b), ((), ())))
-
-
-def einsum(subscripts: str, *operands):
-    """Einstein summation by pairwise ``dot_general`` contractions (left to right)."""
-    ops = list(_promote(*[_to_array(o) for o in operands])) if len(operands) > 1 else [_to_array(operands[0])]
-    subscripts = subscripts.replace(" ", "")
-    if "->" in subscripts:
-        lhs, out = subscripts.split("->")
-    else:
-        lhs, out = subscripts, None
-    terms = lhs.split(",")
-    if len(terms) != len(ops):
-        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(ops)} operands")
-    unused = iter(c for c in _string.ascii_uppercase[::-1] if c not in subscripts)
-    if "..." in subscripts:
-        ell_nd = _builtins.max(o.ndim - (len(t) - 3) for t, o in zip(terms, ops) if "..." in t)
-        ell = "".join(next(unused) for _ in range(ell_nd))
-        terms = [t.replace("...", ell[ell_nd - (o.ndim - (len(t) - 3)):]) if "..." in t else t
-                 for t, o in zip(terms, ops)]
-        if out is not None:
-            out = out.replace("...", ell)
-    if out is None:
-        counts = {}
-        for t in terms:
-            for c in t:
-                counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c in _string.ascii_lowercase))
-        if "..." in subscripts:
-            out = ell + out
-    for t, o in zip(terms, ops):
-        if len(t) != o.ndim:
-            raise _ShapeError(f"einsum: subscripts '{t}' do not match operand shape {o.shape}")
-        if len(set(t)) != len(t):
-            raise NotImplementedError("einsum with a repeated index within one operand (a trace/diagonal) "
-                                      "is not implemented; use fnp.diagonal / fnp.trace")
-    # broadcast size-1 dimensions of indices shared between operands
-    sizes: dict = {}
-    for t, o in zip(terms, ops):
-        for c, n in zip(t, o.shape):
-            if n != 1:
-                if sizes.get(c, n) != n:
-                    raise _ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {n}")
-                sizes[c] = n
-    ops = [broadcast_to(o, tuple(sizes.get(c, 1) for c in t)) if _builtins.any(
-        n == 1 and sizes.get(c, 1) != 1 for c, n in zip(t, o.shape)) else o for t, o in zip(terms, ops)]
-
-    def sum_unique(t, o, keep):
-        axes = tuple(i for i, c in enumerate(t) if c not in keep)
-        if axes:
-            o = _P.reduce_sum(o, axes)
-            t = "".join(c for c in t if c in keep)
-        return t, o
-
-    cur_t, cur = terms[0], ops[0]
-    for k in range(1, len(ops)):
-        later = set(out) | set("".join(terms[k + 1:]))
-        t2, o2 = terms[k], ops[k]
-        cur_t, cur = sum_unique(cur_t, cur, later | set(t2))
-        t2, o2 = sum_unique(t2, o2, later | set(cur_t))
-        shared = [c for c in cur_t if c in t2]
-        batch = [c for c in shared if c in later]
-        contract = [c for c in shared if c not in later]
-        dn = ((tuple(cur_t.index(c) for c in contract), tuple(t2.index(c) for c in contract)),
-              (tuple(cur_t.index(c) for c in batch), tuple(t2.index(c) for c in batch)))
-        cur = _P.dot_general(cur, o2, dn)
-        cur_t = "".join(batch) + "".join(c for c in cur_t if c not in shared) + "".join(
-            c for c in t2 if c not in shared)
-    cur_t, cur = sum_unique(cur_t, cur, set(out))
-    return _P.transpose(cur, tuple(cur_t.index(c) for c in out))
 
 
 # --------------------------------------------------------------------------- indexing
@@ -1247,13 +1179,14 @@ def getitem(x, idx):
 
 # --------------------------------------------------------------------------- unsupported
 
-_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "convolve", "correlate", "searchsorted",
-                    "histogram", "interp", "median", "percentile", "quantile", "lexsort", "partition"}
+_NOT_IMPLEMENTED = {"fft"}
 
 
 def __getattr__(name: str):
     """A name this module lacks raises AttributeError (so ``hasattr`` and feature detection work);
     for a numpy name it is also a NotImplementedError saying what to do instead."""
+    if name == "bool":  # numpy 2's / jax.numpy's name; a module global would shadow the builtin here
+        return _np.bool_
     if name.startswith("_") or not hasattr(_np, name):
         raise AttributeError(f"module 'functrace.numpy' has no attribute {name!r}", name=name)
     hint = " (it has no differentiable primitive yet)" if name in _NOT_IMPLEMENTED else ""
@@ -1261,9 +1194,218 @@ def __getattr__(name: str):
                          "transformed function, or build it from fnp primitives.", name=name)
 
 
+# --------------------------------------------------------------------------- sorting, scans, nan-reductions
+
+from ._reductions import (  # noqa: E402
+    count_nonzero,
+    cumprod,
+    cumulative_prod,
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanprod,
+    nanstd,
+    nansum,
+    nanvar,
+    ptp,
+)
+from ._sorting import (  # noqa: E402
+    argpartition,
+    argsort,
+    lexsort,
+    median,
+    nanmedian,
+    nanpercentile,
+    nanquantile,
+    partition,
+    percentile,
+    quantile,
+    searchsorted,
+    sort,
+    unique,
+)
+
+# --------------------------------------------------------------------------- eager array type
+
+def _eager_results(fn):
+    """``fn`` returning an ``EagerArray`` (JAX's ``.at``) where it returned a plain ndarray."""
+    @_functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(map(_as_eager, out)) if isinstance(out, tuple) else _as_eager(out)
+    return wrapped
+
+
+# eager results are numpy arrays with .at (functrace/eager.py says why)
+from ..eager import as_eager as _as_eager  # noqa: E402
+
+# creation functions made by numpy directly (primitives' eager results are EagerArrays already)
+for _name in ("asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+              "empty_like", "arange", "linspace", "eye", "identity", "tri"):
+    if _name in globals():
+        globals()[_name] = _eager_results(globals()[_name])
+del _name
+
+
 # --------------------------------------------------------------------------- tracer methods
 
+# shape and index helpers, pad's gathering modes (functrace/numpy/_shape.py)
 from . import (
+    _shape,  # noqa: E402
     _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
     linalg,  # noqa: E402  (it uses the functions above)
 )
+
+# creation helpers (functrace/numpy/_creation.py)
+from ._creation import (  # noqa: E402
+    c_,
+    diag_indices,
+    diag_indices_from,
+    geomspace,
+    index_exp,
+    indices,
+    ix_,
+    logspace,
+    meshgrid,
+    mgrid,
+    ogrid,
+    r_,
+    s_,
+    tril,
+    tril_indices,
+    tril_indices_from,
+    triu,
+    triu_indices,
+    triu_indices_from,
+    vander,
+)
+
+# dtype helpers (functrace/numpy/_dtypes.py)
+from ._dtypes import (  # noqa: E402
+    can_cast,
+    complexfloating,
+    finfo,
+    floating,
+    generic,
+    iinfo,
+    inexact,
+    integer,
+    isdtype,
+    issubdtype,
+    number,
+    promote_types,
+    result_type,
+    signedinteger,
+    unsignedinteger,
+)
+from ._einsum import einsum, einsum_path  # noqa: E402
+
+# elementwise functions beyond the basic ufuncs (functrace/numpy/_elementwise.py)
+from ._elementwise import (  # noqa: E402  # noqa: E402
+    angle,
+    cbrt,
+    conj,
+    conjugate,
+    copysign,
+    deg2rad,
+    degrees,
+    divmod,
+    fabs,
+    fix,
+    float_power,
+    fmod,
+    frexp,
+    heaviside,
+    i0,
+    imag,
+    ldexp,
+    logaddexp2,
+    modf,
+    nan_to_num,
+    rad2deg,
+    radians,
+    real,
+    signbit,
+    sinc,
+    trunc,
+)
+
+# functions of functions and small helpers (functrace/numpy/_functional.py, _misc.py, _elementwise.py)
+from ._functional import apply_along_axis, apply_over_axes, fromfunction, piecewise, vectorize  # noqa: E402
+
+# products and miscellaneous numerics (functrace/numpy/_misc.py)
+from ._misc import (  # noqa: E402  # noqa: E402
+    allclose,
+    array_equal,
+    array_equiv,
+    bincount,
+    choose,
+    compress,
+    convolve,
+    corrcoef,
+    correlate,
+    cov,
+    cross,
+    diagflat,
+    digitize,
+    extract,
+    fill_diagonal,
+    gradient,
+    histogram,
+    histogram_bin_edges,
+    interp,
+    isclose,
+    iscomplex,
+    iscomplexobj,
+    isin,
+    isreal,
+    isrealobj,
+    isscalar,
+    kron,
+    matrix_transpose,
+    matvec,
+    polyfit,
+    polyval,
+    put,
+    put_along_axis,
+    resize,
+    select,
+    trapezoid,
+    trim_zeros,
+    unstack,
+    vecdot,
+    vecmat,
+)
+from ._shape import (  # noqa: E402
+    append,
+    array_split,
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    block,
+    column_stack,
+    delete,
+    diff,
+    dsplit,
+    dstack,
+    ediff1d,
+    hsplit,
+    insert,
+    ravel_multi_index,
+    roll,
+    rollaxis,
+    rot90,
+    unravel_index,
+    vsplit,
+)
+
+broadcast_shapes = _np.broadcast_shapes
+copy = array
+astype = asarray
+# numpy 2's array-API spellings (as jax.numpy)
+acos, asin, atan, atan2, acosh, asinh, atanh = arccos, arcsin, arctan, arctan2, arccosh, arcsinh, arctanh
+concat, permute_dims, pow, bitwise_invert = concatenate, transpose, power, invert

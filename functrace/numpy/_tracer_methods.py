@@ -4,6 +4,7 @@ from __future__ import annotations
 import functrace.numpy as fnp
 
 from ..core import Tracer
+from ._indexing import IndexUpdateHelper
 
 
 def _swap(f):
@@ -40,6 +41,9 @@ _OPERATORS = {
 }
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
+# sorting and scans (numpy/_sorting.py, numpy/_reductions.py): methods return new arrays, as JAX's
+for _name in ("sort", "argsort", "searchsorted", "cumprod", "ptp"):
+    setattr(Tracer, _name, getattr(fnp, _name))
 
 
 def _real_only(x, what: str):
@@ -58,15 +62,14 @@ def _not_implemented(what: str, hint: str):
 Tracer.T = property(lambda self: fnp.transpose(self))
 Tracer.real = property(lambda self: _real_only(self, "real"))
 Tracer.imag = property(lambda self: fnp.zeros_like(_real_only(self, "imag")))
-Tracer.at = property(_not_implemented("x.at[...] (functional index updates)",
-                                      "build the result with fnp.where(mask, value, x) or fnp.concatenate"))
+Tracer.at = property(lambda self: IndexUpdateHelper(self))  # x.at[idx].set(v) etc. (numpy/_indexing.py)
 for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
     setattr(Tracer, _name, _not_implemented("bit shifts", "multiply or floor-divide by powers of two"))
 
 
 def _setitem(self, index, value):
     raise TypeError("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change a traced value; "
-                    "build the result with fnp.where(mask, v, x) (x.at[i].set(v) is not implemented)")
+                    "write x = x.at[i].set(v) instead")
 
 
 Tracer.__setitem__ = _setitem

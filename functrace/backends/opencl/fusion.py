@@ -596,7 +596,17 @@ ELEMENTWISE: dict = {
     P.bitcast_convert_type_p: Op(writer=_write_bitcast, fits_eqn=lambda e: np.dtype(bool) not in
                                  (e.inputs[0].aval.dtype, e.out_vars[0].aval.dtype)),
     nn.erf_inv_p: Op(writer=_write_erf_inv, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
+    P.cbrt_p: Op(f="cbrt({0})"), P.copysign_p: Op(f="copysign({0}, {1})"),
+    P.fmod_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: w.fmod(ct, *(w.fresh(ct, a) for a in args)),
+                 fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
+    P.signbit_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: _mask(w, f"signbit({args[0]})", in_ct[0]),
+                    fits_eqn=lambda e: e.inputs[0].aval.dtype.kind == "f"),
 }
+
+
+def _mask(w, expr: str, src_ct: str) -> str:
+    """A float test's result as a mask (``int`` lanes, like a comparison's; double vectors give long)."""
+    return f"convert_int{w.vec}({expr})" if w.vector and src_ct == "double" else expr
 
 
 def group_inputs(group: Group) -> list:
