@@ -635,6 +635,25 @@ case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rm
 case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),
      normal(3, 2, 2), normal(3, 2, 2))
 
+# functrace.numpy.linalg: one case per decomposition primitive (tests/test_linalg.py has the rest)
+_SQUARE = normal(3, 3) + 3 * np.eye(3)
+case("linalg-solve", fnp.linalg.solve, _SQUARE, normal(3, 2))
+case("linalg-det", fnp.linalg.det, _SQUARE)
+case("linalg-slogdet", lambda a: fnp.linalg.slogdet(a)[1], _SQUARE)
+case("linalg-cholesky", lambda a: fnp.linalg.cholesky(a @ a.T), _SQUARE)
+case("linalg-triangular_solve", lambda a, b: fnp.linalg.triangular_solve(a, b, lower=False), _SQUARE, normal(3, 2))
+case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0], _SQUARE @ _SQUARE.T)
+case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
+case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
+case("scipy-linalg-lu_solve", lambda a, b: ft.scipy.linalg.lu_solve(ft.scipy.linalg.lu_factor(a), b), _SQUARE, normal(3))
+
+case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))
+
+# functrace.numpy.fft and complex intermediates (real inputs and outputs)
+case("fft-rfft_irfft_filter", lambda a, w: fnp.fft.irfft(fnp.fft.rfft(a) * w), normal(8), normal(5))
+case("fft-complex_parts", lambda a, b: [fnp.fft.fft(P.complex_(a, b)).real, fnp.fft.ifft(P.complex_(b, a)).imag,
+                                        fnp.abs(fnp.fft.fft(a) * fnp.fft.fft(b).conj())], normal(6), normal(6))
+
 # collectives over the process group: one member here (tests/test_collectives.py checks them under
 # vmap(axis_name=...) with three, tests/test_distributed.py over two MPI processes)
 case("lax-psum-pmax-pmin-ppermute-processes", lambda x: fnp.sin(ft.lax.psum(x, "processes")) * ft.lax.pmax(x, "processes")
@@ -717,6 +736,8 @@ NON_DIFFERENTIABLE = {
     "floor_div",                          # piecewise constant
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
+    "lu_factor",                          # solver data: lu_solve differentiates through its matrix
+    "lu_pivots_to_permutation",           # integer outputs
     "shift_left", "shift_right_logical", "bitcast_convert_type", "threefry2x32",  # bits (ft.random)
     "debug_callback",                     # no outputs: an effect (tests/test_debug.py runs it under grad)
     "axis_index",                         # integer output
@@ -764,8 +785,13 @@ def test_non_differentiable_primitives_carry_no_derivative(name):
             ops = [P.convert_element_type(fnp.abs(v) * 7.0, np.uint32)] * _BIT_OPERANDS[name]
         params = {"axis": 0} if name in {"argmax", "argmin"} else {"descending": False} if name == "argsort" else {}
         params = {"new_dtype": np.dtype(np.int64)} if name == "bitcast_convert_type" else params
-        out = p.bind(*ops, **params)
-        out = fnp.stack(out) if p.multiple_results else out
+        if name == "lu_factor":  # a square matrix in, (factors, pivots) out
+            out = p.bind(fnp.outer(v, v) + 4 * fnp.eye(4))[0]
+        elif name == "lu_pivots_to_permutation":  # row swaps in, a row order out
+            out = p.bind(fnp.asarray(v > 0, np.int32), size=4)
+        else:
+            out = p.bind(*ops, **params)
+            out = fnp.stack(out) if p.multiple_results else out
         return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))
     np.testing.assert_array_equal(ft.grad(f)(x), np.zeros(4))
     assert ft.jvp(f, (x,), (np.ones(4),))[1] == 0.0

@@ -1257,6 +1257,7 @@ del _name
 from . import (
     _shape,  # noqa: E402
     _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
+    fft,  # noqa: E402  (it uses the functions above)
     linalg,  # noqa: E402  (it uses the functions above)
 )
 
