@@ -14,7 +14,6 @@ import numpy as np
 
 from . import numpy as fnp
 from . import random
-from .core import Tracer
 from .errors import user_frame_description
 
 Initializer = Callable  # init(key, shape, dtype=np.float32) -> array
@@ -134,14 +133,8 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=np.float32) -> I
         n_rows = math.prod(shape) // n_cols
         wide = n_rows < n_cols
         a = random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), dtype)
-        if isinstance(a, Tracer):
-            qr = getattr(fnp.linalg, "qr", None)
-            if qr is None:
-                raise NotImplementedError(f"orthogonal: a traced key needs functrace.numpy.linalg.qr, not available {user_frame_description()}")
-        else:
-            qr = np.linalg.qr
-        q, r = qr(a)
-        q = q * fnp.sign(fnp.diagonal(r)) if isinstance(q, Tracer) else q * np.sign(np.diagonal(r))
+        q, r = fnp.linalg.qr(a)
+        q = q * fnp.sign(fnp.diagonal(r))
         if wide:
             q = q.T
         q = fnp.reshape(q, tuple(n for i, n in enumerate(shape) if i != column_axis % len(shape)) + (n_cols,))

@@ -652,6 +652,8 @@ from .lax_numeric import (  # noqa: E402,F401  (re-exported)
     top_k,
 )
 from .nn import erf_inv  # noqa: E402, F401
+from .scipy.special import digamma  # noqa: E402, F401
+from .scipy.special import gammaln as lgamma  # noqa: E402, F401  (log |Gamma|, as XLA's lgamma)
 
 
 def __getattr__(name: str):

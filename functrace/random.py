@@ -556,21 +556,13 @@ def multivariate_normal(key, mean, cov, shape: Sequence[int] | None = None, dtyp
                          f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))} {user_frame_description()}")
     batch = tuple(np.broadcast_shapes(P.shape_of(mean)[:-1], P.shape_of(cov)[:-2]))
     shape = batch if shape is None else _shape("multivariate_normal", shape)
-    if isinstance(cov, Tracer):
-        decompose = getattr(fnp.linalg, method, None)
-        if decompose is None:
-            raise NotImplementedError(f"ft.random.multivariate_normal: a traced cov needs "
-                                      f"functrace.numpy.linalg.{method}, not available {user_frame_description()}")
-        sqrt = fnp.sqrt
-    else:
-        decompose, sqrt = getattr(np.linalg, method), np.sqrt
     if method == "cholesky":
-        factor = decompose(cov)
+        factor = fnp.linalg.cholesky(cov)
     elif method == "eigh":
-        w, v = decompose(cov)
-        factor = v * sqrt(w[..., None, :])
+        w, v = fnp.linalg.eigh(cov)
+        factor = v * fnp.sqrt(w[..., None, :])
     else:
-        u, s, _ = decompose(cov)
-        factor = u * sqrt(s[..., None, :])
+        u, s, _ = fnp.linalg.svd(cov)
+        factor = u * fnp.sqrt(s[..., None, :])
     z = normal(key, shape + (n,), dtype)
-    return mean + fnp.einsum("...ij,...j->...i", _as(factor, dtype), z)
+    return mean + fnp.einsum("...ij,...j->...i", factor, z)

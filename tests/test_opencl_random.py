@@ -132,3 +132,20 @@ def test_long_traced_permutation_sorts_on_the_device():
     compiled = compile_opencl(lambda k: R.permutation(k, 10000), key)
     assert "argsort (stable merge sort" in compiled.report()
     np.testing.assert_array_equal(compiled(key), want)
+
+
+def _decomposed(key, mean, cov):
+    """Samplers through functrace.numpy.linalg: multivariate_normal by each method, orthogonal."""
+    out = {m: R.multivariate_normal(key, mean, cov, (5,), method=m) for m in ("cholesky", "eigh", "svd")}
+    out["orthogonal"] = ft.nn.initializers.orthogonal()(key, (4, 6))
+    return out
+
+
+def test_traced_decompositions_run_on_the_host_between_kernels():
+    """A traced cov and the orthogonal initializer: LAPACK host steps (reported) between kernels,
+    eager's numbers."""
+    key, mean = R.PRNGKey(4), np.array([0.5, -1.0, 2.0], np.float32)
+    cov = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]], np.float32)
+    compiled = ft.jit(_decomposed, backend="opencl").lower(key, mean, cov).compile()
+    assert "LAPACK" in compiled.report()
+    _assert_same_samples(compiled(key, mean, cov), _decomposed(key, mean, cov))

@@ -32,6 +32,7 @@ CASES = GENERATOR.cases(R, ft.nn.initializers)  # name -> the same call as the s
 # polynomial evaluation are its own; it fuses u * (maxval - minval) + minval into one rounding):
 # compared to a few float32 ulps.  Everything else is exact.
 ROUNDED = {"uniform_range", "normal", "truncated_normal", "gumbel", "gumbel_high", "exponential", "multivariate_normal",
+           "multivariate_normal_eigh", "multivariate_normal_svd",
            "init_glorot_normal", "init_he_normal", "init_lecun_normal", "init_orthogonal", "init_orthogonal_tall",
            "init_normal", "init_truncated_normal", "init_variance_scaling", "x64_normal", "x64_truncated_normal"}
 
@@ -124,6 +125,31 @@ def test_traced_permutation_of_10000_elements():
     picked = np.asarray(ft.jit(g, backend="numpy")(key, p))
     np.testing.assert_array_equal(picked, g(key, p))
     assert len(set(picked.tolist())) == 3000
+
+
+@pytest.mark.parametrize("method", ["cholesky", "eigh", "svd"])
+def test_multivariate_normal_with_a_traced_cov(method):
+    """cov traced (functrace.numpy.linalg's decompositions): jit and vmap over covariances equal
+    eager; derivatives through mean and cov match finite differences."""
+    f = lambda k, mean, cov: R.multivariate_normal(k, mean, cov, (4, 2), method=method)
+    key, mean, covs = R.PRNGKey(9), np.array([1.0, -1.0, 0.5], np.float32), GENERATOR.COV_BATCH
+    np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key, mean, covs), f(key, mean, covs))
+    keys = R.split(key, 2)
+    looped = np.stack([np.asarray(f(k, mean, c)) for k, c in zip(np.asarray(keys), covs)])
+    np.testing.assert_array_equal(ft.vmap(f, in_axes=(0, None, 0))(keys, mean, covs), looped)
+    ft.test_util.check_grads(lambda m, c: R.multivariate_normal(key, m, c, (3,), method=method),
+                             (mean.astype(np.float64), COV), order=2, modes=("fwd", "rev"))
+
+
+def test_orthogonal_initializer_with_a_traced_key():
+    """The QR of traced normal samples (functrace.numpy.linalg.qr): jit and vmap equal eager,
+    and JAX's stored matrices."""
+    for name in ("init_orthogonal", "init_orthogonal_tall"):
+        f, key = CASES[name], R.PRNGKey(SEEDS[2])
+        np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key), f(key))
+        assert_matches(name, ft.jit(f, backend="numpy")(key), VECTORS[f"{name}/{SEEDS[2]}"])
+        keys = R.split(key, 3)
+        np.testing.assert_array_equal(ft.vmap(f)(keys), np.stack([np.asarray(f(k)) for k in np.asarray(keys)]))
 
 
 def test_vmap_over_keys_and_a_parameter_and_jit_of_vmap():

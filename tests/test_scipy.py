@@ -351,3 +351,12 @@ def test_values_and_grads_match_jax(name, jax_x64):
     got, want = ft.value_and_grad(f, argnums)(*args), jax.jit(jax.value_and_grad(jf, argnums))(*args)
     for g, w in zip(ft.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-9 if name == "log_ndtr" else 1e-12)
+
+
+def test_lax_lgamma_and_digamma_are_the_special_functions():
+    """ft.lax.lgamma / ft.lax.digamma (jax.lax's names; log |Gamma|, as XLA's) are gammaln / digamma."""
+    assert ft.lax.lgamma is S.gammaln and ft.lax.digamma is S.digamma
+    x, want = (np.array(v) for v in SCIPY_VALUES["gammaln"])
+    np.testing.assert_allclose(ft.jit(ft.lax.lgamma, backend="numpy")(x), want, rtol=1e-13, atol=1e-14)
+    x, want = (np.array(v) for v in SCIPY_VALUES["digamma"])
+    np.testing.assert_allclose(ft.lax.digamma(x), want, rtol=1e-12, atol=1e-15)

@@ -10,6 +10,7 @@ import numpy as np
 SEEDS = (0, 1, 42, 2 ** 31 - 1, 123456789)
 P5 = np.array([0.1, 0.2, 0.3, 0.15, 0.25], np.float32)
 COV = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]])
+COV_BATCH = np.stack([COV, 2 * COV + np.eye(3)]).astype(np.float32)
 
 
 def cases(random, initializers) -> dict:
@@ -51,6 +52,10 @@ def cases(random, initializers) -> dict:
         "exponential": lambda k: random.exponential(k, (10,)),
         "multivariate_normal": lambda k: random.multivariate_normal(k, np.array([1.0, -1.0, 0.5], np.float32),
                                                                     COV.astype(np.float32), (4,)),
+        "multivariate_normal_eigh": lambda k: random.multivariate_normal(k, np.array([1.0, -1.0, 0.5], np.float32),
+                                                                         COV.astype(np.float32), (4,), method="eigh"),
+        "multivariate_normal_svd": lambda k: random.multivariate_normal(k, np.zeros(3, np.float32), COV_BATCH, (4, 2),
+                                                                        method="svd"),
         "init_glorot_normal": lambda k: initializers.glorot_normal()(k, (5, 7)),
         "init_glorot_uniform": lambda k: initializers.glorot_uniform()(k, (5, 7)),
         "init_he_uniform": lambda k: initializers.he_uniform()(k, (3, 3, 4, 6)),
