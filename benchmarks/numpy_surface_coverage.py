@@ -6,6 +6,9 @@ the numpy backend and on OpenCL (when a device exists); and, for differentiable 
 with JAX installed, ``grad`` of the sum of the result matches ``jax.grad``.  The list of names is
 our estimate of the 150 most used in JAX code (creation, elementwise, reductions, shapes,
 indexing, linear algebra entry points, dtypes), not a measured ranking.
+With autograd installed it also counts the numpy, numpy.linalg and numpy.fft functions autograd
+differentiates (those of its registered primitives that numpy itself has; its internal helpers
+are left out) that ``functrace.numpy`` provides.
 Run: ``python benchmarks/numpy_surface_coverage.py [-v]``.
 """
 from __future__ import annotations
@@ -194,5 +197,35 @@ def main() -> None:
                                                    if verbose else ""))
 
 
+def _has(module, name: str) -> bool:
+    try:
+        _resolve(module, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def autograd_coverage() -> None:
+    """The numpy functions autograd registers derivatives for, and which of them fnp lacks."""
+    try:
+        import autograd.numpy.fft  # noqa: F401  (registers its primitives)
+        import autograd.numpy.linalg  # noqa: F401
+        from autograd.core import primitive_vjps
+    except ImportError:
+        print("autograd not installed: its coverage is not counted")
+        return
+    names = set()
+    for prim in primitive_vjps:
+        fn = getattr(prim, "fun", prim)
+        module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", None)
+        prefix = "linalg." if "linalg" in module else "fft." if "fft" in module else ""
+        if name is not None and _has(np, prefix + name):  # numpy's own functions only
+            names.add(prefix + name)
+    missing = sorted(n for n in names if not _has(fnp, n))
+    print(f"autograd differentiates {len(names)} numpy / linalg / fft functions; functrace.numpy has "
+          f"{len(names) - len(missing)}; missing: {' '.join(missing) or '-'}")
+
+
 if __name__ == "__main__":
     main()
+    autograd_coverage()

@@ -1330,6 +1330,7 @@ from ._elementwise import (  # noqa: E402  # noqa: E402
     rad2deg,
     radians,
     real,
+    real_if_close,
     signbit,
     sinc,
     trunc,

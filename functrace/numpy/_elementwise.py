@@ -175,41 +175,47 @@ def i0(x):
     return _fnp.where(small, _i0_series(near), _i0_asymptotic(far))
 
 
-def _real_only(name):
-    def check(x):
-        x = _fnp._to_array(x)
-        if isinstance(x, _Tracer) and x.dtype.kind == "c":
-            raise NotImplementedError(f"{name} of a traced complex value is not implemented (functrace "
-                                      f"traces real values; complex ones stay eager numpy) {_where_in_user_code()}")
-        return x
-    return check
+def _complex_part(name: str, primitive_fn, real_value):
+    """``fnp.real`` / ``imag`` / ``conj``: numpy's on concrete values; on traced values the complex
+    primitive for complex inputs, ``real_value(x)`` for real ones (no primitive needed)."""
+    def part(val):
+        x = _fnp._to_array(val)
+        if not isinstance(x, _Tracer):
+            return getattr(_np, name)(x)
+        return primitive_fn(x) if x.dtype.kind == "c" else real_value(x)
+    part.__name__ = part.__qualname__ = name
+    part.__doc__ = f"numpy.{name}, differentiable (complex values follow JAX's convention)."
+    return part
 
 
-def real(val):
-    x = _real_only("real")(val)
-    return _np.real(x) if not isinstance(x, _Tracer) else x
-
-
-def imag(val):
-    x = _real_only("imag")(val)
-    return _np.imag(x) if not isinstance(x, _Tracer) else _fnp.zeros_like(x)
-
-
-def conj(x):
-    x = _real_only("conj")(x)
-    return _np.conj(x) if not isinstance(x, _Tracer) else x
-
-
+real = _complex_part("real", _P.real, lambda x: x)
+imag = _complex_part("imag", _P.imag, lambda x: _fnp.zeros_like(x))
+conj = _complex_part("conj", _P.conj, lambda x: x)
 conjugate = conj
 
 
+def real_if_close(a, tol=100):
+    """numpy.real_if_close: a complex array whose imaginary parts are all within ``tol`` machine
+    epsilons of 0 becomes real.  The decision reads values, so a traced complex input raises."""
+    x = _fnp._to_array(a)
+    if x.dtype.kind != "c":
+        return x
+    if isinstance(x, _Tracer):
+        raise NotImplementedError("real_if_close of a traced complex value is not implemented: whether the "
+                                  f"result is real depends on the values; use fnp.real {_where_in_user_code()}")
+    return _np.real_if_close(x, tol)
+
+
 def angle(z, deg=False):
-    """The argument: for real values 0 or pi (arctan2(0, x): pi at -0.0 too, as numpy)."""
-    x = _real_only("angle")(z)
+    """The argument: arctan2(imag, real); for real values 0 or pi (pi at -0.0 too, as numpy)."""
+    x = _fnp._to_array(z)
     if not isinstance(x, _Tracer):
         return _np.angle(x, deg)
-    x = _fnp._to_float(x, _np.float64)
-    a = _fnp.arctan2(_fnp.zeros_like(x), x)
+    if x.dtype.kind == "c":
+        a = _fnp.arctan2(_P.imag(x), _P.real(x))
+    else:
+        x = _fnp._to_float(x, _np.float64)
+        a = _fnp.arctan2(_fnp.zeros_like(x), x)
     return rad2deg(a) if deg else a
 
 
