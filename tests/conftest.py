@@ -26,3 +26,13 @@ def opencl_kernels_for_small_programs(request):
     yield
     for n, v in saved.items():
         ft.config.update(n, v)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def matmul_warm_up_in_line():
+    """``matmul`` auto mode warms its kernels up in the calling thread during tests: no child
+    processes, and the decision comes at a known run (test_opencl_matmul checks the background
+    warm-up itself)."""
+    from functrace.backends.opencl import matmul
+    matmul.BACKGROUND_WARM_UP = False
+    yield

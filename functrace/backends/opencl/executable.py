@@ -37,7 +37,8 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
-from .runtime import Array, Runtime
+from .matmul import restore_blas_threads
+from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
 
@@ -820,10 +821,17 @@ class OpenCLExecutable:
     def __init__(self, closed: ClosedJaxpr, rt: Runtime):
         self.closed = closed
         self.rt = rt
-        self.plan = plan_program(closed, rt)
-        body = "\n".join(self.plan.sources)
-        self.source = PREAMBLE + f32_helpers(body) + "\n" + body
-        self.program = rt.program(self.source) if self.plan.sources else None
+        # one line if the build and first call take over a second (the driver compiles each
+        # kernel at its first launch): a long first call should not look like a hang
+        self._progress = CompileProgress(f"a program of {len(closed.jaxpr.eqns)} operations")
+        self._progress.start()
+        try:
+            self.plan = plan_program(closed, rt)
+            body = "\n".join(self.plan.sources)
+            self.source = PREAMBLE + f32_helpers(body) + "\n" + body
+            self.program = rt.program(self.source) if self.plan.sources else None
+        finally:
+            self._progress.stop()
         self.kernels = {name: rt.kernel(self.program, name) for step in self.plan.steps
                         for name in step.kernel_names}
         self.peak_bytes = analyze(closed).peak_bytes
@@ -904,6 +912,8 @@ class OpenCLExecutable:
                 # memory of env's arrays (on unified memory, numpy's), which must outlive them
                 self.rt.hold(self, env)
                 raise
+            finally:
+                restore_blas_threads()  # the user's own numpy keeps its thread count
         if config.debug_nans:
             self._check_nans(args, outs)
         return outs
@@ -911,8 +921,15 @@ class OpenCLExecutable:
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""
         self._calls += 1
-        if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
-            self.rt.keep_binary(self.program)
+        if self._calls > 1:
+            return self._launch_steps(env, args)
+        self._progress.start()
+        try:
+            return self._launch_steps(env, args)
+        finally:
+            self._progress.stop()
+
+    def _launch_steps(self, env: dict, args) -> list:
         jaxpr = self.closed.jaxpr
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
