@@ -424,18 +424,6 @@ def test_float64_on_a_device_without_fp64(monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-def test_host_step_threshold_follows_the_launch_latency(monkeypatch):
-    from types import SimpleNamespace
-
-    from functrace.backends.opencl.executable import host_step_elements
-    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
-    in_thread = SimpleNamespace(device=SimpleNamespace(max_compute_units=1))
-    worker_threads = SimpleNamespace(device=SimpleNamespace(max_compute_units=8))
-    assert host_step_elements(in_thread) == 4096 and host_step_elements(worker_threads) == 131072
-    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 100)
-    assert host_step_elements(worker_threads) == 100
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_small_steps_run_as_one_batched_launch(monkeypatch, dtype):
     """On a device that runs kernels in the calling thread, consecutive steps too small for a

@@ -1,0 +1,132 @@
+"""Host step or kernel: a cost estimate for a step on a CPU device (issue 15).
+
+A step (a fused elementwise group, a reduction with the group it absorbs, a layout copy) runs
+as a kernel unless numpy on the host is estimated cheaper:
+
+* host: per equation ``HOST_STEP_SECONDS`` (numpy's call) plus ``elements x (1 + weight) x
+  NS_PER_WEIGHT`` (one pass over memory per equation, then its arithmetic);
+* kernel: the device's launch latency (a launch and a wait, :func:`launch_seconds`, measured
+  once per device and thread budget and kept in the disk cache) plus the arithmetic of the whole
+  fused group over the step's elements, shared by the device's compute units.
+
+Weights are per element, relative to an add: a transcendental costs about eight adds in numpy's
+SIMD loops and in PoCL's vector code alike (``OP_WEIGHTS``).  Calibrated on a 2-core Skylake
+(PoCL 3.1 ``pthread``, launch + wait ~30 us): a 14-operation chain of 7 transcendentals on 100K
+float32 is estimated at 0.97 ms on the host (measured 1.0-1.35 ms) and 0.41 ms as one kernel
+(measured 0.33 ms), so it runs as a kernel, where the element count alone (under 131072) had
+put it on the host; one add crosses over at ~150K elements, as the element rule did.
+``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
+count (tests pin placements with it).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from ...config import config
+from ...optimize import shape_size
+
+HOST_STEP_SECONDS = 3e-6  # numpy's cost of one call on a small array, inside a host segment
+NS_PER_WEIGHT = 0.12      # per element and unit of weight (an add's arithmetic, or a pass over memory)
+
+_CHEAP = 1
+OP_WEIGHTS = {
+    **dict.fromkeys(("div", "sqrt", "rsqrt", "integer_pow"), 2),
+    **dict.fromkeys(("rem", "floor_div"), 4),
+    **dict.fromkeys(("exp", "log", "expm1", "log1p", "logistic", "tanh", "sin", "cos", "erf"), 8),
+    **dict.fromkeys(("tan", "pow", "atan2"), 16),
+}
+
+
+def weight(eqn) -> int:
+    """Relative cost per element of one equation (an add is 1)."""
+    return OP_WEIGHTS.get(eqn.primitive.name, _CHEAP)
+
+
+def _elements(eqn) -> int:
+    """Elements an equation touches: its largest output or input."""
+    return max([shape_size(v.aval.shape) for v in eqn.out_vars] +
+               [shape_size(v.aval.shape) for v in eqn.inputs if hasattr(v, "aval")])
+
+
+def host_seconds(eqns) -> float:
+    """Estimated time of these equations as numpy calls on the host."""
+    return sum(HOST_STEP_SECONDS + _elements(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
+
+
+def kernel_seconds(rt, eqns, elements: int) -> float:
+    """Estimated time of one kernel over ``elements`` work-items doing all of ``eqns``."""
+    units = max(1, int(getattr(rt.device, "max_compute_units", 1) or 1))
+    work = sum(weight(e) for e in eqns) * elements * NS_PER_WEIGHT * 1e-9
+    return launch_seconds(rt) + work / units
+
+
+def host_is_cheaper(rt, eqns, elements: int) -> bool:
+    """Should this step (``eqns`` fused over ``elements``) run on the host?  CPU devices only."""
+    if rt is None or not rt.is_cpu:
+        return False
+    if config.opencl_host_step_elements is not None:
+        return elements < int(config.opencl_host_step_elements)
+    return host_seconds(eqns) < kernel_seconds(rt, eqns, elements)
+
+
+def reason(rt, eqns, elements: int) -> str:
+    """The report's words for a step ``host_is_cheaper`` put on the host."""
+    if config.opencl_host_step_elements is not None:
+        return f"fewer than {config.opencl_host_step_elements} elements (opencl_host_step_elements)"
+    return (f"cheaper on the host: estimated {host_seconds(eqns) * 1e6:.0f} us in numpy vs "
+            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel")
+
+
+# ------------------------------------------------------------------------- launch latency
+
+_LAUNCH_PROBE = "__kernel void ft_launch_probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
+_THREAD_VARIABLES = ("POCL_MAX_PTHREAD_COUNT", "POCL_DEVICES", "OMP_NUM_THREADS")
+
+
+def _latency_key(rt) -> str:
+    """Per device, driver thread settings and cores this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"launch-latency|{rt.fingerprint}|" + "|".join(os.environ.get(v, "") for v in _THREAD_VARIABLES) + f"|{cores}"
+
+
+def launch_seconds(rt) -> float:
+    """One launch of a tiny kernel and the wait for it on ``rt`` (the fastest of 20, after one
+    that compiles it): measured once per process, or read from the disk cache where an earlier
+    process with the same device and thread settings measured it (~50 ms on a fresh cache)."""
+    cached = getattr(rt, "_launch_seconds", None)
+    if cached is not None:
+        return cached
+    from .runtime import cache_dir, read_entry, write_entry
+    key = _latency_key(rt)
+    path = os.path.join(cache_dir(), "launch-" + hashlib.sha256(key.encode()).hexdigest()[:16] + ".txt")
+    payload = read_entry(path, key)
+    try:
+        seconds = float(payload.decode()) if payload is not None else None
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        seconds = _measure_launch(rt)
+        try:
+            write_entry(path, key, repr(seconds).encode())
+        except OSError:
+            pass  # a cache we cannot write only costs the measurement again
+    rt._launch_seconds = seconds
+    return seconds
+
+
+def _measure_launch(rt) -> float:
+    import numpy as np
+    kernel = rt.cl.Kernel(rt.program(_LAUNCH_PROBE), "ft_launch_probe")
+    buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
+                       hostbuf=np.zeros(64, np.float32))
+    queue = rt.cl.CommandQueue(rt.context)
+    best = float("inf")
+    for i in range(21):
+        t0 = time.perf_counter()
+        kernel(queue, (64,), None, buf)
+        queue.finish()
+        if i:  # the first compiles the work-group function
+            best = min(best, time.perf_counter() - t0)
+    return best
