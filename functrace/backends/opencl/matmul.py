@@ -566,8 +566,9 @@ class _ThreadChoice:
 
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     """Time the OpenCL kernels (built and launched once already: ``_kernels_ready``) and the host
-    BLAS on these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS``
-    (at most 5 each), and return the faster.  (A 5% handicap for OpenCL
+    BLAS (on each thread count ``_ThreadChoice`` may give it; the faster becomes its choice) on
+    these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS`` (at most
+    5 each), and return the faster.  (A 5% handicap for OpenCL
     used to absorb noise; with the kernel within a few percent of BLAS at common shapes it kept
     the slower one: measured 0.668 ms OpenCL vs 0.692 ms BLAS at 128x512x512, BLAS kept.)"""
     q = ctx.queue
@@ -578,15 +579,44 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         q.finish()
         return time.perf_counter() - t0
 
-    first = timed(plan.run_opencl), timed(plan.run_blas)
-    reps = max(1, min(5, int(MEASURE_SECONDS / (2 * max(first)))))
-    t_cl, t_blas = [], []
+    if plan.threads is None:
+        plan.threads = _ThreadChoice(plan.spec.flops // 2)
+    counts = plan.threads.counts  # the BLAS on each thread count it may get: on a loaded machine
+    blas = {n: functools.partial(_blas_on, plan, n) for n in counts}  # one thread may win by far
+    first = [timed(plan.run_opencl)] + [timed(run) for run in blas.values()]
+    reps = max(1, min(5, int(MEASURE_SECONDS / sum(first))))
+    t_cl, t_blas = [], {n: [] for n in counts}
     for _ in range(reps):  # interleaved, so a noisy moment hits both
         t_cl.append(timed(plan.run_opencl))
-        t_blas.append(timed(plan.run_blas))
-    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas))
+        for n, run in blas.items():
+            t_blas[n].append(timed(run))
+    best = min(counts, key=lambda n: min(t_blas[n]))
+    plan.threads.current = best
+    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
     # a tie goes to BLAS: the host's own library, and no kernel build in later processes
-    return "opencl" if min(t_cl) < min(t_blas) else "blas"
+    return "opencl" if min(t_cl) < min(t_blas[best]) else "blas"
+
+
+def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
+    """``plan.run_blas`` with the host BLAS on ``threads`` threads (for ``_choose``)."""
+    choice, plan.threads = plan.threads, _FixedThreads(threads)
+    try:
+        plan.run_blas(ctx, a, b, out, bias)
+    finally:
+        plan.threads = choice
+
+
+class _FixedThreads:
+    """A ``_ThreadChoice`` that always picks one count."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def pick(self) -> int:
+        return self.threads
+
+    def record(self, threads: int, seconds: float) -> None:
+        pass
 
 
 # the host BLAS's thread budget: decisions measured under another one do not hold

@@ -14,7 +14,8 @@ SIMD loops and in PoCL's vector code alike (``OP_WEIGHTS``).  Calibrated on a 2-
 (PoCL 3.1 ``pthread``, launch + wait ~30 us): a 14-operation chain of 7 transcendentals on 100K
 float32 is estimated at 0.97 ms on the host (measured 1.0-1.35 ms) and 0.41 ms as one kernel
 (measured 0.33 ms), so it runs as a kernel, where the element count alone (under 131072) had
-put it on the host; one add crosses over at ~150K elements, as the element rule did.
+put it on the host; one add crosses over at ~280K elements with ``WORKER_MARGIN`` (the element
+rule: 131072).
 ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
 count (tests pin placements with it).
 """
@@ -57,9 +58,20 @@ def host_seconds(eqns) -> float:
 
 def kernel_seconds(rt, eqns, elements: int) -> float:
     """Estimated time of one kernel over ``elements`` work-items doing all of ``eqns``."""
-    units = max(1, int(getattr(rt.device, "max_compute_units", 1) or 1))
     work = sum(weight(e) for e in eqns) * elements * NS_PER_WEIGHT * 1e-9
-    return launch_seconds(rt) + work / units
+    return launch_seconds(rt) + work / _units(rt)
+
+
+def _units(rt) -> int:
+    return max(1, int(getattr(rt.device, "max_compute_units", 1) or 1))
+
+
+# A driver handing kernels to worker threads (more than one compute unit): a kernel must be
+# estimated this much cheaper than the host to launch.  Its launch waits for a worker to wake,
+# and for a core when other processes keep them busy, where numpy runs at once in this thread:
+# fewer launches are the robust choice on a shared machine (the MLP step's 65536-element
+# three-operation groups stay on the host: 56 us estimated vs 42 us as kernels).
+WORKER_MARGIN = 1.5
 
 
 def host_is_cheaper(rt, eqns, elements: int) -> bool:
@@ -68,7 +80,8 @@ def host_is_cheaper(rt, eqns, elements: int) -> bool:
         return False
     if config.opencl_host_step_elements is not None:
         return elements < int(config.opencl_host_step_elements)
-    return host_seconds(eqns) < kernel_seconds(rt, eqns, elements)
+    margin = WORKER_MARGIN if _units(rt) > 1 else 1.0
+    return host_seconds(eqns) < margin * kernel_seconds(rt, eqns, elements)
 
 
 def reason(rt, eqns, elements: int) -> str:
@@ -88,13 +101,15 @@ _THREAD_VARIABLES = ("POCL_MAX_PTHREAD_COUNT", "POCL_DEVICES", "OMP_NUM_THREADS"
 def _latency_key(rt) -> str:
     """Per device, driver thread settings and cores this process may use."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"launch-latency|{rt.fingerprint}|" + "|".join(os.environ.get(v, "") for v in _THREAD_VARIABLES) + f"|{cores}"
+    return f"launch-latency (median of 20)|{rt.fingerprint}|" + "|".join(os.environ.get(v, "") for v in _THREAD_VARIABLES) + f"|{cores}"
 
 
 def launch_seconds(rt) -> float:
-    """One launch of a tiny kernel and the wait for it on ``rt`` (the fastest of 20, after one
-    that compiles it): measured once per process, or read from the disk cache where an earlier
-    process with the same device and thread settings measured it (~50 ms on a fresh cache)."""
+    """One launch of a tiny kernel and the wait for it on ``rt`` (the median of 20, after one
+    that compiles it: the fastest was 8 us on PoCL's pthread device where launches inside a
+    program cost 20-50 us): measured once per process, or read from the disk cache where an
+    earlier process with the same device and thread settings measured it (~50 ms on a fresh
+    cache)."""
     cached = getattr(rt, "_launch_seconds", None)
     if cached is not None:
         return cached
@@ -122,11 +137,10 @@ def _measure_launch(rt) -> float:
     buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
                        hostbuf=np.zeros(64, np.float32))
     queue = rt.cl.CommandQueue(rt.context)
-    best = float("inf")
-    for i in range(21):
+    times = []
+    for _ in range(21):
         t0 = time.perf_counter()
         kernel(queue, (64,), None, buf)
         queue.finish()
-        if i:  # the first compiles the work-group function
-            best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    return sorted(times[1:])[10]  # (the first compiles the work-group function)
