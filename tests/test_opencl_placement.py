@@ -46,7 +46,7 @@ def test_transcendental_chain_of_100k_is_a_kernel_one_add_is_not():
 
 
 def test_the_device_latency_moves_the_crossover():
-    """An add crosses over at ~280K elements on the pthread device (with its margin for the hand-off
+    """An add crosses over at ~470K elements on the pthread device (with its margin for the hand-off
     to worker threads), ~16K on an in-thread one."""
     def crossover(dev):
         n = 1024

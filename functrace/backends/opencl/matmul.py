@@ -13,14 +13,17 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
 * ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
 * ``auto`` (default): on a CPU device, a shape runs on the host BLAS until its
   ``MEASURE_AT_RUN``-th run.  That run hands the build of the kernels it would launch, and one
-  launch of each (PoCL compiles a kernel's work-group function at its first launch), to a
-  background thread (:func:`_warm_up`); the first run after they are ready times both on the
-  real operands (a few interleaved runs, tens of ms) and keeps the faster.  The decision is
+  launch of each (PoCL compiles a kernel's work-group function at its first launch), to the
+  background (:func:`_warm_up_elsewhere`: on PoCL a low-priority child process, which leaves
+  them in PoCL's disk cache); the first run after they are ready loads them (~0.1 s), times both
+  on the real operands (a few interleaved runs, ~30 ms) and keeps the faster.  The decision is
   cached per shape and dtype in memory and on disk; the step's report label says which one runs.
   Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
-  for the 784-512-512-10 MLP step); both release the GIL, so the background thread costs the
-  caller only a share of the cores meanwhile.  On other devices always OpenCL.
+  for the 784-512-512-10 MLP step).  On other devices always OpenCL.
+* the host BLAS runs on one thread for small products, else on whichever of all cores and one
+  ran faster lately (``_ThreadChoice``; threadpoolctl sets the count, and gives the process's
+  own back after each call).
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.

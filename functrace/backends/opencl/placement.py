@@ -14,7 +14,7 @@ SIMD loops and in PoCL's vector code alike (``OP_WEIGHTS``).  Calibrated on a 2-
 (PoCL 3.1 ``pthread``, launch + wait ~30 us): a 14-operation chain of 7 transcendentals on 100K
 float32 is estimated at 0.97 ms on the host (measured 1.0-1.35 ms) and 0.41 ms as one kernel
 (measured 0.33 ms), so it runs as a kernel, where the element count alone (under 131072) had
-put it on the host; one add crosses over at ~280K elements with ``WORKER_MARGIN`` (the element
+put it on the host; one add crosses over at ~470K elements with ``WORKER_MARGIN`` (the element
 rule: 131072).
 ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
 count (tests pin placements with it).
@@ -69,9 +69,13 @@ def _units(rt) -> int:
 # A driver handing kernels to worker threads (more than one compute unit): a kernel must be
 # estimated this much cheaper than the host to launch.  Its launch waits for a worker to wake,
 # and for a core when other processes keep them busy, where numpy runs at once in this thread:
-# fewer launches are the robust choice on a shared machine (the MLP step's 65536-element
-# three-operation groups stay on the host: 56 us estimated vs 42 us as kernels).
-WORKER_MARGIN = 1.5
+# measured with 7 other processes busy on 2 cores, the MLP step's 65536-element three-operation
+# kernel took 4.7-9.2 ms (launch to finish, median of 30) against an estimate of 30 us.  Fewer
+# launches are the robust choice on a shared machine; on a quiet one those groups were measured
+# no faster as kernels either (2.46 vs 2.26-2.30 ms a step), and they stay on the host here (56
+# us estimated in numpy, 2 x 30 us as kernels), while the 14-operation chain on 100K elements
+# (0.97 ms vs 2 x 0.41 ms) still runs as one kernel.
+WORKER_MARGIN = 2.0
 
 
 def host_is_cheaper(rt, eqns, elements: int) -> bool:
