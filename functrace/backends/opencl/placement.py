@@ -1,7 +1,8 @@
 """Host step or kernel: a cost estimate for a step on a CPU device (issue 15).
 
-A step (a fused elementwise group, a reduction with the group it absorbs, a layout copy) runs
-as a kernel unless numpy on the host is estimated cheaper:
+On a driver handing kernels to worker threads (PoCL's ``pthread``, the default), a step (a fused
+elementwise group, a reduction with the group it absorbs, a layout copy) runs as a kernel
+unless numpy on the host is estimated cheaper (the kernel's estimate times ``WORKER_MARGIN``):
 
 * host: per equation ``HOST_STEP_SECONDS`` (numpy's call) plus ``elements x (1 + weight) x
   NS_PER_WEIGHT`` (one pass over memory per equation, then its arithmetic);
@@ -17,7 +18,8 @@ float32 is estimated at 0.97 ms on the host (measured 1.0-1.35 ms) and 0.41 ms a
 put it on the host; one add crosses over at ~470K elements with ``WORKER_MARGIN`` (the element
 rule: 131072).
 ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
-count (tests pin placements with it).
+count (tests pin placements with it); a driver running kernels in the calling thread keeps the
+element count ``IN_THREAD_ELEMENTS``.
 """
 from __future__ import annotations
 
@@ -78,20 +80,32 @@ def _units(rt) -> int:
 WORKER_MARGIN = 2.0
 
 
+# A driver running kernels in the calling thread (one compute unit, PoCL's ``basic``): steps
+# under this many elements are held back and batched into one launch per run of them (see
+# executable._batch_small_steps), as measured when that was built.  The estimate is not used
+# there: with launches of ~2 us it made every step of the MLP step a kernel of its own (21
+# launches instead of 5), doubling the first call (4.1 vs 1.9 s: each kernel compiles at its
+# first launch) for no measured gain.
+IN_THREAD_ELEMENTS = 4096
+
+
 def host_is_cheaper(rt, eqns, elements: int) -> bool:
     """Should this step (``eqns`` fused over ``elements``) run on the host?  CPU devices only."""
     if rt is None or not rt.is_cpu:
         return False
     if config.opencl_host_step_elements is not None:
         return elements < int(config.opencl_host_step_elements)
-    margin = WORKER_MARGIN if _units(rt) > 1 else 1.0
-    return host_seconds(eqns) < margin * kernel_seconds(rt, eqns, elements)
+    if _units(rt) <= 1:
+        return elements < IN_THREAD_ELEMENTS
+    return host_seconds(eqns) < WORKER_MARGIN * kernel_seconds(rt, eqns, elements)
 
 
 def reason(rt, eqns, elements: int) -> str:
     """The report's words for a step ``host_is_cheaper`` put on the host."""
     if config.opencl_host_step_elements is not None:
         return f"fewer than {config.opencl_host_step_elements} elements (opencl_host_step_elements)"
+    if _units(rt) <= 1:
+        return f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
     return (f"cheaper on the host: estimated {host_seconds(eqns) * 1e6:.0f} us in numpy vs "
             f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel")
 
