@@ -436,6 +436,9 @@ def test_blas_thread_choice_follows_the_times():
         picks.append(t)
         slow.record(t, 5.0 if t == cores else 1.0)
     assert picks[7] == 1 and slow.current == 1 and picks[8:15] == [1] * 7
+    for _ in range(4):  # the load goes: one thread now runs 3x slower than all cores did
+        slow.record(slow.pick(), 15.0)
+    assert slow.current == cores
 
 
 def test_host_blas_threads_are_given_back_after_a_call():

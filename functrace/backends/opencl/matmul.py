@@ -538,7 +538,8 @@ class _ThreadChoice:
     multi-threaded call waits for its slowest thread: 512^3 took 55 ms (median) on two threads
     against 3.7 ms on one, 1024x256x256 20 vs 0.97 ms.  So the choice follows the times: an
     average per count, the other count tried again after 8 calls, then after twice as many each
-    time it loses (up to 256: a loaded machine pays one slow call in 256)."""
+    time it loses (up to 256: a loaded machine pays one slow call in 256); when the current
+    count's average grows past twice the other's last one, the other at once."""
 
     def __init__(self, macs: int):
         cores = blas_threads().default
@@ -557,7 +558,11 @@ class _ThreadChoice:
     def record(self, threads: int, seconds: float) -> None:
         if threads == self.current or len(self.counts) == 1:
             avg = self.average.get(threads)
-            self.average[threads] = seconds if avg is None else 0.75 * avg + 0.25 * seconds
+            self.average[threads] = avg = seconds if avg is None else 0.75 * avg + 0.25 * seconds
+            other = self.counts[-1] if threads == self.counts[0] else self.counts[0]
+            if other != threads and avg > 2 * self.average.get(other, float("inf")):
+                self.current, self.interval = other, 8  # the machine changed: back to the other
+                self.next_try = self.calls + self.interval
             return
         if seconds < self.average.get(self.current, float("inf")):
             self.current, self.interval = threads, 8
