@@ -9,8 +9,13 @@ ops have run, numpy's 16 MB temporaries stop page-faulting in this process (meas
 faults per numpy chain before, 0 after; the chain 27 -> 17 ms), which would flatter numpy.  Inputs are device arrays (``ft.Array``) so the timing is the kernels, as in a training loop; each
 contender runs for a second before timing (the first ~20 OpenCL calls of a fresh process were
 measured 5x slower than steady state on PoCL).
-Run: ``python benchmarks/bench_elementwise.py`` (OMP_NUM_THREADS sets the budget, default 1;
-PoCL gets the same budget: see _common.py).
+Then issue 15's placement sweep: a 14-operation transcendental chain
+``tanh(x)*x + exp(-x*x) + sin(x)*0.5 - log1p(x*x) + cos(x)`` from 1K to 16M float32 elements,
+functrace OpenCL at the default placement (host steps or kernels by the cost estimate) against
+the same with every step a kernel (``opencl_small_program_elements`` and
+``opencl_host_step_elements`` 0) and the numpy backend; the ratio is the default's time over the
+faster of the two.
+Run: ``python benchmarks/bench_elementwise.py`` (defaults, then pinned: see _common.py).
 """
 import os
 import sys
@@ -91,5 +96,46 @@ def main():
                   f"({100 * bw / copy_bw:.0f}% of copy bandwidth)")
 
 
+SWEEP = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
+
+
+def chain14(m):
+    return lambda x: m.tanh(x) * x + m.exp(-x * x) + m.sin(x) * 0.5 - m.log1p(x * x) + m.cos(x)
+
+
+def placement_sweep():
+    """Default placement vs all kernels vs the numpy backend, interleaved, per size."""
+    rt = get_runtime()
+    print("  14-operation transcendental chain, default placement vs the faster of all-kernels and numpy backend:")
+    for n in SWEEP:
+        x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+        xd = rt.to_device(x)
+        default = ft.jit(chain14(fnp), backend="opencl")
+        kernels = ft.jit(chain14(fnp), backend="opencl")
+        host = ft.jit(chain14(fnp), backend="numpy")
+        saved = {k: getattr(ft.config, k) for k in ("opencl_small_program_elements", "opencl_host_step_elements")}
+        for k in saved:
+            ft.config.update(k, 0)
+        kernels(xd)  # compiled with every step a kernel
+        for k, v in saved.items():
+            ft.config.update(k, v)
+        default(xd)
+        exe = default.lower(xd).compile().executable
+        contenders = {"default": lambda: default(xd).block_until_ready(),
+                      "all kernels": lambda: kernels(xd).block_until_ready(), "numpy backend": lambda: host(x)}
+        repeat = 3 if n >= 10**7 else 7
+        rounds = {k: [] for k in contenders}
+        for _ in range(3):
+            for k, fn in contenders.items():
+                rounds[k].append(best_of(fn, repeat=repeat, warmup_seconds=0.3))
+        t = {k: min(v) for k, v in rounds.items()}
+        where = (f"{exe.num_kernel_launches} launch(es), {exe.num_host_steps} host step(s)"
+                 if hasattr(exe, "num_host_steps") else "a small program: all on the host")
+        print(f"    {n:>10} elements: default {t['default'] * 1e3:8.3f} ms ({where}), all kernels "
+              f"{t['all kernels'] * 1e3:8.3f} ms, numpy backend {t['numpy backend'] * 1e3:8.3f} ms; "
+              f"default / faster {t['default'] / min(t['all kernels'], t['numpy backend']):.2f}")
+
+
 if __name__ == "__main__":
     main()
+    placement_sweep()

@@ -1,6 +1,7 @@
 """Hessian and Hessian-vector product of f(x) = sum(tanh(A @ x)**2) + 0.5*sum(x**4), A 256x256
-float64: functrace jitted (numpy backend) and eager, against JAX (jit and eager) and autograd
-when installed, timed interleaved in the same run (1 thread unless OMP_NUM_THREADS is set).
+float64: functrace jitted (the default backend) and eager, against JAX (jit and eager) and
+autograd when installed, timed interleaved in the same run (at the defaults, then pinned to one
+thread: see _common.py).
 Run: ``python benchmarks/bench_hessian.py``.
 """
 import os

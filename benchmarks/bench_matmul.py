@@ -13,10 +13,9 @@ runs each, more for small sizes: about ``--seconds`` of timing per contender and
   ``ft.Array`` operands, the OpenCL kernels forced (``ft.config.update("matmul", "opencl")``, as
   ``FUNCTRACE_MATMUL=opencl``); adds the output allocation and the per-call overhead.
 
-Threads: ``OMP_NUM_THREADS`` (default 1) sets OpenBLAS's threads, and ``setup()`` pins the
-process to that many cores, so PoCL's worker threads share the same cores: both sides get the
-same CPU budget.  Run: ``python benchmarks/bench_matmul.py`` (``OMP_NUM_THREADS=2 python
-benchmarks/bench_matmul.py`` for two cores; ``--sizes 512,1024`` for other sizes,
+Threads: the defaults (every core for OpenBLAS and PoCL's workers), then pinned to one thread
+(see _common.py; ``FUNCTRACE_BENCH_MODE=pinned OMP_NUM_THREADS=2`` pins two).  Run:
+``python benchmarks/bench_matmul.py`` (``--sizes 512,1024`` for other sizes,
 ``--variants AB,AtB,ABt`` for the transposed layouts backward passes use, ``--dtype float64``).
 """
 import argparse

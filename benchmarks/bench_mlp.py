@@ -3,8 +3,8 @@
 Contenders, timed interleaved in the same run: functrace ``jit(value_and_grad)`` on the numpy
 backend and on OpenCL (parameters and data on the device via ``ft.device_put``, as JAX's are),
 functrace eager ``value_and_grad``, and when installed JAX ``jit(value_and_grad)``,
-HIPS autograd and PyTorch eager.  Threads: BLAS/XLA/torch limited to OMP_NUM_THREADS
-(default 1; set it before running to compare at another count).
+HIPS autograd and PyTorch eager.  Threads: the defaults first, then pinned
+to one thread (see _common.py).
 Run: ``python benchmarks/bench_mlp.py``.
 """
 import os

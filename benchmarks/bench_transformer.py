@@ -2,7 +2,7 @@
 RMSNorm, causal attention), float32: functrace OpenCL (parameters on the device, as JAX's are)
 and numpy backends vs JAX jit and PyTorch eager (``scaled_dot_product_attention``), same run,
 every library held to the same thread budget.
-Run: ``python benchmarks/bench_transformer.py`` (thread budget: OMP_NUM_THREADS, default 1)."""
+Run: ``python benchmarks/bench_transformer.py`` (the defaults, then pinned to one thread: see _common.py)."""
 import math
 import os
 import sys

@@ -32,6 +32,9 @@ class Config:
                  # matrix products on OpenCL: "auto" (on CPU devices, OpenCL kernels or host BLAS,
                  # whichever measured faster per shape), "opencl" or "blas" (see backends/opencl/matmul)
                  "matmul": "auto",
+                 # print one line to stderr when a compile is still running after a second
+                 # (an OpenCL program build), so a long first call does not look like a hang
+                 "verbose": True,
                  # the directory of functrace's disk caches (None: $XDG_CACHE_HOME/functrace, else
                  # ~/.cache/functrace): program binaries, device verdicts, matmul choices
                  "cache_dir": None}

@@ -37,3 +37,13 @@ def jax_x64():
     jax.config.update("jax_enable_x64", True)
     yield jax
     jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def matmul_warm_up_in_line():
+    """``matmul`` auto mode warms its kernels up in the calling thread during tests: no child
+    processes, and the decision comes at a known run (test_opencl_matmul checks the background
+    warm-up itself)."""
+    from functrace.backends.opencl import matmul
+    matmul.BACKGROUND_WARM_UP = False
+    yield

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.skipif(rt is None, reason="no usable OpenCL device on t
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ft.__file__)))
 
-# the start of every child: kernels even for small programs, and a count of the programs made
-# from a cached binary (``loads``)
+# the start of every child: kernels even for small programs, binaries cached as on a driver without
+# a program cache of its own, and a count of the programs made from a cached binary (``loads``)
 PRELUDE = """
 import os, signal, sys, time
 import numpy as np, pyopencl as cl
@@ -36,6 +36,7 @@ from functrace import lax
 from functrace.backends.opencl import runtime as R
 ft.config.update("opencl_small_program_elements", 0)
 ft.config.update("opencl_host_step_elements", 0)
+R.get_runtime().driver_caches_programs = False  # binaries written at each build (PoCL: never)
 loads = []
 
 class CountingProgram(cl.Program):
@@ -46,8 +47,8 @@ class CountingProgram(cl.Program):
 cl.Program = CountingProgram
 
 def tanh_programs(constants=(2.0, 3.0)):
-    '''The worst error of the programs tanh(x * c) + c over three calls each: the second call
-    of each keeps its binary in the cache.'''
+    '''The worst error of the programs tanh(x * c) + c over three calls each (each build
+    keeps its binary in the cache).'''
     x = np.linspace(-1, 1, 1000, dtype=np.float32)
     worst = 0.0
     for c in constants:
@@ -119,7 +120,6 @@ def binary_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(rt, "driver_caches_programs", False)
     monkeypatch.setattr(rt, "_programs", {})
-    monkeypatch.setattr(rt, "_binary_saved", set())
     loaded = []
 
     class CountingProgram(rt.cl.Program):
@@ -235,7 +235,6 @@ def test_the_binary_cache_can_be_turned_off(binary_cache, monkeypatch):
     """``opencl_binary_cache`` off: programs build from source and nothing is written."""
     monkeypatch.setattr(ft.config, "opencl_binary_cache", False)
     assert scaled_by(SCALE.format(7.0)) == 7.0
-    rt.keep_binary(rt.program(SCALE.format(7.0)))  # what a second call asks
     assert not list(binary_cache.dir.glob("*.bin")) and not binary_cache.loaded
 
 
@@ -243,8 +242,8 @@ def test_the_binary_cache_can_be_turned_off(binary_cache, monkeypatch):
 def test_a_bad_cache_directory_costs_only_compile_time(fault, tmp_path, monkeypatch):
     """FUNCTRACE_CACHE_DIR missing (made), a regular file (nothing can be read or written), or
     full of garbage (every entry, and a killed writer's partial temporary file)."""
+    monkeypatch.setattr(rt, "driver_caches_programs", False)  # binaries written at each build
     monkeypatch.setattr(rt, "_programs", {})
-    monkeypatch.setattr(rt, "_binary_saved", set())
     x = np.linspace(-2, 2, 3000, dtype=np.float32)
     cache = {"missing": tmp_path / "not" / "made" / "yet", "a file": tmp_path / "file",
              "full of garbage": tmp_path}[fault]
@@ -260,7 +259,6 @@ def test_a_bad_cache_directory_costs_only_compile_time(fault, tmp_path, monkeypa
             (cache / "opencl" / name).write_bytes(os.urandom(64 + 1000 * i))
         (cache / "opencl" / ".tmp-killed").write_bytes(os.urandom(100))
         monkeypatch.setattr(rt, "_programs", {})
-        monkeypatch.setattr(rt, "_binary_saved", set())
     _run_fresh(x)
     if fault == "a file":
         assert cache.read_bytes() == b"not a directory"
@@ -278,7 +276,6 @@ def test_a_directory_where_an_entry_goes(tmp_path, monkeypatch):
     """Neither readable nor replaceable: the program is built, the entry not written."""
     monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(rt, "_programs", {})
-    monkeypatch.setattr(rt, "_binary_saved", set())
     x = np.linspace(-2, 2, 3000, dtype=np.float32)
     (tmp_path / "opencl" / (_entry_name_of(_tanh_program, x) + ".bin")).mkdir(parents=True)
     monkeypatch.setattr(rt, "_programs", {})

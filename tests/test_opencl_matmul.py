@@ -385,3 +385,84 @@ def test_blas_and_auto_modes(monkeypatch):
     monkeypatch.setenv("FUNCTRACE_MATMUL", "nonsense")  # read with the other options, checked alike
     with pytest.raises(ValueError, match="FUNCTRACE_MATMUL"):
         type(ft.config)()
+
+
+def test_auto_mode_warms_kernels_up_in_the_background(monkeypatch, tmp_path):
+    """Auto mode with the background warm-up: no call builds the kernels; runs go to BLAS until
+    the warm-up (a child process on PoCL) is done, and the first run after it measures."""
+    import time
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(mm, "BACKGROUND_WARM_UP", True)
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+        monkeypatch.setattr(mm, table, {})
+    monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
+    x, w = rand((48, 40), np.float32), rand((40, 24), np.float32)
+    with mm.forced_mode("auto"):
+        g = ft.jit(lambda x, w: x @ w, backend="opencl")
+        for _ in range(mm.MEASURE_AT_RUN):
+            check(g(x, w), x, w, np.float32, 40)
+        assert not mm._DECISIONS and len(mm._WARM) == 1  # the warm-up was handed off, not waited for
+        (ready,) = mm._WARM.values()
+        assert ready.wait(timeout=240), "the background warm-up did not finish"
+        check(g(x, w), x, w, np.float32, 40)
+        assert len(mm._DECISIONS) == 1
+    deadline = time.monotonic() + 5
+    while mm._warm_up_thread.child is not None and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the event is set as the worker lets go of its child)
+    assert mm._warm_up_thread.child is None
+
+
+def test_blas_thread_choice_follows_the_times():
+    """Small products take one BLAS thread; larger ones keep the faster of all cores and one,
+    trying the other again later, less often each time it loses."""
+    cores = mm.blas_threads().default
+    small = mm._ThreadChoice(mm.SERIAL_BLAS_MACS - 1)
+    assert small.counts == (1,) and all(small.pick() == 1 for _ in range(50))
+    if cores == 1:
+        return
+    big = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)
+    picks = []
+    for _ in range(200):
+        t = big.pick()
+        picks.append(t)
+        big.record(t, 1.0 if t == cores else 3.0)  # all cores faster: one thread loses its tries
+    assert picks[0] == cores and big.current == cores
+    tries = [i for i, t in enumerate(picks) if t == 1]
+    assert tries[:3] == [7, 23, 55]  # after 8 calls, then 16, 32 after each loss
+    slow = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)  # a loaded machine: one thread wins, and stays
+    picks = []
+    for _ in range(40):
+        t = slow.pick()
+        picks.append(t)
+        slow.record(t, 5.0 if t == cores else 1.0)
+    assert picks[7] == 1 and slow.current == 1 and picks[8:15] == [1] * 7
+    for _ in range(4):  # the load goes: one thread now runs 3x slower than all cores did
+        slow.record(slow.pick(), 15.0)
+    assert slow.current == cores
+
+
+def test_host_blas_threads_are_given_back_after_a_call():
+    """A program limiting the host BLAS's threads restores the process's count when it returns."""
+    libs = mm.blas_threads()
+    x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
+    with mm.forced_mode("blas"):
+        f = ft.jit(lambda x, w: x @ w, backend="opencl")
+        check(f(x, w), x, w, np.float32, 100)
+    assert libs.current == libs.default
+    if libs.libraries:
+        assert max(lib.get_num_threads() for lib in libs.libraries) == libs.default
+
+
+def test_a_long_compile_prints_one_progress_line(monkeypatch, capsys):
+    """A build and first call outlasting ``CompileProgress.after_seconds`` print one line to
+    stderr; ``verbose`` off prints nothing."""
+    monkeypatch.setattr(cl_runtime.CompileProgress, "after_seconds", 0.0)
+    for verbose in (True, False):
+        monkeypatch.setattr(ft.config, "verbose", verbose)
+        x = rand((31, 17), np.float32)
+        f = ft.jit(lambda x: fnp.sin(x) * (3.0 if verbose else 5.0), backend="opencl")
+        f(x)
+        import time
+        time.sleep(0.2)  # the timer thread prints
+        err = capsys.readouterr().err
+        assert (err.count("functrace: compiling") == 1) == verbose, err

@@ -37,7 +37,10 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
-from .runtime import Array, Runtime
+from .matmul import restore_blas_threads
+from .placement import host_is_cheaper
+from .placement import reason as placement_reason
+from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
 
@@ -72,6 +75,7 @@ class KernelStep(Step):
     n: int
     eqns: list
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
+    host_reason: str = ""  # ... and why it is not worth a launch of its own
 
     reads = property(lambda self: self.inputs)
     writes = property(lambda self: self.outputs)
@@ -102,6 +106,7 @@ class ReduceStep(Step):
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
+    host_reason: str = ""  # ... and why it is not worth a launch of its own
     scalar_args = ()
 
     outputs = property(lambda self: [self.output])
@@ -166,7 +171,6 @@ class HostStep(Step):
     writes = property(lambda self: list(self.eqn.out_vars))
 
 
-_TOO_SMALL = "fewer than {} elements: below a kernel launch's latency"
 _NO_FP64 = "float64 on a device without cl_khr_fp64"
 _EFFECT = "effectful: {} runs on the host, in program order"
 
@@ -548,8 +552,8 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
         source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
     else:
         source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
-    if chunks > 1 and _host_is_cheaper(rt, shape_size(x.aval.shape)):  # two launches: not batched
-        return [HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in eqns], False
+    if chunks > 1 and host_is_cheaper(rt, eqns, shape_size(x.aval.shape)):  # two launches: not batched
+        return [HostStep(e, placement_reason(rt, eqns, shape_size(x.aval.shape))) for e in eqns], False
     finish = None
     if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
         finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
@@ -594,12 +598,13 @@ def _kernel_steps(plan: Plan, rt, step, source: Callable[[], str], elements: int
     worth a launch of its own on a CPU device, held back for ``_batch_small_steps`` -- or, on a
     driver that does not batch small steps, host steps at once (the kernel source, a third of the
     compile time of a deep chain of small steps, is then never generated)."""
-    if not _host_is_cheaper(rt, elements):
+    if not host_is_cheaper(rt, step.eqns, elements):
         step.name = plan.add_kernel(step.name, source())
     elif _batch_min_eqns(rt) == float("inf"):
-        return [HostStep(e, _TOO_SMALL.format(host_step_elements(rt))) for e in step.eqns]
+        return [HostStep(e, placement_reason(rt, step.eqns, elements)) for e in step.eqns]
     else:
         step.source = source()
+        step.host_reason = placement_reason(rt, step.eqns, elements)
     return [step]
 
 
@@ -626,8 +631,7 @@ def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
         if sum(len(s.eqns) for s in run) >= _batch_min_eqns(rt):
             out.append(_batch(plan, list(run), len(out), lambda v: last_read.get(v, -1) >= end))
         else:
-            reason = _TOO_SMALL.format(host_step_elements(rt))
-            out.extend(HostStep(e, reason) for s in run for e in s.eqns)
+            out.extend(HostStep(e, s.host_reason) for s in run for e in s.eqns)
         run.clear()
 
     for i, step in enumerate(plan.steps):
@@ -702,23 +706,6 @@ def _kernel_dtype_ok(rt, dtype) -> bool:
     return rt is not None and dtype in CTYPE and (dtype != np.dtype(np.float64) or rt.supports_fp64)
 
 
-def host_step_elements(rt) -> int:
-    """Below this many elements a kernel on a CPU device costs more in launch latency than numpy
-    takes on the host: ``config.opencl_host_step_elements``, else by the device.  A driver that
-    runs kernels in the calling thread (one compute unit, e.g. PoCL's ``basic``) launches in
-    2-8 us; one that hands them to worker threads (PoCL's ``pthread``) takes 20-50 us per
-    launch + wait, so more work stays on the host (measured at 2 threads, one run: MLP step 2.46 ms
-    with its 65536-element steps as kernels, 2.26-2.30 ms with them on the host)."""
-    if config.opencl_host_step_elements is not None:
-        return int(config.opencl_host_step_elements)
-    return 4096 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else 131072
-
-
-def _host_is_cheaper(rt, elements: int) -> bool:
-    """On a CPU device, a tiny kernel costs more in launch latency than numpy takes on the host."""
-    return rt is not None and rt.is_cpu and elements < host_step_elements(rt)
-
-
 def _vector_width(rt, eqns) -> int:
     """Lanes per work-item: the device's preferred vector width for the widest element type
     (16 floats on AVX-512 CPUs, where float8 code runs at half speed), at least 4."""
@@ -758,7 +745,7 @@ PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (elements produced by all its equations) so small that, on a
     CPU device, launching kernels (2-8 us each on a driver running them in the calling thread,
-    20-50 us with a wait on PoCL's pthread device; see ``host_step_elements``) costs more than
+    20-50 us with a wait on PoCL's pthread device; see ``placement``) costs more than
     running it on the host?"""
     total = 0
     for eqn in closed.jaxpr.eqns:
@@ -826,10 +813,17 @@ class OpenCLExecutable:
     def __init__(self, closed: ClosedJaxpr, rt: Runtime):
         self.closed = closed
         self.rt = rt
-        self.plan = plan_program(closed, rt)
-        body = "\n".join(self.plan.sources)
-        self.source = PREAMBLE + f32_helpers(body) + "\n" + body
-        self.program = rt.program(self.source) if self.plan.sources else None
+        # one line if the build and first call take over a second (the driver compiles each
+        # kernel at its first launch): a long first call should not look like a hang
+        self._progress = CompileProgress(f"a program of {len(closed.jaxpr.eqns)} operations")
+        self._progress.start()
+        try:
+            self.plan = plan_program(closed, rt)
+            body = "\n".join(self.plan.sources)
+            self.source = PREAMBLE + f32_helpers(body) + "\n" + body
+            self.program = rt.program(self.source) if self.plan.sources else None
+        finally:
+            self._progress.stop()
         self.kernels = {name: rt.kernel(self.program, name) for step in self.plan.steps
                         for name in step.kernel_names}
         self.peak_bytes = analyze(closed).peak_bytes
@@ -910,6 +904,8 @@ class OpenCLExecutable:
                 # memory of env's arrays (on unified memory, numpy's), which must outlive them
                 self.rt.hold(self, env)
                 raise
+            finally:
+                restore_blas_threads()  # the user's own numpy keeps its thread count
         if config.debug_nans:
             self._check_nans(args, outs)
         return outs
@@ -917,8 +913,15 @@ class OpenCLExecutable:
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""
         self._calls += 1
-        if self._calls == 2 and self.program is not None:  # it runs again: worth a cached binary
-            self.rt.keep_binary(self.program)
+        if self._calls > 1:
+            return self._launch_steps(env, args)
+        self._progress.start()
+        try:
+            return self._launch_steps(env, args)
+        finally:
+            self._progress.stop()
+
+    def _launch_steps(self, env: dict, args) -> list:
         jaxpr = self.closed.jaxpr
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))

@@ -12,11 +12,18 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
 * ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
 * ``auto`` (default): on a CPU device, a shape runs on the host BLAS until its
-  ``MEASURE_AT_RUN``-th run, which times both on the real operands and keeps the faster (the
-  decision is cached per shape and dtype in memory and on disk; the step's report label says
-  which one runs).  Deferring the measurement keeps it, and the build of the matmul kernels it
-  needs, out of the first call (about 0.8 s of a cold start) and away from shapes run only once
-  or twice.  On other devices always OpenCL.
+  ``MEASURE_AT_RUN``-th run.  That run hands the build of the kernels it would launch, and one
+  launch of each (PoCL compiles a kernel's work-group function at its first launch), to the
+  background (:func:`_warm_up_elsewhere`: on PoCL a low-priority child process, which leaves
+  them in PoCL's disk cache); the first run after they are ready loads them (~0.1 s), times both
+  on the real operands (a few interleaved runs, ~30 ms) and keeps the faster.  The decision is
+  cached per shape and dtype in memory and on disk; the step's report label says which one runs.
+  Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
+  MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
+  for the 784-512-512-10 MLP step).  On other devices always OpenCL.
+* the host BLAS runs on one thread for small products, else on whichever of all cores and one
+  ran faster lately (``_ThreadChoice``; threadpoolctl sets the count, and gives the process's
+  own back after each call).
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
@@ -31,11 +38,13 @@ call of every new function that multiplies matrices.  The jitted program's sourc
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
 import math
 import os
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -65,6 +74,11 @@ _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "open
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
 _RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
 _DECIDING = threading.Lock()  # one thread at a time counts runs and measures (the dicts, the file)
+# auto mode's kernel warm-ups: (runtime id, dtype, bias, act, kernel names) -> Event set when
+# they are built and launched once; done by one background thread, in the calling thread when
+# BACKGROUND_WARM_UP is off (tests that count runs up to the decision)
+_WARM: dict = {}
+BACKGROUND_WARM_UP = True
 
 
 @contextlib.contextmanager
@@ -107,10 +121,115 @@ def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
     return _shared(rt, dtype, bias, act)[1]
 
 
-def keep_shared_binary(rt, dtype, bias: bool, act: str) -> None:
-    """Cache the device binary of a shared matmul program that a measured shape chose: later
-    processes load it in ~2 ms instead of rebuilding it (~30 ms) at their first call."""
-    rt.keep_binary(_shared(rt, dtype, bias, act)[0])
+class _WarmUpThread:
+    """One daemon thread running warm-up jobs in turn (one compile at a time: the caller keeps
+    the other core).  At exit it takes no more jobs: a child process warming up is killed (PoCL
+    writes its cache entries atomically), a warm-up in this process is finished (a driver torn
+    down under a running compile may crash the exiting process)."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.child = None  # the running warm-up process, if any
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, name="functrace-matmul-warm-up", daemon=True)
+        self.thread.start()
+        atexit.register(self.stop)
+
+    def _serve(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            job(self)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.jobs.put(None)
+        child = self.child
+        if child is not None:
+            child.kill()
+        self.thread.join()
+
+
+_warm_up_thread: _WarmUpThread | None = None
+
+
+def _kernels_ready(plan: "_Plan", rt) -> bool:
+    """Can the kernels ``plan`` launches be timed now at the cost of their run time (built, and
+    launched once)?  The first ask starts their warm-up (in the background unless turned off)."""
+    global _warm_up_thread
+    key = (id(rt), plan.spec.dtype, plan.bias, plan.act, tuple(plan.kernel_names))
+    ready = _WARM.get(key)
+    if ready is None:
+        ready = _WARM[key] = threading.Event()
+        if not BACKGROUND_WARM_UP:
+            _warm_up(plan, rt)
+            ready.set()
+        else:
+            if _warm_up_thread is None:
+                _warm_up_thread = _WarmUpThread()
+            _warm_up_thread.jobs.put(functools.partial(_warm_up_elsewhere, plan, rt, ready))
+    return ready.is_set()
+
+
+def _warm_up(plan: "_Plan", rt) -> None:
+    """Build the shared program ``plan`` uses and launch its kernels once on scratch operands of
+    the plan's shape (their values do not matter), on a queue of this thread's own."""
+    from types import SimpleNamespace
+    s, q = plan.spec, rt.cl.CommandQueue(rt.context)
+    program = _shared(rt, s.dtype, plan.bias, plan.act)[0]
+    kernels = {name: rt.kernel(program, name) for name in plan.kernel_names}  # not the shared objects
+    ctx = SimpleNamespace(rt=rt, queue=q, alloc=rt.empty, release=lambda arr: None)
+    operands = [rt.empty((n,), s.dtype) for n in (s.batch * s.M * s.K, s.batch * s.K * s.N)]
+    bias = rt.empty((s.N,), s.dtype) if plan.bias else None
+    plan.run_opencl(ctx, *operands, rt.empty(plan.out_shape_flat, s.dtype), bias,
+                    kernels=kernels, launch_lock=contextlib.nullcontext())
+    q.finish()
+
+
+def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmUpThread) -> None:
+    """``_warm_up`` off the caller's path.  On PoCL in a child process at low priority, which
+    leaves the compiled program and work-group functions in PoCL's disk cache: the caller's build
+    and first launch then take ~0.1 s.  Not in a thread of this process: PoCL compiles a
+    kernel's work-group function at its first launch while holding the device, so every launch
+    of the caller waited for it (measured: 1.2-2.2 s stalls).  Other drivers: in this thread."""
+    import subprocess
+    import sys
+    try:
+        if worker.stopping:
+            return
+        if not rt.driver_caches_programs:
+            _warm_up(plan, rt)
+            return
+        from . import runtime
+        s = plan.spec
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        job = repr(((s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act),
+                    runtime.devices().index(rt.device), os.path.dirname(runtime.cache_dir())))
+        worker.child = subprocess.Popen(
+            [sys.executable, "-c", f"from {__name__} import _warm_up_main; _warm_up_main(*{job})"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            worker.child.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            worker.child.kill()
+            worker.child.wait()
+        worker.child = None
+    except Exception:
+        pass  # a warm-up that failed only leaves the compile to the measuring run
+    finally:
+        ready.set()
+
+
+def _warm_up_main(spec: tuple, device: int, cache_dir: str) -> None:
+    """The child process of ``_warm_up_elsewhere``: at low priority, warm up one plan on the
+    parent's device (an index into ``devices()``), with its cache directory."""
+    if hasattr(os, "nice"):
+        os.nice(10)
+    from .runtime import get_runtime
+    config.update("device", device)
+    config.update("cache_dir", cache_dir)
+    dtype, batch, M, N, K, ta, tb, bias, act = spec
+    rt = get_runtime()
+    _warm_up(_Plan(MatmulSpec(batch, M, N, K, ta, tb, np.dtype(dtype)), rt, bias, act), rt)
 
 
 def kernel_name(dtype, bias: bool = False, act: str = "none") -> str:
@@ -210,6 +329,7 @@ class _Plan:
         self.spec = s
         self.bias = bias
         self.act = act
+        self.threads = None  # host BLAS: its _ThreadChoice, made at the first call
         i32, i64 = np.int32, np.int64
         sfx = SFX[s.dtype]
         tn = 2 * VW[s.dtype]
@@ -283,19 +403,21 @@ class _Plan:
         return (f"8x{2 * VW[self.spec.dtype]} micro-tiles ({packed + ' packed' if packed else 'read in place'}), "
                 f"{m}x{n} blocks, kc {k}{self.epilogue()}")
 
-    def run_opencl(self, ctx, a, b, out, bias=None) -> None:
+    def run_opencl(self, ctx, a, b, out, bias=None, kernels=None, launch_lock=_LAUNCH_LOCK) -> None:
+        """Enqueue the kernels (the shared program's, else ``kernels`` of this thread's own: then
+        ``launch_lock`` can be a null context)."""
         q = ctx.queue
-        kernels = shared_kernels(ctx.rt, self.spec.dtype, self.bias, self.act)
+        kernels = kernels or shared_kernels(ctx.rt, self.spec.dtype, self.bias, self.act)
         if self.kind != "gemm":
             ops = (a, b)
-            with _LAUNCH_LOCK:
+            with launch_lock:
                 kernels[self.kernel_names[0]](q, self.grid, (1, 1), ops[self.mat].buffer, ops[self.vec].buffer,
                                               out.buffer, *self.args)
             return
         ap = ctx.alloc((self.ap_size,), self.spec.dtype) if self.pack_a else a
         bp = ctx.alloc((self.bp_size,), self.spec.dtype) if self.pack_b else b
         ka, kb, km = (kernels[n] for n in self.kernel_names)
-        with _LAUNCH_LOCK:
+        with launch_lock:
             if self.pack_a:
                 ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
             if self.pack_b:
@@ -330,7 +452,17 @@ class _Plan:
                 host.base.release(q)
 
     def _blas(self, A, B, C, bias) -> None:
-        """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data."""
+        """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data,
+        the BLAS on as many threads as ``_ThreadChoice`` says."""
+        if self.threads is None:
+            self.threads = _ThreadChoice(self.spec.flops // 2)
+        threads = self.threads.pick()
+        blas_threads().use(threads)
+        t0 = time.perf_counter()
+        self._blas_product(A, B, C, bias)
+        self.threads.record(threads, time.perf_counter() - t0)
+
+    def _blas_product(self, A, B, C, bias) -> None:
         s = self.spec
         A = A.reshape((s.batch, s.K, s.M) if s.ta else (s.batch, s.M, s.K))
         B = B.reshape((s.batch, s.N, s.K) if s.tb else (s.batch, s.K, s.N))
@@ -349,9 +481,102 @@ class _Plan:
             np.tanh(C, out=C)
 
 
+MEASURE_SECONDS = 0.03       # auto mode: about how long the interleaved timing runs of a shape take
+
+
+# --------------------------------------------------------------------------- host BLAS threads
+
+
+class _BlasThreads:
+    """The host BLAS's thread count, set through threadpoolctl (None when it or a BLAS it knows is
+    missing: the library then keeps its own count).  ``use(n)`` sets it only when it changes;
+    ``restore()`` gives back the count the process had (the user's own numpy calls keep it)."""
+
+    def __init__(self):
+        try:
+            from threadpoolctl import ThreadpoolController
+            self.libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+        except Exception:  # not installed, or a BLAS it cannot drive
+            self.libraries = []
+        self.default = max((lib.num_threads or 1 for lib in self.libraries), default=1)
+        self.current = self.default
+
+    def use(self, threads: int) -> None:
+        if threads != self.current and self.libraries:
+            for lib in self.libraries:
+                lib.set_num_threads(threads)
+            self.current = threads
+
+    def restore(self) -> None:
+        self.use(self.default)
+
+
+_blas_threads: _BlasThreads | None = None
+
+
+def blas_threads() -> _BlasThreads:
+    global _blas_threads
+    if _blas_threads is None:
+        _blas_threads = _BlasThreads()
+    return _blas_threads
+
+
+def restore_blas_threads() -> None:
+    """After a program's host BLAS calls: the process's own thread count again (cheap if unchanged)."""
+    if _blas_threads is not None and _blas_threads.current != _blas_threads.default:
+        _blas_threads.restore()
+
+
+SERIAL_BLAS_MACS = 1 << 21  # products with fewer multiply-adds run on one BLAS thread
+
+
+class _ThreadChoice:
+    """How many threads the host BLAS gets for one product shape: one, or the library's default
+    (all cores), whichever has run faster lately.  Measured on this 2-core machine: on a quiet
+    machine two threads are 1.3-1.9x faster from 4M multiply-adds up (128x512x512: 0.31 vs 0.48
+    ms), and no faster below 2M (64x128x128: 0.028 vs 0.018 ms); with other processes busy a
+    multi-threaded call waits for its slowest thread: 512^3 took 55 ms (median) on two threads
+    against 3.7 ms on one, 1024x256x256 20 vs 0.97 ms.  So the choice follows the times: an
+    average per count, the other count tried again after 8 calls, then after twice as many each
+    time it loses (up to 256: a loaded machine pays one slow call in 256); when the current
+    count's average grows past twice the other's last one, the other at once."""
+
+    def __init__(self, macs: int):
+        cores = blas_threads().default
+        self.counts = (cores, 1) if cores > 1 and macs >= SERIAL_BLAS_MACS else (1,)
+        self.average: dict = {}
+        self.current = self.counts[0]
+        self.calls, self.interval = 0, 8
+        self.next_try = self.interval
+
+    def pick(self) -> int:
+        self.calls += 1
+        if len(self.counts) > 1 and self.calls >= self.next_try:
+            return self.counts[1] if self.current == self.counts[0] else self.counts[0]
+        return self.current
+
+    def record(self, threads: int, seconds: float) -> None:
+        if threads == self.current or len(self.counts) == 1:
+            avg = self.average.get(threads)
+            self.average[threads] = avg = seconds if avg is None else 0.75 * avg + 0.25 * seconds
+            other = self.counts[-1] if threads == self.counts[0] else self.counts[0]
+            if other != threads and avg > 2 * self.average.get(other, float("inf")):
+                self.current, self.interval = other, 8  # the machine changed: back to the other
+                self.next_try = self.calls + self.interval
+            return
+        if seconds < self.average.get(self.current, float("inf")):
+            self.current, self.interval = threads, 8
+            self.average[threads] = seconds
+        else:
+            self.interval = min(2 * self.interval, 256)
+        self.next_try = self.calls + self.interval
+
+
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
-    """Time the OpenCL kernels and the host BLAS on these operands (after one warm-up each, which
-    also compiles PoCL's work-group function) and return the faster.  (A 5% handicap for OpenCL
+    """Time the OpenCL kernels (built and launched once already: ``_kernels_ready``) and the host
+    BLAS (on each thread count ``_ThreadChoice`` may give it; the faster becomes its choice) on
+    these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS`` (at most
+    5 each), and return the faster.  (A 5% handicap for OpenCL
     used to absorb noise; with the kernel within a few percent of BLAS at common shapes it kept
     the slower one: measured 0.668 ms OpenCL vs 0.692 ms BLAS at 128x512x512, BLAS kept.)"""
     q = ctx.queue
@@ -362,15 +587,44 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         q.finish()
         return time.perf_counter() - t0
 
-    first = timed(plan.run_opencl), timed(plan.run_blas)
-    reps = 1 if min(first) > 0.05 else 5
-    t_cl, t_blas = [], []
+    if plan.threads is None:
+        plan.threads = _ThreadChoice(plan.spec.flops // 2)
+    counts = plan.threads.counts  # the BLAS on each thread count it may get: on a loaded machine
+    blas = {n: functools.partial(_blas_on, plan, n) for n in counts}  # one thread may win by far
+    first = [timed(plan.run_opencl)] + [timed(run) for run in blas.values()]
+    reps = max(1, min(5, int(MEASURE_SECONDS / sum(first))))
+    t_cl, t_blas = [], {n: [] for n in counts}
     for _ in range(reps):  # interleaved, so a noisy moment hits both
         t_cl.append(timed(plan.run_opencl))
-        t_blas.append(timed(plan.run_blas))
-    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas))
+        for n, run in blas.items():
+            t_blas[n].append(timed(run))
+    best = min(counts, key=lambda n: min(t_blas[n]))
+    plan.threads.current = best
+    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
     # a tie goes to BLAS: the host's own library, and no kernel build in later processes
-    return "opencl" if min(t_cl) < min(t_blas) else "blas"
+    return "opencl" if min(t_cl) < min(t_blas[best]) else "blas"
+
+
+def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
+    """``plan.run_blas`` with the host BLAS on ``threads`` threads (for ``_choose``)."""
+    choice, plan.threads = plan.threads, _FixedThreads(threads)
+    try:
+        plan.run_blas(ctx, a, b, out, bias)
+    finally:
+        plan.threads = choice
+
+
+class _FixedThreads:
+    """A ``_ThreadChoice`` that always picks one count."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def pick(self) -> int:
+        return self.threads
+
+    def record(self, threads: int, seconds: float) -> None:
+        pass
 
 
 # the host BLAS's thread budget: decisions measured under another one do not hold
@@ -449,7 +703,8 @@ def _label(plan: _Plan, impl: str | None, how: str) -> str:
 def _how(plan: _Plan, impl: str | None, auto_cpu: bool) -> str:
     """Why this implementation runs, for the report label."""
     if impl is None:
-        return f" until run {MEASURE_AT_RUN} of this shape measures it against the OpenCL kernels"
+        return (f" until run {MEASURE_AT_RUN} of this shape, or the first after its OpenCL kernels are "
+                "built in the background, measures it against them")
     if not auto_cpu:
         return ""
     t = _TIMINGS.get(_key(plan))
@@ -492,11 +747,9 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             impl = _DECISIONS.get(key)
             if impl is None:
                 _RUNS[key] = _RUNS.get(key, 0) + 1
-                if _RUNS[key] < MEASURE_AT_RUN:
+                if _RUNS[key] < MEASURE_AT_RUN or not _kernels_ready(plan, ctx.rt):
                     return False
                 impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
-                if impl == "opencl":
-                    keep_shared_binary(ctx.rt, spec.dtype, bias, act)
                 _save_decisions(ctx.rt)
                 measured = True
         state["impl"] = lowered.extra["impl"] = impl

@@ -11,8 +11,8 @@
   after that), and on disk as device binaries.  Every file of the disk cache (binaries, device
   verdicts, matmul choices) is written atomically and carries a checksum of its payload bound to
   its key: a truncated, bit-flipped or foreign entry is deleted and rebuilt, never handed to the
-  driver.  On PoCL, whose own cache (``POCL_CACHE_DIR``) keeps every built program by source, a
-  binary is written only for programs that run twice (``keep_binary``): it loads in ~2 ms instead of ~22 ms.
+  driver.  Not on PoCL: its own cache (``POCL_CACHE_DIR``) keeps every built program by source
+  (a rebuild from it takes ~22 ms), and fetching a binary from PoCL costs far more.
 * Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
   allocated from then on lies between two guard regions, and it and they start filled with
   canary bytes (NaN for floats, a huge value for integers; a buffer an executable reuses from
@@ -352,6 +352,37 @@ def _choose(devs: list):
     return chosen
 
 
+class CompileProgress:
+    """One line to stderr when compiling a program (its build, and its first call, where the
+    driver compiles each kernel at its first launch) is still running after
+    ``after_seconds`` (with ``config.verbose``), so a long first call does not look like a hang.
+    ``start()`` / ``stop()`` around each part; it prints at most once."""
+
+    after_seconds = 1.0
+
+    def __init__(self, what: str):
+        self.what = what
+        self.printed = False
+        self._timer = None
+
+    def start(self) -> None:
+        if config.verbose and not self.printed:
+            self._timer = threading.Timer(self.after_seconds, self._say)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _say(self) -> None:
+        import sys
+        self.printed = True
+        print(f"functrace: compiling {self.what} for OpenCL (once per program and shapes; "
+              f"ft.config.update('verbose', False) silences this) ...", file=sys.stderr, flush=True)
+
+
 class Runtime:
     """The chosen device with its context and in-order queue."""
 
@@ -373,9 +404,11 @@ class Runtime:
         self._recent: OrderedDict = OrderedDict()
         self._key_of = weakref.WeakKeyDictionary()  # program -> its key
         self._program_lock = threading.Lock()  # one build per key, however many threads ask
-        self._binary_saved: set = set()  # program keys whose binary is in the disk cache
-        # PoCL keeps its own disk cache of built programs (keyed by source, options and device);
-        # asking it for binaries compiles every kernel of the program up front (see keep_binary)
+        # PoCL keeps its own disk cache of built programs (keyed by source, options and device): a
+        # rebuild from it takes ~22 ms.  Asking it for a binary (~2 ms to load) compiles every kernel
+        # once more while holding the GIL (measured on PoCL 3.1: 0.2-0.8 s for a MLP step's
+        # program, 5.7 s for a shared matmul program), so there no binary is fetched at all: it
+        # stalled a second or third call by seconds (issue 15)
         self.driver_caches_programs = "Portable Computing Language" in device.platform.name
 
     # ------------------------------------------------------------------ programs
@@ -401,9 +434,7 @@ class Runtime:
         binary = read_entry(path, key)  # verified against its checksum before the driver sees it
         if binary is not None:
             try:
-                prog = cl.Program(self.context, [self.device], [binary]).build(options=options)
-                self._binary_saved.add(key)
-                return prog
+                return cl.Program(self.context, [self.device], [binary]).build(options=options)
             except Exception as e:
                 _raise_for_environment(self.device, str(e))  # (the entry may be sound)
                 _discard(path)  # a binary the driver no longer takes: rebuilt below
@@ -421,16 +452,6 @@ class Runtime:
             write_entry(self._binary_path(key), key, binary)
         except Exception:
             pass  # a cache we cannot write only costs compile time
-        self._binary_saved.add(key)
-
-    def keep_binary(self, prog) -> None:
-        """Cache ``prog``'s device binary on disk (if not yet there): loading it takes ~2 ms where
-        PoCL's own cache takes ~22 ms to rebuild from source.  On PoCL asking for the binary
-        compiles every kernel once more (~0.2 s for a training step's program), so executables
-        ask only from their second call: programs that run again are worth it."""
-        key = self._key_of.get(prog)
-        if config.opencl_binary_cache and key is not None and key not in self._binary_saved:
-            self._save_binary(key, prog)
 
     def _build(self, program, options: str):
         """Build ``program``, trying twice (``_BUILD_ATTEMPTS``); a failure caused by the

@@ -1,0 +1,102 @@
+"""Host step or kernel on a CPU device: the decisions of the cost estimate (``placement``), not
+timings.  A fake runtime fixes the device (compute units, launch latency)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace.backends.opencl import placement
+from functrace.backends.opencl import runtime as cl_runtime
+
+rt = cl_runtime.get_runtime()
+
+
+def device(units: int, latency: float):
+    return SimpleNamespace(is_cpu=True, device=SimpleNamespace(max_compute_units=units), _launch_seconds=latency)
+
+
+PTHREAD = device(2, 30e-6)   # PoCL's pthread device on 2 cores: a launch and wait ~30 us
+BASIC = device(1, 5e-6)      # a driver running kernels in the calling thread
+
+
+def chain(x):
+    """21 operations, 7 of them transcendental (like issue 15's 14-operation chain)."""
+    for _ in range(7):
+        x = fnp.tanh(x * 1.01) + 0.1
+    return x
+
+
+def eqns_of(f, n):
+    return ft.make_jaxpr(f)(np.zeros(n, np.float32)).jaxpr.eqns
+
+
+@pytest.fixture(autouse=True)
+def estimate(monkeypatch):
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
+
+
+def test_transcendental_chain_of_100k_is_a_kernel_one_add_is_not():
+    assert len(eqns_of(chain, 10)) == 21  # mul, tanh, add per round
+    assert not placement.host_is_cheaper(PTHREAD, eqns_of(chain, 100_000), 100_000)
+    add = lambda n: eqns_of(lambda x: x + 1.0, n)
+    assert placement.host_is_cheaper(PTHREAD, add(100_000), 100_000)            # under a launch's latency
+    assert not placement.host_is_cheaper(PTHREAD, add(1_000_000), 1_000_000)    # enough work for two cores
+
+
+def test_the_device_latency_moves_the_crossover():
+    """An add crosses over at ~470K elements on the pthread device (with its margin for the hand-off
+    to worker threads); the chain on 10K elements is a kernel there, on the host with a 10x slower
+    launch; an in-thread driver keeps its element count (and batches the small steps)."""
+    def crossover(dev):
+        n = 1024
+        while placement.host_is_cheaper(dev, eqns_of(lambda x: x + 1.0, n), n):
+            n *= 2
+        return n
+    assert crossover(PTHREAD) == 524288 and crossover(BASIC) == placement.IN_THREAD_ELEMENTS
+    chain_10k = eqns_of(chain, 10_000)
+    assert not placement.host_is_cheaper(PTHREAD, chain_10k, 10_000)
+    assert placement.host_is_cheaper(device(2, 300e-6), chain_10k, 10_000)  # a slow launch
+
+
+def test_weights_rank_operations():
+    w = {name: placement.OP_WEIGHTS.get(name, 1) for name in ("add", "div", "exp", "tanh", "pow")}
+    assert w["add"] < w["div"] < w["exp"] == w["tanh"] < w["pow"]
+
+
+def test_the_element_option_replaces_the_estimate(monkeypatch):
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 100)
+    assert not placement.host_is_cheaper(PTHREAD, eqns_of(lambda x: x + 1.0, 200), 200)
+    assert placement.host_is_cheaper(PTHREAD, eqns_of(chain, 99), 99)
+    assert "opencl_host_step_elements" in placement.reason(PTHREAD, [], 99)
+    assert not placement.host_is_cheaper(SimpleNamespace(is_cpu=False), [], 1)  # GPUs: kernels
+
+
+@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="needs an OpenCL CPU device")
+def test_the_planner_fuses_the_chain_and_leaves_one_add_on_the_host(monkeypatch):
+    """Through ``jit``: the chain on 100K float32 is one kernel, no host step; a lone add on 20K
+    elements (beside a big kernel, so the program is not small) runs on the host, with the
+    estimate in the report."""
+    monkeypatch.setattr(rt, "_launch_seconds", 30e-6, raising=False)
+    x = np.linspace(-2, 2, 100_000, dtype=np.float32)
+    f = ft.jit(chain, backend="opencl")
+    exe = f.lower(x).compile().executable
+    assert exe.num_host_steps == 0 and exe.num_kernel_launches == 1
+    np.testing.assert_allclose(np.asarray(f(x)), ft.jit(chain, backend="numpy")(x), rtol=2e-6, atol=2e-6)
+    y = np.linspace(0, 1, 20_000, dtype=np.float32)
+    g = ft.jit(lambda x, y: (chain(x), y + 1.0), backend="opencl")
+    exe = g.lower(x, y).compile().executable
+    assert exe.num_host_steps == 1 and "cheaper on the host: estimated" in exe.report()
+    np.testing.assert_allclose(np.asarray(g(x, y)[1]), y + 1.0)
+
+
+@pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+def test_launch_latency_is_measured_once_and_cached(monkeypatch, tmp_path):
+    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(rt, "_launch_seconds", None, raising=False)
+    seconds = placement.launch_seconds(rt)
+    assert 0 < seconds < 0.05
+    monkeypatch.setattr(rt, "_launch_seconds", None)
+    monkeypatch.setattr(placement, "_measure_launch", lambda rt: pytest.fail("measured again"))
+    assert placement.launch_seconds(rt) == seconds  # from the disk cache
