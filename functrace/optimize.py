@@ -86,6 +86,34 @@ def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
     return _rebuild(closed, [v for v, _ in pairs], [c for _, c in pairs], kept, jaxpr.outs)
 
 
+
+def prune_inputs(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list[bool]]:
+    """``closed`` without the inputs nothing reads, and the mask of the inputs kept: a call
+    then passes (and so keeps alive, e.g. saved for the backward phase) only what it uses."""
+    jaxpr = closed.jaxpr
+    read = {a for e in jaxpr.eqns for a in e.inputs if type(a) is not Literal}
+    read.update(a for a in jaxpr.outs if type(a) is not Literal)
+    kept = [v in read for v in jaxpr.in_vars]
+    return ClosedJaxpr(Jaxpr(jaxpr.const_vars, [v for v, k in zip(jaxpr.in_vars, kept) if k], jaxpr.eqns,
+                             jaxpr.outs), closed.consts), kept
+
+
+def unique_outputs(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list[int]]:
+    """``closed`` returning each variable once, and for each original output the position of
+    the returned value giving it: a value returned twice (an output that is also a residual)
+    would otherwise be two values, both counted as saved."""
+    first: dict = {}
+    outs, source = [], []
+    for a in closed.jaxpr.outs:
+        if type(a) is not Literal and a in first:
+            source.append(first[a])
+            continue
+        if type(a) is not Literal:
+            first[a] = len(outs)
+        source.append(len(outs))
+        outs.append(a)
+    return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, closed.jaxpr.eqns, outs), source
+
 def _param_key(v):
     if isinstance(v, np.ndarray):
         return ("array", v.shape, v.dtype.str, v.tobytes())
