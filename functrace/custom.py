@@ -28,7 +28,7 @@ from .autodiff import float_mask, jvp_of_closed, vjp_flat
 from .batching import vmap
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
 from .errors import UnexpectedTracerError, function_name, user_frame_description
-from .optimize import dce, partial_eval
+from .optimize import dce, partial_eval, prune_inputs, unique_outputs
 from .primitives import new_primitive, shape_of
 from .subprograms import (
     as_operand,
@@ -446,12 +446,20 @@ def _checkpoint_vjp(primals, needs_ct, *, jaxpr, policy):
     comb = stage_subprogram(combined, avals_of(primals) + [a for a, f in zip(jaxpr.out_avals, out_fl) if f])
     known, unknown, _ = partial_eval(comb, [False] * n_in + [True] * sum(out_fl), policy)
     n_out = len(jaxpr.out_avals)
-    fwd_outs = checkpoint_p.bind(*primals, jaxpr=known, policy=policy)
+    # a residual that is also an output (exp's result, which its derivative reuses) is returned once
+    known, source = unique_outputs(known)
+    returned = checkpoint_p.bind(*primals, jaxpr=known, policy=policy)
+    fwd_outs = [returned[i] for i in source]
     outs, residuals = fwd_outs[:n_out], fwd_outs[n_out:]
+
+    # the backward call takes only the primals and residuals it reads: the others would count
+    # (and be kept) as saved for the backward phase
+    unknown, reads = prune_inputs(unknown)
 
     def backward(cts):
         ct_in = [c for c, f in zip(zeros_for_none(cts, outs), out_fl) if f]
-        res = iter(checkpoint_p.bind(*primals, *residuals, *ct_in, jaxpr=unknown, policy=policy))
+        args = [a for a, r in zip([*primals, *residuals, *ct_in], reads) if r]
+        res = iter(checkpoint_p.bind(*args, jaxpr=unknown, policy=policy))
         return [next(res) if d else None for d in diff]
 
     return outs, backward

@@ -168,18 +168,21 @@ def _cond_batch(vals, dims, *, branches):
         for b in branches)
     if idim is None:
         return cond_p.bind(index, *moved, branches=new_branches), [0] * len(branches[0].out_avals)
-    # a batched predicate: run every branch on the whole batch and select per member
+    # a batched predicate: every branch runs inline on the whole batch (they are pure, so this
+    # is only extra work) and the results are selected per member by the clamped index, as in
+    # JAX; the elementwise case then fuses into one kernel.  Effects in a branch (debug prints,
+    # collectives) happen for every branch -- as they did when each branch was its own call.
     index = P.moveaxis(index, idim, 0)
-    results = [cond_p.bind(np.array(0, np.int32), *moved, branches=(nb,)) for nb in new_branches]
+    results = [eval_jaxpr(nb.jaxpr, nb.consts, *moved) for nb in new_branches]
     n = len(branches)
-    clamped = P.max_p.bind(P.min_p.bind(index, np.array(n - 1, index.dtype)), np.array(0, index.dtype))
+    # chosen[j - 1]: the members taking branch j (an index past the last branch clamps to it)
+    chosen = [(P.ge_p if j == n - 1 else P.eq_p).bind(index, np.array(j, index.dtype)) for j in range(1, n)]
     outs = []
     for k in range(len(results[0])):
         out = results[0][k]
         for j in range(1, n):
             r = results[j][k]
-            pred = P.eq(clamped, np.array(j, index.dtype))
-            pred = P.reshape(pred, shape_of(pred) + (1,) * (len(shape_of(r)) - 1))
+            pred = P.reshape(chosen[j - 1], shape_of(index) + (1,) * (len(shape_of(r)) - 1))
             out = P.select(pred, r, out)
         outs.append(out)
     return outs, [0] * len(outs)

@@ -7,7 +7,8 @@ no pass reorders equations):
 
 * ``cse``: equal equations on equal inputs are computed once;
 * ``fold_constants``: equations whose inputs are all known are evaluated at compile time
-  (unless that would turn a small constant into a large one, e.g. a broadcast);
+  (unless that would turn a small constant into a large one, e.g. a broadcast); a ``cond`` with
+  a known index becomes the equations of the branch it takes;
 * ``simplify``: the algebra differentiation leaves behind (``x*1``, ``x+0``, ``neg(neg x)``,
   chains of reshapes / transposes / broadcasts, identity conversions);
 * ``dce``: dead-code elimination;
@@ -85,6 +86,34 @@ def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
     return _rebuild(closed, [v for v, _ in pairs], [c for _, c in pairs], kept, jaxpr.outs)
 
 
+
+def prune_inputs(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list[bool]]:
+    """``closed`` without the inputs nothing reads, and the mask of the inputs kept: a call
+    then passes (and so keeps alive, e.g. saved for the backward phase) only what it uses."""
+    jaxpr = closed.jaxpr
+    read = {a for e in jaxpr.eqns for a in e.inputs if type(a) is not Literal}
+    read.update(a for a in jaxpr.outs if type(a) is not Literal)
+    kept = [v in read for v in jaxpr.in_vars]
+    return ClosedJaxpr(Jaxpr(jaxpr.const_vars, [v for v, k in zip(jaxpr.in_vars, kept) if k], jaxpr.eqns,
+                             jaxpr.outs), closed.consts), kept
+
+
+def unique_outputs(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list[int]]:
+    """``closed`` returning each variable once, and for each original output the position of
+    the returned value giving it: a value returned twice (an output that is also a residual)
+    would otherwise be two values, both counted as saved."""
+    first: dict = {}
+    outs, source = [], []
+    for a in closed.jaxpr.outs:
+        if type(a) is not Literal and a in first:
+            source.append(first[a])
+            continue
+        if type(a) is not Literal:
+            first[a] = len(outs)
+        source.append(len(outs))
+        outs.append(a)
+    return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, closed.jaxpr.eqns, outs), source
+
 def _param_key(v):
     if isinstance(v, np.ndarray):
         return ("array", v.shape, v.dtype.str, v.tobytes())
@@ -149,16 +178,36 @@ def shape_size(shape) -> int:
     return math.prod(int(d) for d in shape)
 
 
+def _static_branch(eqn: JaxprEqn, vals: list):
+    """The branch a ``cond``/``switch`` equation with a known index takes (clamped, as its
+    impl does), or None."""
+    if eqn.primitive.name != "cond" or vals[0] is _MISSING:
+        return None
+    branches = eqn.params["branches"]
+    return branches[int(np.clip(int(np.asarray(vals[0])), 0, len(branches) - 1))]
+
+
 def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Evaluate equations whose inputs are all constants (when the result stays small)."""
+    """Evaluate equations whose inputs are all constants (when the result stays small); a
+    ``cond`` whose index is known is replaced by the equations of the branch it takes."""
     from .core import Tracer
     known = {v: c for v, c in zip(closed.jaxpr.const_vars, closed.consts) if not isinstance(c, Tracer)}
     const_vars, consts = list(closed.jaxpr.const_vars), list(closed.consts)
     rename = _Renamer()
     eqns = []
-    for eqn in closed.jaxpr.eqns:
+    pending = list(reversed(closed.jaxpr.eqns))  # a stack: an inlined branch's equations go on top
+    while pending:
+        eqn = pending.pop()
         inputs = [rename(a) for a in eqn.inputs]
         vals = [a.val if type(a) is Literal else known.get(a, _MISSING) for a in inputs]
+        branch = _static_branch(eqn, vals)
+        if branch is not None:
+            n_consts = len(const_vars)
+            body_eqns, outs = _copy_body(branch, inputs[1:], eqn.phase, const_vars, consts)
+            known.update((v, c) for v, c in zip(const_vars[n_consts:], consts[n_consts:]) if not isinstance(c, Tracer))
+            rename.map.update(zip(eqn.out_vars, outs))
+            pending.extend(reversed(body_eqns))
+            continue
         foldable = (not eqn.primitive.multiple_results and eqn.primitive.impl is not None
                     and all(v is not _MISSING for v in vals) and not has_effects(eqn)
                     and shape_size(eqn.out_vars[0].aval.shape) <= _FOLD_MAX_GROWTH + max(
@@ -530,6 +579,24 @@ class Report:
     __repr__ = __str__
 
 
+def _copy_body(body: ClosedJaxpr, inputs: list, phase, const_vars: list, consts: list) -> tuple[list, list]:
+    """The equations of ``body`` applied to the atoms ``inputs``, on fresh variables (one body may
+    be inlined several times), in phase ``phase``; the body's constants are appended to
+    ``const_vars``/``consts``.  Returns (equations, the atoms of the body's outputs)."""
+    env = dict(zip(body.jaxpr.in_vars, inputs))
+    for v, c in zip(body.jaxpr.const_vars, body.consts):
+        env[v] = Var(v.aval)
+        const_vars.append(env[v])
+        consts.append(c)
+    get = lambda a: env.get(a, a) if type(a) is not Literal else a
+    eqns = []
+    for e in body.jaxpr.eqns:
+        outs = [Var(v.aval) for v in e.out_vars]
+        env.update(zip(e.out_vars, outs))
+        eqns.append(JaxprEqn(e.primitive, [get(a) for a in e.inputs], e.params, outs, phase))
+    return eqns, [get(a) for a in body.jaxpr.outs]
+
+
 def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Replace every call with an ``inline_body`` (at any depth) by the body's equations, on
     fresh variables (one body may be called several times); the body's constants join the
@@ -546,18 +613,9 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
             eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.params, eqn.out_vars, eqn.phase))
             continue
         body = inline_calls(eqn.params[eqn.primitive.inline_body])
-        env = dict(zip(body.jaxpr.in_vars, inputs))
-        for v, c in zip(body.jaxpr.const_vars, body.consts):
-            env[v] = Var(v.aval)
-            const_vars.append(env[v])
-            consts.append(c)
-        for e in body.jaxpr.eqns:
-            outs = [Var(v.aval) for v in e.out_vars]
-            env.update(zip(e.out_vars, outs))
-            eqns.append(JaxprEqn(e.primitive, [env.get(a, a) if type(a) is not Literal else a for a in e.inputs],
-                                 e.params, outs, eqn.phase))
-        for v, a in zip(eqn.out_vars, body.jaxpr.outs):
-            subst[v] = env.get(a, a) if type(a) is not Literal else a
+        body_eqns, outs = _copy_body(body, inputs, eqn.phase, const_vars, consts)
+        eqns.extend(body_eqns)
+        subst.update(zip(eqn.out_vars, outs))
     return _rebuild(closed, const_vars, consts, eqns, [get(a) for a in closed.jaxpr.outs])
 
 

@@ -159,6 +159,98 @@ def test_switch_grad_through_each_branch():
                                    rtol=1e-6, atol=1e-8)
 
 
+
+# ---- vmap of cond / switch with a batched predicate: every branch inline, then a select (as JAX)
+
+def _sign_cond(x, w):
+    return lax.cond(x > 0, lambda v: fnp.sin(v * w) * 2.0, lambda v: fnp.cos(v) * w - 1.0, x)
+
+
+def _sign_cond_ref(x, w):
+    return np.where(x > 0, np.sin(x * w) * 2.0, np.cos(x) * w - 1.0)
+
+
+def _eqn_names(closed) -> list[str]:
+    return [e.primitive.name for e in closed.jaxpr.eqns]
+
+
+def test_vmap_cond_batched_predicate_is_a_select_not_a_cond_per_branch():
+    """A batched predicate leaves no ``cond`` (each branch used to stay a one-branch ``cond``
+    call, which kept the elementwise case from fusing); an unbatched one stays a ``cond``."""
+    xs, w = rn(7), 0.8
+    batched = ft.vmap(_sign_cond, in_axes=(0, None))
+    names = _eqn_names(ft.make_jaxpr(batched)(xs, w))
+    assert "cond" not in names and "select" in names, names
+    np.testing.assert_allclose(batched(xs, w), _sign_cond_ref(xs, w), rtol=1e-12)
+    np.testing.assert_allclose(ft.jit(batched)(xs, w), _sign_cond_ref(xs, w), rtol=1e-12)
+    ws = rn(4)
+    unbatched_pred = ft.vmap(_sign_cond, in_axes=(None, 0))
+    assert "cond" in _eqn_names(ft.make_jaxpr(unbatched_pred)(np.float64(0.5), ws))
+    np.testing.assert_allclose(unbatched_pred(np.float64(0.5), ws), _sign_cond_ref(0.5, ws), rtol=1e-12)
+
+
+def test_vmap_cond_batched_predicate_derivatives_order_2():
+    xs = np.array([-1.3, 0.7, 2.1, -0.4, 0.9])  # away from the switch at 0: both branches taken
+    ws = np.array([0.5, -1.2, 0.8, 1.1, 0.3])
+    ft.test_util.check_grads(ft.vmap(_sign_cond), (xs, ws), order=2, modes=("fwd", "rev"))
+    ft.test_util.check_grads(ft.vmap(_sign_cond, in_axes=(0, None)), (xs, np.float64(0.7)), order=2,
+                             modes=("fwd", "rev"))
+    # grad of vmap (a batched predicate inside) and vmap of grad
+    total = lambda w, xs: fnp.sum(ft.vmap(_sign_cond, in_axes=(0, None))(xs, w))
+    want = numerical_grad(lambda w: np.sum(_sign_cond_ref(xs, w)), np.float64(0.7))
+    np.testing.assert_allclose(ft.grad(total)(np.float64(0.7), xs), want, rtol=1e-6)
+    np.testing.assert_allclose(ft.jit(ft.grad(total))(np.float64(0.7), xs), want, rtol=1e-6)
+    per_member = ft.vmap(ft.grad(_sign_cond))(xs, ws)
+    np.testing.assert_allclose(per_member, [numerical_grad(lambda x: _sign_cond_ref(x, w), x)
+                                            for x, w in zip(xs, ws)], rtol=1e-6)
+
+
+def test_vmap_switch_three_branches_nested_vmap_matches_python_loop():
+    idx = np.array([[-3, 0, 1], [2, 9, 1]])
+    xs = rn(2, 3, 4)
+    ref = lambda i, x: _REF_BRANCHES[int(np.clip(i, 0, 2))](x)
+    f = lambda i, x: lax.switch(i, _BRANCHES, x)
+    want = np.stack([np.stack([ref(i, x) for i, x in zip(ir, xr)]) for ir, xr in zip(idx, xs)])
+    nested = ft.vmap(ft.vmap(f))
+    assert "cond" not in _eqn_names(ft.make_jaxpr(nested)(idx, xs))
+    np.testing.assert_allclose(nested(idx, xs), want, rtol=1e-12)
+    np.testing.assert_allclose(ft.jit(nested)(idx, xs), want, rtol=1e-12)
+    # index batched by the outer vmap only, operands by both; batch axis not leading
+    rows = np.array([0, 2, -1])
+    outer_only = ft.vmap(ft.vmap(f, in_axes=(None, 0)), in_axes=(0, 1))
+    want = np.stack([np.stack([ref(i, x) for x in xs[:, k]]) for k, i in enumerate(rows)])
+    np.testing.assert_allclose(outer_only(rows, xs), want, rtol=1e-12)
+    ft.test_util.check_grads(lambda x: nested(idx, x), (xs,), order=2, modes=("fwd", "rev"))
+
+
+def test_vmap_cond_batched_predicate_runs_effects_of_every_branch(capsys):
+    """With a batched predicate every branch runs (as in JAX), so a print in a branch happens for
+    the whole batch, whichever branch each member takes."""
+    def f(x):
+        return lax.cond(x > 0, lambda v: v * 2.0, lambda v: (ft.debug.print("neg {}", v), -v)[1], x)
+    xs = np.array([1.0, -2.0])
+    np.testing.assert_allclose(ft.vmap(f)(xs), [2.0, 2.0])
+    assert capsys.readouterr().out.split("\n")[:2] == ["neg 1.0", "neg -2.0"]
+
+
+def test_vmap_cond_batched_predicate_is_one_opencl_launch():
+    from functrace.backends.opencl import runtime as cl_runtime
+    if cl_runtime.get_runtime() is None:
+        pytest.skip("no usable OpenCL device on this machine")
+    xs = rn(1001).astype(np.float32)
+    f = ft.vmap(lambda x: lax.cond(x > 0, lambda v: fnp.sin(v) * 2.0, lambda v: fnp.cos(v) - 1.0, x))
+    kernels_for_small_shapes = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0}
+    saved = {name: getattr(ft.config, name) for name in kernels_for_small_shapes}
+    for name, value in kernels_for_small_shapes.items():
+        ft.config.update(name, value)
+    try:
+        exe = ft.jit(f, backend="opencl").lower(xs).compile()
+    finally:
+        for name, value in saved.items():
+            ft.config.update(name, value)
+    assert exe.num_kernel_launches == 1 and exe.num_host_steps == 0, exe.report()
+    np.testing.assert_allclose(exe(xs), np.where(xs > 0, np.sin(xs) * 2.0, np.cos(xs) - 1.0), rtol=1e-5, atol=1e-6)
+
 def test_cond_closure_over_outer_constants():
     table = rn(3)
     scale = 3.0

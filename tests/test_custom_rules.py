@@ -671,6 +671,49 @@ def test_checkpoint_custom_policy():
     np.testing.assert_allclose(got, ft.grad(_mlp)(*MLP_ARGS), rtol=1e-12)
 
 
+
+def _saved_bytes(f, *args) -> int:
+    """Bytes the jitted program keeps from its forward phase for its backward phase."""
+    analysis = ft.jit(f).lower(*args).report().analysis
+    return sum(v.aval.dtype.itemsize * int(np.prod(v.aval.shape)) for v in analysis.saved_for_backward)
+
+
+@pytest.mark.parametrize("activation", ["tanh_residual", "exp"])
+def test_checkpoint_policies_save_no_more_than_no_checkpoint(activation):
+    """Saved bytes of value_and_grad of a small MLP: everything_saveable <= no checkpoint, and
+    nothing_saveable < dots_saveable <= everything_saveable.  everything_saveable used to save
+    more: the backward call also took the primals it does not read (the first layer's weight and
+    input), and a residual that is also the output (exp's result) was returned twice."""
+    layers = {"tanh_residual": lambda w, h: h + fnp.tanh(h @ w), "exp": lambda w, h: fnp.exp(h @ w)}
+    layer = layers[activation]
+    weights = [rn(6, 6) / 4 for _ in range(3)]
+    x = rn(10, 6)
+
+    def loss_with(policy):
+        block = layer if policy is None else ft.checkpoint(layer, policy=policy)
+
+        def loss(weights, x):
+            h = x
+            for w in weights:
+                h = block(w, h)
+            return fnp.mean(h ** 2)
+        return ft.value_and_grad(loss)
+
+    policies = ft.checkpoint_policies
+    saved = {name: _saved_bytes(loss_with(policy), weights, x) for name, policy in
+             [("none", None), ("everything", policies.everything_saveable),
+              ("dots", policies.dots_saveable), ("nothing", policies.nothing_saveable)]}
+    assert saved["everything"] <= saved["none"], saved
+    if activation == "tanh_residual":  # each layer's input is needed anyway: remat saves less
+        assert saved["nothing"] < saved["dots"] <= saved["everything"], saved
+    # (exp without the residual: no checkpoint keeps only each layer's output, which the next
+    # layer's input is anyway; recomputing the first layer needs its weight, saving more)
+    want_value, want_grads = loss_with(None)(weights, x)
+    value, grads = ft.jit(loss_with(policies.everything_saveable))(weights, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-10)
+
 def test_nested_checkpoint():
     def inner(x):
         return fnp.sin(fnp.cos(x)) * x

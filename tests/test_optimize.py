@@ -37,6 +37,25 @@ def test_cse_merges_duplicates_including_literals():
     np.testing.assert_allclose(out(x)[0], f(x))
 
 
+
+@pytest.mark.parametrize("index", [-5, 0, 1, 2, 9])
+def test_fold_constants_inlines_the_branch_a_known_index_takes(index):
+    """``switch`` on a constant index runs the clamped branch's equations inline (no ``cond``
+    left for a backend to run as separate sub-programs); a traced index keeps the ``cond``."""
+    branches = [lambda v: v * 10.0, lambda v: fnp.sin(v) + 1.0, lambda v: fnp.exp(v) * v]
+    refs = [lambda v: v * 10.0, lambda v: np.sin(v) + 1.0, lambda v: np.exp(v) * v]
+    f = lambda x: ft.lax.switch(index, branches, x) * 2.0
+    closed = trace_raw(f, np.ones(3))
+    assert "cond" in names(closed)
+    folded = fold_constants(closed)
+    assert "cond" not in names(folded)
+    x = RNG.standard_normal(3)
+    want = refs[int(np.clip(index, 0, 2))](x) * 2.0
+    np.testing.assert_allclose(folded(x)[0], want, rtol=1e-12)
+    np.testing.assert_allclose(ft.jit(f)(x), want, rtol=1e-12)
+    traced_index = trace_raw(lambda i, x: ft.lax.switch(i, branches, x), np.int32(index), np.ones(3))
+    assert "cond" in names(fold_constants(traced_index))
+
 def test_fold_constants_and_growth_limit():
     c = np.arange(3.0)
 
