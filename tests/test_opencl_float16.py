@@ -71,7 +71,8 @@ def test_conversions_to_float16_round_like_numpy():
     x32 = np.concatenate([bits, near, ties]).view(np.float32)
     x32 = np.concatenate([x32, np.float32([65504, 65519.99, 65520, 5.96e-8, 2.98e-8, 2.99e-8, 1e-45])])
     # doubles: the float32 values nudged past the ties (double rounding through float would miss them)
-    x64 = np.concatenate([x32.astype(np.float64) * (1 + 2.0 ** -30), ties.view(np.float32).astype(np.float64)])
+    with np.errstate(invalid="ignore"):  # (signalling NaN patterns)
+        x64 = np.concatenate([x32.astype(np.float64) * (1 + 2.0 ** -30), ties.view(np.float32).astype(np.float64)])
     x64[~np.isfinite(x64)] = np.inf
     for x in (x32, x64):
         compiled, got, want = _run(lambda a: a.astype(np.float16), x)
@@ -104,6 +105,36 @@ def test_correctly_rounded_ops_match_bit_for_bit(name):
         for g, w in zip(got, want):
             _assert_bitwise(g, w)
         assert compiled.num_host_steps == 0, compiled.report()
+
+
+def _kernel_forms(a, b):
+    """An elementwise chain over a broadcast and a transposed operand, a sum of a float16
+    product, max along either axis, a padded concatenation (float16 kept bit for bit)."""
+    c = (a * b + a.T[::-1].T / (b + 2)) * 0.5
+    return c, fnp.sum(c * a, axis=1), fnp.max(c, axis=0), fnp.pad(fnp.concatenate([a, c]), ((1, 0), (0, 2)), constant_values=0.3)
+
+
+@pytest.mark.parametrize("form", ["vec4", "vec8", "streaming", "batched"])
+def test_every_kernel_form(monkeypatch, form):
+    """Vector widths 4 and 8 (the device's is 16 on AVX-512), stores past the caches (float16 has
+    no non-temporal form: plain half stores), and small steps batched into one launch: bit for
+    bit the numpy backend."""
+    from functrace.backends.opencl import executable
+    if form.startswith("vec"):
+        monkeypatch.setattr(executable, "_vector_width", lambda rt, eqns: int(form[3:]))
+    elif form == "streaming":
+        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 1024)
+    else:
+        monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10 ** 6)
+        monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+    a, b = _halves(13 * 37, 1.0).reshape(13, 37), _halves(37, 1.0, specials=False)
+    compiled, got, want = _run(_kernel_forms, a, b)
+    for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
+        _assert_bitwise(g, w)
+    assert _ulps(got[1], want[1]).max() <= 1  # 37 terms, float16 pairwise vs float: rarely 1 ulp
+    assert compiled.num_host_steps == 0, compiled.report()
+    if form == "batched":
+        assert compiled.num_kernel_launches == 1, compiled.report()
 
 
 TRANSCENDENTAL = {
@@ -246,16 +277,16 @@ def test_hand_written_kernels_in_float32():
 
 
 def test_grad_of_a_float16_loss():
-    """The gradient of a float16 loss, all in generated kernels (elementwise chains, broadcasting,
-    reductions): within 2 ulp of the numpy backend, plus the sums' bound."""
+    """The value and gradient of a float16 loss, all in generated kernels (elementwise chains,
+    broadcasting, reductions), each within 4 float16 roundings of its largest entry: the sums
+    differ (d/dw sums 7 rows, which numpy rounds at every add along that axis)."""
     x = _halves(7 * 33, 1.0, specials=False).reshape(7, 33)
 
     def loss(w, b):
         return fnp.mean((fnp.tanh(x * w + b) - 0.5) ** 2) + 0.1 * fnp.sum(ft.nn.sigmoid(w))
     w, b = _halves(33, 0.5, specials=False), np.float16(0.2)
     compiled, got, want = _run(ft.value_and_grad(loss, argnums=(0, 1)), w, b)
-    assert all(g.dtype == np.float16 for g in got)
+    assert [g.dtype for g in got] == [np.float16] * 3 and [g.shape for g in got] == [(), (33,), ()]
     for g, v in zip(got, want):
-        assert np.all(np.abs(g.astype(np.float64) - v) <= 2 * np.spacing(np.abs(v)).astype(np.float64) + 7 * HALF_EPS
-                      * np.abs(v).astype(np.float64) + 1e-3), (g, v)
+        assert np.abs(g.astype(np.float64) - v).max() <= 4 * HALF_EPS * np.abs(v.astype(np.float64)).max(), (g, v)
     assert compiled.num_host_steps == 0, compiled.report()
