@@ -111,12 +111,9 @@ inline {t} ft_log1p_{t}({t} x) {{  /* log(1 + x) plus the rounding error of 1 + 
 
 _ROUND_HALF = """
 inline {t} ft_round_half_{t}({t} x) {{  /* x rounded to float16 (nearest, ties to even), as a float */
-    const {t} a = fabs(x);
-    const {it} u = as_{it}(a);
-    {t} r = as_{t}((u + ({it})0xfff + ((u >> 13) & ({it})1)) & ~({it})0x1fff);  /* normal: 11 significant bits */
-    r = select(r, (a + 0.5f) - 0.5f, a < 6.10351562e-5f);       /* subnormal: a multiple of 2^-24 */
-    r = select(r, ({t})INFINITY, r > 65504.0f);
-    return select(copysign(r, x), x, isnan(x));
+    {ht} h;
+    vstore_half{w}_rte(x, 0, (__private half*)&h);
+    return vload_half{w}(0, (__private const half*)&h);
 }}"""
 _HELPER_USE = re.compile(r"\bft_\w+?_(float(?:4|8|16)?)\(")
 
@@ -125,7 +122,8 @@ def f32_helpers(source: str) -> str:
     """The helper block of every vector width ``source`` calls (only those: the program's compile
     time grows with its text)."""
     widths = sorted(set(_HELPER_USE.findall(source)), key=len)
-    return "\n".join((_F32_MATH + _ROUND_HALF).format(t=t, it=t.replace("float", "int")) for t in widths)
+    return "\n".join((_F32_MATH + _ROUND_HALF).format(t=t, it=t.replace("float", "int"), ht=t.replace("float", "ushort"),
+                                                       w=t[5:]) for t in widths)
 
 
 def compute_type(ct: str) -> str:
