@@ -14,7 +14,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from _common import best_of  # the benchmarks' folder is the script's: on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -26,16 +27,6 @@ def _single_threaded() -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POCL_MAX_PTHREAD_COUNT"):
         os.environ[var] = "1"
     os.environ.setdefault("POCL_DEVICES", "basic")  # PoCL's single-threaded CPU device
-
-
-def _best_seconds(fn, repeat: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def worker_allreduce() -> dict:
@@ -58,7 +49,7 @@ def worker_allreduce() -> dict:
         for _ in range(8 if megabytes == 16 else 40):  # interleaved: load changes hit everyone alike
             for name, fn in contenders.items():
                 comm.Barrier()
-                best[name] = min(best[name], _best_seconds(fn, 5))
+                best[name] = min(best[name], best_of(fn, 5))
         results[f"{megabytes} MB"] = {k: x.nbytes / t / 1e9 for k, t in best.items()}  # GB/s
     return results
 
@@ -98,7 +89,7 @@ def worker_mlp() -> dict:
         best = float("inf")
         for _ in range(5):
             comm.Barrier()
-            best = min(best, _best_seconds(run, 5))
+            best = min(best, best_of(run, 5))
         results[backend] = GLOBAL_BATCH / comm.allreduce(best, op=_max_op())  # examples/s (the slowest process)
     return results
 

@@ -1,5 +1,5 @@
 """functrace: composable function transformations (grad, jvp, vmap, ...) over numpy."""
-from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, test_util, tree, tree_util
+from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, scipy, test_util, tree, tree_util
 from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
 from .batching import vmap
 from .callback import pure_callback
@@ -26,7 +26,7 @@ def __getattr__(name: str):
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
            "stop_gradient", "vmap", "jit", "lax", "distributed", "nn", "optim", "random", "debug", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
-           "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "test_util",
+           "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "scipy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
            "TracerArrayConversionError", "UnexpectedTracerError",
            "tree", "flatten_util", "pure_callback", "disable_jit", "ShapeDtypeStruct", "eval_shape"]

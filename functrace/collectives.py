@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from . import primitives as P
 from .batching import BatchTrace
 from .core import Primitive, ShapedArray, Tracer, trace_stack
 from .distributed import PROCESSES
+from .eager import EagerArray
 from .errors import ShapeError, user_frame_description
 from .staging import StagingTrace
 
@@ -59,10 +60,14 @@ def _bound_axis(name: Hashable, what: str):
                     f"ft.vmap(f, axis_name={name!r}), or use {PROCESSES!r} (the MPI processes)")
 
 
+def _names(axis_name) -> tuple:
+    """The names of ``axis_name``: a tuple of names, or one name."""
+    return axis_name if isinstance(axis_name, tuple) else (axis_name,)
+
+
 def axis_size(axis_name: Hashable | tuple) -> int:
     """The number of members of the named axis (the product, for a tuple of names)."""
-    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    return int(np.prod([_bound_axis(n, "axis_size")[0] for n in names], dtype=np.int64))
+    return int(np.prod([_bound_axis(n, "axis_size")[0] for n in _names(axis_name)], dtype=np.int64))
 
 
 class CollectivePrimitive(Primitive):
@@ -105,6 +110,20 @@ def _one_member(prim: CollectivePrimitive, x, params: dict) -> np.ndarray:
     """The collective on a group of one: its named-axis rule on a batch of one member."""
     out, dim = prim.batch_named_axis([np.asarray(x)[None]], [0], 1, **params)
     return np.asarray(out if dim is None else np.take(out, 0, axis=dim))
+
+
+def _process_impl(prim: CollectivePrimitive, over_mpi: Callable) -> Callable:
+    """``prim``'s implementation: ``over_mpi(comm, x, **params)`` across several MPI processes,
+    its named-axis rule on one member in a group of one."""
+    def impl(x, **params):
+        comm = _process_group(prim.name, params["axis_name"])
+        return _one_member(prim, x, params) if comm is None else over_mpi(comm, x, **params)
+    return impl
+
+
+def _member_sum(v, dim, n: int):
+    """The sum over the members of a batch (``n`` times an unbatched value)."""
+    return P.mul(v, P.scalar_like(v, n)) if dim is None else P.reduce_sum(v, (dim,))
 
 
 def _stacked(v, dim, n: int):
@@ -163,7 +182,7 @@ def _output_like(x: np.ndarray) -> np.ndarray:
         for out in arrays:
             if sys.getrefcount(out) == 3:  # the pool's list, this loop and getrefcount: unused
                 return out
-        out = np.empty(x.shape, x.dtype)
+        out = EagerArray(x.shape, x.dtype)  # owns its memory, and eager results are EagerArrays (no view)
         if len(arrays) < 2:  # one the caller still holds, one being filled
             arrays.append(out)
         return out
@@ -173,27 +192,23 @@ def _allreduce(comm, xs: list, op) -> list:
     """Allreduce of ``xs``: arrays under 64 KB packed into one message per dtype, larger ones each
     reduced straight from their memory (a packing copy would cost about a third of the transfer)."""
     outs = [None] * len(xs)
-    small: dict = {}
+    small = []
     for i, x in enumerate(xs):
         if x.nbytes < _PACK_BELOW_BYTES:
-            small.setdefault(x.dtype, []).append(i)
+            small.append(i)
             continue
         x = np.ascontiguousarray(x)
         outs[i] = _output_like(x)
         comm.Allreduce(x, outs[i], op=op)
-    for members in small.values():
-        buffer = np.concatenate([xs[i].reshape(-1) for i in members])
-        comm.Allreduce(_mpi().IN_PLACE, buffer, op=op)
-        offset = 0
-        for i in members:
-            outs[i] = buffer[offset:offset + xs[i].size].reshape(xs[i].shape)
-            offset += xs[i].size
+    packed = distributed.packed_by_dtype([xs[i] for i in small],
+                                         lambda buffer: comm.Allreduce(_mpi().IN_PLACE, buffer, op=op))
+    for i, out in zip(small, packed):
+        outs[i] = out
     return outs
 
 
 def _psum_named(vals, dims, n, *, axis_name):
-    return ([P.mul(v, P.scalar_like(v, n)) if d is None else P.reduce_sum(v, (d,)) for v, d in zip(vals, dims)],
-            [None] * len(vals))
+    return [_member_sum(v, d, n) for v, d in zip(vals, dims)], [None] * len(vals)
 
 
 def _psum_nonzero(values: list, axis_name) -> list:
@@ -276,15 +291,12 @@ def _all_gather_named(vals, dims, n, *, axis_name, axis_size, axis, tiled):
     return (_merge_axes(gathered, axis) if tiled else gathered), None
 
 
-def _all_gather_impl(x, *, axis_name, axis_size, axis, tiled):
-    comm = _process_group("all_gather", axis_name)
-    params = dict(axis_name=axis_name, axis_size=axis_size, axis=axis, tiled=tiled)
-    if comm is None:
-        return _one_member(all_gather_p, x, params)
+def _all_gather_mpi(comm, x, **params):
+    """Every process's ``x`` by one Allgather, placed as the named-axis rule places the members."""
     x = np.ascontiguousarray(x)
     members = np.empty((comm.Get_size(),) + x.shape, x.dtype)
     comm.Allgather(x, members)
-    return np.asarray(_all_gather_named([members], [0], axis_size, **params)[0])
+    return np.asarray(_all_gather_named([members], [0], params["axis_size"], **params)[0])
 
 
 def _psum_scatter_abstract(a, *, axis_name, axis_size, scatter_dimension, tiled):
@@ -294,16 +306,12 @@ def _psum_scatter_abstract(a, *, axis_name, axis_size, scatter_dimension, tiled)
 
 
 def _psum_scatter_named(vals, dims, n, *, axis_name, axis_size, scatter_dimension, tiled):
-    v, d = vals[0], dims[0]
-    total = P.mul(v, P.scalar_like(v, n)) if d is None else P.reduce_sum(v, (d,))
+    total = _member_sum(vals[0], dims[0], n)
     return (_split_axis(total, scatter_dimension, n) if tiled else total), scatter_dimension
 
 
-def _psum_scatter_impl(x, *, axis_name, axis_size, scatter_dimension, tiled):
-    comm = _process_group("psum_scatter", axis_name)
-    params = dict(axis_name=axis_name, axis_size=axis_size, scatter_dimension=scatter_dimension, tiled=tiled)
-    if comm is None:
-        return _one_member(psum_scatter_p, x, params)
+def _psum_scatter_mpi(comm, x, *, axis_name, axis_size, scatter_dimension, tiled):
+    """This process's block of the sum, by one Reduce_scatter_block."""
     x = np.asarray(x)
     blocks = _split_axis(x, scatter_dimension, axis_size) if tiled else x
     send = np.ascontiguousarray(np.moveaxis(blocks, scatter_dimension, 0))
@@ -313,7 +321,7 @@ def _psum_scatter_impl(x, *, axis_name, axis_size, scatter_dimension, tiled):
 
 
 all_gather_p.abstract_eval = _all_gather_abstract
-all_gather_p.impl = _all_gather_impl
+all_gather_p.impl = _process_impl(all_gather_p, _all_gather_mpi)
 all_gather_p.batch_named_axis = _all_gather_named
 all_gather_p.batch = lambda vals, dims, *, axis, **params: (
     all_gather_p.bind(P.moveaxis(vals[0], dims[0], 0), axis=axis + 1, **params), 0)
@@ -321,7 +329,7 @@ all_gather_p.jvp = [lambda t, ans, x, **params: all_gather_p.bind(t, **params)]
 all_gather_p.vjp = [lambda g, ans, x, *, axis, **params: psum_scatter_p.bind(g, scatter_dimension=axis, **params)]
 
 psum_scatter_p.abstract_eval = _psum_scatter_abstract
-psum_scatter_p.impl = _psum_scatter_impl
+psum_scatter_p.impl = _process_impl(psum_scatter_p, _psum_scatter_mpi)
 psum_scatter_p.batch_named_axis = _psum_scatter_named
 psum_scatter_p.batch = lambda vals, dims, *, scatter_dimension, **params: (
     psum_scatter_p.bind(P.moveaxis(vals[0], dims[0], 0), scatter_dimension=scatter_dimension + 1, **params), 0)
@@ -349,10 +357,8 @@ def _ppermute_named(vals, dims, n, *, axis_name, perm):
     return P.select(mask, moved, P.zeros_like(moved)), 0
 
 
-def _ppermute_impl(x, *, axis_name, perm):
-    comm = _process_group("ppermute", axis_name)
-    if comm is None:
-        return _one_member(ppermute_p, x, dict(axis_name=axis_name, perm=perm))
+def _ppermute_mpi(comm, x, *, axis_name, perm):
+    """Point-to-point sends and receives of this process's pairs of ``perm`` (zeros if none)."""
     rank = comm.Get_rank()
     x = np.ascontiguousarray(x)
     out = np.zeros_like(x)
@@ -362,7 +368,7 @@ def _ppermute_impl(x, *, axis_name, perm):
     return out
 
 
-ppermute_p.impl = _ppermute_impl
+ppermute_p.impl = _process_impl(ppermute_p, _ppermute_mpi)
 ppermute_p.batch_named_axis = _ppermute_named
 ppermute_p.batch = lambda vals, dims, **params: (ppermute_p.bind(vals[0], **params), dims[0])
 ppermute_p.jvp = [lambda t, ans, x, **params: ppermute_p.bind(t, **params)]
@@ -401,12 +407,8 @@ def _all_to_all_named(vals, dims, n, *, axis_name, axis_size, split_axis, concat
     return (_merge_axes(placed, 1 + concat_axis) if tiled else placed), 0
 
 
-def _all_to_all_impl(x, *, axis_name, axis_size, split_axis, concat_axis, tiled):
-    comm = _process_group("all_to_all", axis_name)
-    params = dict(axis_name=axis_name, axis_size=axis_size, split_axis=split_axis, concat_axis=concat_axis,
-                  tiled=tiled)
-    if comm is None:
-        return _one_member(all_to_all_p, x, params)
+def _all_to_all_mpi(comm, x, *, axis_name, axis_size, split_axis, concat_axis, tiled):
+    """Block ``i`` of ``x`` to process ``i``, by one Alltoall."""
     x = np.asarray(x)
     chunks = _split_axis(x, split_axis, axis_size) if tiled else x
     send = np.ascontiguousarray(np.moveaxis(chunks, split_axis, 0))  # (receiver, *chunk)
@@ -416,7 +418,7 @@ def _all_to_all_impl(x, *, axis_name, axis_size, split_axis, concat_axis, tiled)
 
 
 all_to_all_p.abstract_eval = _all_to_all_abstract
-all_to_all_p.impl = _all_to_all_impl
+all_to_all_p.impl = _process_impl(all_to_all_p, _all_to_all_mpi)
 all_to_all_p.batch_named_axis = _all_to_all_named
 all_to_all_p.batch = lambda vals, dims, *, split_axis, concat_axis, **params: (all_to_all_p.bind(
     P.moveaxis(vals[0], dims[0], 0), split_axis=split_axis + 1, concat_axis=concat_axis + 1, **params), 0)
@@ -437,23 +439,29 @@ axis_index_p.batch_named_axis = lambda vals, dims, n, *, axis_name: (np.arange(n
 # --------------------------------------------------------------------------- the user's functions
 
 
-def _names(axis_name) -> tuple:
-    return axis_name if isinstance(axis_name, tuple) else (axis_name,)
-
-
 def _single_name(axis_name, what: str) -> Hashable:
     if isinstance(axis_name, tuple):
         if len(axis_name) != 1:
             raise NotImplementedError(f"{what} over several axes {axis_name!r} is not implemented: "
-                                      "apply it once per axis name")
+                                      f"apply it once per axis name {user_frame_description()}")
         return axis_name[0]
     return axis_name
 
 
 def _axis_in_range(what: str, name: str, axis: int, ndim: int) -> int:
+    """``axis`` (negative: from the end) as a position among ``ndim`` axes, or a ShapeError."""
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{what}: {name}={axis} is out of range for {ndim} axes {user_frame_description()}")
     return axis % ndim
+
+
+def _check_split_length(what: str, label: str, shape: tuple, axis: int, name, n: int, tiled: bool) -> None:
+    """The axis a collective splits among the ``n`` members of ``name`` has length ``n`` (``tiled``:
+    a multiple of ``n``), or a ShapeError."""
+    if (shape[axis] % n) if tiled else (shape[axis] != n):
+        raise ShapeError(f"{what}: {label} {axis} of an operand of shape {shape} must be "
+                         f"{'a multiple of' if tiled else 'equal to'} the size {n} of axis {name!r} "
+                         f"{user_frame_description()}")
 
 
 def psum(x: Any, axis_name: Hashable | tuple) -> Any:
@@ -476,18 +484,21 @@ def pmean(x: Any, axis_name: Hashable | tuple) -> Any:
     return tree_util.tree_map(mean, psum(x, axis_name))
 
 
+def _leafwise_over_names(prim: CollectivePrimitive, x: Any, axis_name: Hashable | tuple) -> Any:
+    """``prim`` on every leaf of ``x``, once per name of ``axis_name``."""
+    for name in _names(axis_name):
+        x = tree_util.tree_map(lambda v, name=name: prim.bind(v, axis_name=name), x)
+    return x
+
+
 def pmax(x: Any, axis_name: Hashable | tuple) -> Any:
     """Elementwise maximum of ``x`` (a pytree) over the members of the named axis."""
-    for name in _names(axis_name):
-        x = tree_util.tree_map(lambda v, name=name: pmax_p.bind(v, axis_name=name), x)
-    return x
+    return _leafwise_over_names(pmax_p, x, axis_name)
 
 
 def pmin(x: Any, axis_name: Hashable | tuple) -> Any:
     """Elementwise minimum of ``x`` (a pytree) over the members of the named axis."""
-    for name in _names(axis_name):
-        x = tree_util.tree_map(lambda v, name=name: pmin_p.bind(v, axis_name=name), x)
-    return x
+    return _leafwise_over_names(pmin_p, x, axis_name)
 
 
 def all_gather(x: Any, axis_name: Hashable, axis: int = 0, tiled: bool = False) -> Any:
@@ -511,10 +522,7 @@ def psum_scatter(x: Any, axis_name: Hashable, scatter_dimension: int = 0, tiled:
     def scatter(v):
         shape = P.shape_of(v)
         d = _axis_in_range("psum_scatter", "scatter_dimension", scatter_dimension, len(shape))
-        if (shape[d] % n) if tiled else (shape[d] != n):
-            raise ShapeError(f"psum_scatter: axis {d} of an operand of shape {shape} must be "
-                             f"{'a multiple of' if tiled else 'equal to'} the size {n} of axis {name!r} "
-                             f"{user_frame_description()}")
+        _check_split_length("psum_scatter", "axis", shape, d, name, n, tiled)
         return psum_scatter_p.bind(v, axis_name=name, axis_size=n, scatter_dimension=d, tiled=bool(tiled))
     return tree_util.tree_map(scatter, x)
 
@@ -524,12 +532,16 @@ def ppermute(x: Any, axis_name: Hashable, perm: Sequence[tuple[int, int]]) -> An
     receive nothing get zeros."""
     name = _single_name(axis_name, "ppermute")
     n = axis_size(name)
-    perm = tuple((int(s), int(d)) for s, d in perm)
-    sources, dests = [s for s, _ in perm], [d for _, d in perm]
-    if len(set(sources)) < len(perm) or len(set(dests)) < len(perm) or \
+    try:
+        pairs = tuple((int(s), int(d)) for s, d in perm)
+    except (TypeError, ValueError):
+        pairs = None
+    sources, dests = ([s for s, _ in pairs], [d for _, d in pairs]) if pairs is not None else ([], [])
+    if pairs is None or len(set(sources)) < len(pairs) or len(set(dests)) < len(pairs) or \
             not all(0 <= i < n for i in sources + dests):
-        raise ValueError(f"ppermute: perm {perm} must be pairs (source, destination) of distinct members "
+        raise ValueError(f"ppermute: perm {perm!r} must be pairs (source, destination) of distinct members "
                          f"of axis {name!r} (size {n}) {user_frame_description()}")
+    perm = pairs
     return tree_util.tree_map(lambda v: ppermute_p.bind(v, axis_name=name, perm=perm), x)
 
 
@@ -543,10 +555,7 @@ def all_to_all(x: Any, axis_name: Hashable, split_axis: int, concat_axis: int, t
         shape = P.shape_of(v)
         s = _axis_in_range("all_to_all", "split_axis", split_axis, len(shape))
         c = _axis_in_range("all_to_all", "concat_axis", concat_axis, len(shape))
-        if (shape[s] % n) if tiled else (shape[s] != n):
-            raise ShapeError(f"all_to_all: split axis {s} of an operand of shape {shape} must be "
-                             f"{'a multiple of' if tiled else 'equal to'} the size {n} of axis {name!r} "
-                             f"{user_frame_description()}")
+        _check_split_length("all_to_all", "split axis", shape, s, name, n, tiled)
         return all_to_all_p.bind(v, axis_name=name, axis_size=n, split_axis=s, concat_axis=c, tiled=bool(tiled))
     return tree_util.tree_map(exchange, x)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from .config import check_nans
 from .config import config as _config
+from .eager import as_eager
 from .errors import ConcretizationError, TracerArrayConversionError, UnexpectedTracerError, user_frame_description
 
 # --------------------------------------------------------------------------- avals
@@ -372,7 +373,8 @@ class Primitive:
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)
-            return out
+            # eager results carry JAX's ``.at`` (functrace/eager.py says why a numpy subclass)
+            return [as_eager(o) for o in out] if self.multiple_results else as_eager(out)
         if not top.main.alive:
             raise leaked_tracer_error(top.main, f"'{self.name}'")
         return top.process_primitive(

@@ -92,6 +92,11 @@ class _Traced:
         return _merge_args(self.statics(nondiff), diff, self.static_argnums, self.nargs)
 
 
+
+def _type_name(x) -> str:
+    """The type named in errors: numpy arrays (eager results are an ndarray subclass) as ndarray."""
+    return "ndarray" if isinstance(x, np.ndarray) else type(x).__name__
+
 def _match_types(vals: list, ref_avals: list, what: str, fname: str) -> list:
     """Check user-rule outputs against the abstract values they must have: equal shapes and,
     for float references, equal dtypes (a weakly typed Python scalar is cast).  A ``None`` for
@@ -263,7 +268,7 @@ class custom_jvp:
             res = user_jvp(*tr.statics(nondiff), tuple(p), tuple(t))
             if not (isinstance(res, (tuple, list)) and len(res) == 2):
                 raise TypeError(f"custom_jvp rule of `{fname}` must return a pair (primal_out, tangent_out); "
-                                f"got {type(res).__name__}" + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else ""))
+                                f"got {_type_name(res)}" + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else ""))
             out, t_out = res
             o_leaves, o_tree = tree_util.tree_flatten(out)
             t_leaves, t_tree = tree_util.tree_flatten(t_out)
@@ -371,7 +376,7 @@ class custom_vjp:
             n = len(tr.arg_trees)
             if not isinstance(ct, tuple) or len(ct) != n:
                 raise TypeError(f"custom_vjp bwd of `{fname}` must return a tuple with one cotangent per "
-                                f"differentiable argument ({n}), got {type(ct).__name__}"
+                                f"differentiable argument ({n}), got {_type_name(ct)}"
                                 f"{' of length ' + str(len(ct)) if isinstance(ct, tuple) else ''}")
             leaves = []
             for k, (c, tree) in enumerate(zip(ct, tr.arg_trees)):

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import primitives as P
 from .core import PY_SCALAR_TYPES, Tracer
-from .errors import check_callable
+from .errors import check_callable, user_frame_description
 from .staging import innermost_staging_trace
 from .tree_util import tree_flatten, tree_unflatten
 
@@ -93,10 +93,25 @@ def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A0
     Under ``vmap`` it prints once per batch element; under differentiation, the primal values.
     (``ordered`` is JAX's option: here prints always happen in program order.)"""
     if not isinstance(fmt, str):
-        raise TypeError(f"ft.debug.print: the first argument is the format string, got {type(fmt).__name__}")
+        raise TypeError(f"ft.debug.print: the first argument is the format string, got {type(fmt).__name__} "
+                        f"{user_frame_description()}")
+    _check_format(fmt, args, kwargs)
 
     def show(*values: Any, **named: Any) -> None:
         builtins.print(fmt.format(*values, **named))
 
     show.__name__ = "print"
     callback(show, *args, **kwargs)
+
+
+def _check_format(fmt: str, args: tuple, kwargs: dict) -> None:
+    """Format once with stand-ins (zeros of each traced value's shape and dtype), so that a field
+    or spec the arguments cannot fill fails here, naming the caller, not when the program runs."""
+    leaves, tree = tree_flatten((args, kwargs))
+    stand_ins = [np.broadcast_to(np.zeros((), x.dtype), x.shape) if isinstance(x, Tracer) else x for x in leaves]
+    a, k = tree_unflatten(tree, stand_ins)
+    try:
+        fmt.format(*a, **k)
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"ft.debug.print: the format string {fmt!r} does not fit its arguments "
+                         f"({type(e).__name__}: {e}) {user_frame_description()}") from None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from . import tree_util
+from .errors import user_frame_description
 
 PROCESSES = "processes"  # the reserved axis name of the process group
 # before aborting, time for mpiexec to forward the traceback (an abort at once lost it in 1 of 3 runs)
@@ -89,17 +90,30 @@ def broadcast(tree: Any, root: int = 0) -> Any:
     draw, ...); leaves are sent as one buffer per dtype.  The tree's structure, shapes and dtypes
     must be the same on every process."""
     leaves, treedef = tree_util.tree_flatten(tree)
-    arrays = [np.array(x) for x in leaves]  # copies: the caller's arrays stay as they were
-    if _group.comm is not None and _group.comm.Get_size() > 1:
-        for dtype in dict.fromkeys(a.dtype for a in arrays):
-            members = [a for a in arrays if a.dtype == dtype]
-            buffer = np.concatenate([a.reshape(-1) for a in members]) if members else np.zeros(0, dtype)
-            _group.comm.Bcast(buffer, root=root)
-            offset = 0
-            for a in members:
-                a.reshape(-1)[...] = buffer[offset:offset + a.size]
-                offset += a.size
+    comm = _group.comm
+    if comm is not None and comm.Get_size() > 1:
+        arrays = packed_by_dtype([np.asarray(x) for x in leaves], lambda buffer: comm.Bcast(buffer, root=root))
+    else:
+        arrays = [np.array(x) for x in leaves]  # copies: the caller's arrays stay as they were
     return tree_util.tree_unflatten(treedef, [a if isinstance(x, np.ndarray) else a[()] for x, a in zip(leaves, arrays)])
+
+
+def packed_by_dtype(arrays: list[np.ndarray], communicate: Callable[[np.ndarray], Any]) -> list[np.ndarray]:
+    """``arrays`` after ``communicate(buffer)`` changed them in place, one buffer per dtype (the
+    arrays of that dtype concatenated, in order): one MPI message per dtype instead of one per
+    array.  The results are views of the buffers; the given arrays stay as they were."""
+    by_dtype: dict = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    results: list = [None] * len(arrays)
+    for members in by_dtype.values():
+        buffer = np.concatenate([arrays[i].reshape(-1) for i in members])
+        communicate(buffer)
+        offset = 0
+        for i in members:
+            results[i] = buffer[offset:offset + arrays[i].size].reshape(arrays[i].shape)
+            offset += arrays[i].size
+    return results
 
 
 def shard(tree: Any, axis: int = 0) -> Any:
@@ -113,7 +127,7 @@ def shard(tree: Any, axis: int = 0) -> Any:
         n = x.shape[axis]
         if n % count:
             raise ValueError(f"ft.distributed.shard: axis {axis} has length {n}, not divisible by the "
-                             f"{count} processes")
+                             f"{count} processes {user_frame_description()}")
         k = n // count
         return np.take(x, np.arange(index * k, (index + 1) * k), axis=axis)
 

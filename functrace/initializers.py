@@ -14,7 +14,7 @@ import numpy as np
 
 from . import numpy as fnp
 from . import random
-from .core import Tracer
+from .errors import user_frame_description
 
 Initializer = Callable  # init(key, shape, dtype=np.float32) -> array
 
@@ -59,7 +59,7 @@ def truncated_normal(stddev: float = 1e-2, dtype=np.float32, lower: float = -2.0
 
 def _fans(shape: tuple, in_axis: int, out_axis: int) -> tuple:
     if len(shape) < 2:
-        raise ValueError(f"variance_scaling: needs a shape of at least 2 axes (fan in and fan out), got {shape}")
+        raise ValueError(f"variance_scaling: needs a shape of at least 2 axes (fan in and fan out), got {shape} {user_frame_description()}")
     field = math.prod(shape) / shape[in_axis] / shape[out_axis]
     return shape[in_axis] * field, shape[out_axis] * field
 
@@ -72,12 +72,15 @@ def variance_scaling(scale: float, mode: str, distribution: str, in_axis: int = 
     """Samples of variance ``scale / fan`` (``mode``: 'fan_in', 'fan_out' or 'fan_avg') from
     ``distribution`` ('truncated_normal', 'normal' or 'uniform'), as JAX's."""
     if mode not in ("fan_in", "fan_out", "fan_avg"):
-        raise ValueError(f"variance_scaling: mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
+        raise ValueError(f"variance_scaling: mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r} {user_frame_description()}")
     if distribution not in ("truncated_normal", "normal", "uniform"):
         raise ValueError("variance_scaling: distribution must be 'truncated_normal', 'normal' or 'uniform', "
-                         f"got {distribution!r}")
+                         f"got {distribution!r} {user_frame_description()}")
 
     def init(key, shape: Sequence[int], dtype=dtype):
+        if np.dtype(dtype).kind != "f":
+            raise TypeError(f"variance_scaling: dtype must be a float type, got {np.dtype(dtype).name} "
+                            f"{user_frame_description()}")
         shape = tuple(int(n) for n in shape)
         fan_in, fan_out = _fans(shape, in_axis, out_axis)
         fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[mode]
@@ -125,19 +128,13 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=np.float32) -> I
     def init(key, shape: Sequence[int], dtype=dtype):
         shape = tuple(int(n) for n in shape)
         if len(shape) < 2:
-            raise ValueError(f"orthogonal: needs a shape of at least 2 axes, got {shape}")
+            raise ValueError(f"orthogonal: needs a shape of at least 2 axes, got {shape} {user_frame_description()}")
         n_cols = shape[column_axis]
         n_rows = math.prod(shape) // n_cols
         wide = n_rows < n_cols
         a = random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), dtype)
-        if isinstance(a, Tracer):
-            qr = getattr(fnp.linalg, "qr", None)
-            if qr is None:
-                raise NotImplementedError("orthogonal: a traced key needs functrace.numpy.linalg.qr, not available")
-        else:
-            qr = np.linalg.qr
-        q, r = qr(a)
-        q = q * fnp.sign(fnp.diagonal(r)) if isinstance(q, Tracer) else q * np.sign(np.diagonal(r))
+        q, r = fnp.linalg.qr(a)
+        q = q * fnp.sign(fnp.diagonal(r))
         if wide:
             q = q.T
         q = fnp.reshape(q, tuple(n for i, n in enumerate(shape) if i != column_axis % len(shape)) + (n_cols,))

@@ -21,12 +21,13 @@ import numpy as np
 from . import tree_util
 from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
+from .eager import EagerArray
 from .errors import check_callable, user_frame_description
 from .optimize import Report, optimize
 from .reports import CompiledReport, LoweredReport
 from .staging import trace_to_jaxpr
 
-_ARRAY_TYPES = {np.ndarray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
+_ARRAY_TYPES = {np.ndarray, EagerArray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
 
 
 def register_array_type(cls: type) -> None:

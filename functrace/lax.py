@@ -627,4 +627,40 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
 # (jax.lax's names for the primitives ft.random is built from)
 
 shift_left, shift_right_logical, bitcast_convert_type = P.shift_left, P.shift_right_logical, P.bitcast_convert_type
-from .nn import erf_inv  # noqa: E402, F401  (nn does not import lax: no cycle)
+
+# numeric operations (lax_numeric.py); erf_inv from nn (nn does not import lax: no cycle)
+from .lax_numeric import (  # noqa: E402,F401  (re-exported)
+    associative_scan,
+    clamp,
+    cummax,
+    cummin,
+    cumprod,
+    cumsum,
+    dynamic_index_in_dim,
+    dynamic_slice,
+    dynamic_slice_in_dim,
+    dynamic_update_index_in_dim,
+    dynamic_update_slice,
+    dynamic_update_slice_in_dim,
+    erf,
+    map,
+    reduce_window,
+    rsqrt,
+    select,
+    sort,
+    sort_key_val,
+    top_k,
+)
+from .nn import erf_inv  # noqa: E402, F401
+from .scipy.special import digamma  # noqa: E402, F401
+from .scipy.special import gammaln as lgamma  # noqa: E402, F401  (log |Gamma|, as XLA's lgamma)
+
+
+def __getattr__(name: str):
+    """``lax.add`` / ``lax.max`` / ``lax.min`` (e.g. for ``reduce_window``), looked up here so that
+    this module's own ``max`` / ``min`` stay Python's."""
+    from . import numpy as fnp
+    ops = {"add": fnp.add, "max": fnp.maximum, "min": fnp.minimum}
+    if name in ops:
+        return ops[name]
+    raise AttributeError(f"module 'functrace.lax' has no attribute {name!r}")

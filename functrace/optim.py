@@ -20,7 +20,9 @@ from typing import Any, Callable, NamedTuple, Union
 import numpy as np
 
 from . import numpy as fnp
-from .tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from .core import Tracer
+from .errors import user_frame_description
+from .tree_util import tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
 
 Schedule = Callable[[Any], Any]
 ScalarOrSchedule = Union[float, Schedule]
@@ -49,33 +51,47 @@ class EmptyState(NamedTuple):
 
 
 class TraceState(NamedTuple):
+    """``trace``'s state: the momentum, like the parameters."""
+
     trace: Any
 
 
 class ScaleByAdamState(NamedTuple):
+    """``scale_by_adam``'s state: the step count and the first and second moments."""
+
     count: Any
     mu: Any
     nu: Any
 
 
 class ScaleByRmsState(NamedTuple):
+    """``scale_by_rms``'s state: the moving average of squared gradients."""
+
     nu: Any
 
 
 class ScaleByRssState(NamedTuple):
+    """``scale_by_rss``'s state: the sum of all squared gradients."""
+
     sum_of_squares: Any
 
 
 class ScaleByLionState(NamedTuple):
+    """``scale_by_lion``'s state: the step count and the momentum."""
+
     count: Any
     mu: Any
 
 
 class ScaleByScheduleState(NamedTuple):
+    """``scale_by_schedule``'s state: the step count the schedule is evaluated at."""
+
     count: Any
 
 
 class MaskedState(NamedTuple):
+    """``masked``'s state: the inner transformation's, over the selected leaves."""
+
     inner_state: Any
 
 
@@ -104,17 +120,47 @@ def _bias_correction(moment, decay: float, count):
 
 
 def _check_learning_rate(learning_rate, name: str) -> None:
-    if not callable(learning_rate) and not isinstance(learning_rate, (int, float, np.number, np.ndarray)):
+    """A schedule, a traced scalar, or a finite non-negative real number; else an error naming
+    ``ft.optim.<name>`` and the caller (a bad rate would otherwise fail, or diverge, steps later)."""
+    if callable(learning_rate):
+        return
+    where = user_frame_description()
+    if isinstance(learning_rate, Tracer):
+        if learning_rate.shape != ():
+            raise TypeError(f"ft.optim.{name}: learning_rate must be a scalar, got {learning_rate.aval.str_short()} "
+                            f"{where}")
+        return
+    numeric = isinstance(learning_rate, (int, float, np.number, np.ndarray)) or hasattr(learning_rate, "__array__")
+    value = np.asarray(learning_rate) if numeric else None  # (an ft.Array on a device included)
+    if value is None or isinstance(learning_rate, bool) or value.shape != () or value.dtype.kind not in "iuf":
+        got = type(learning_rate).__name__ if value is None else f"{value.dtype.name}{list(value.shape)}"
         raise TypeError(f"ft.optim.{name}: learning_rate must be a number or a schedule (a function of the "
-                        f"step count), got {type(learning_rate).__name__}")
+                        f"step count), got {got} {where}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"ft.optim.{name}: learning_rate must be finite and non-negative, got {value} {where} "
+                         "(for gradient ascent, negate the loss)")
 
 
-def apply_updates(params, updates):
+def _check_updates_match(updates, params) -> None:
+    """``updates`` (the gradients) have the parameters' tree structure and leaf shapes, or a
+    ValueError naming the caller (else a tree_map or numpy broadcast error from inside a rule)."""
+    update_leaves, update_tree = tree_flatten(updates)
+    param_leaves, param_tree = tree_flatten(params)
+    if update_tree != param_tree:
+        raise ValueError(f"ft.optim: update got updates (gradients) with the structure {update_tree}, the "
+                         f"parameters have {param_tree} {user_frame_description()}")
+    for i, (u, p) in enumerate(zip(update_leaves, param_leaves)):
+        if fnp.shape(u) != fnp.shape(p):
+            raise ValueError(f"ft.optim: update got leaf {i} of the updates (gradients) of shape {fnp.shape(u)}, "
+                             f"its parameter has {fnp.shape(p)} {user_frame_description()}")
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
     """``params + updates`` leaf by leaf, each result in its parameter's dtype."""
     return tree_map(lambda p, u: fnp.asarray(p + u, p.dtype), params, updates)
 
 
-def global_norm(updates):
+def global_norm(updates: Any) -> Any:
     """The L2 norm of all leaves of ``updates`` taken together."""
     return fnp.sqrt(sum(fnp.sum(fnp.square(x)) for x in tree_leaves(updates)))
 
@@ -131,15 +177,17 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
     """Apply ``transforms`` in order; the state is the tuple of their states."""
     for t in transforms:
         if not isinstance(t, GradientTransformation):
-            raise TypeError(f"ft.optim.chain: expected GradientTransformations, got {type(t).__name__}")
+            raise TypeError(f"ft.optim.chain: expected GradientTransformations, got {type(t).__name__} {user_frame_description()}")
 
     def init(params):
         return tuple(t.init(params) for t in transforms)
 
     def update(updates, state, params=None):
+        if params is not None:
+            _check_updates_match(updates, params)
         if len(state) != len(transforms):
             raise ValueError(f"ft.optim.chain: the state has {len(state)} entries for {len(transforms)} "
-                             "transformations (was it made by this optimizer's init?)")
+                             f"transformations (was it made by this optimizer's init?) {user_frame_description()}")
         new_state = []
         for t, s in zip(transforms, state):
             updates, s = t.update(updates, s, params)
@@ -227,14 +275,18 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
                                   update)
 
 
-def masked(inner: GradientTransformation, mask) -> GradientTransformation:
+def masked(inner: GradientTransformation, mask: Any) -> GradientTransformation:
     """Apply ``inner`` only to the leaves where ``mask`` (a pytree of bools like the parameters,
     or a function of the parameters returning one) is True; the other updates pass unchanged."""
     def select(tree, flags):  # masked-out leaves become None: empty nodes the inner transform skips
         return tree_map(lambda x, keep: x if keep else None, tree, flags)
 
     def flags_for(params):
-        return mask(params) if callable(mask) else mask
+        flags = mask(params) if callable(mask) else mask
+        if tree_structure(flags) != tree_structure(params):
+            raise ValueError(f"ft.optim.masked: the mask has the structure {tree_structure(flags)}, the parameters "
+                             f"{tree_structure(params)} {user_frame_description()}")
+        return flags
 
     def update(updates, state, params=None):
         flags = flags_for(params if params is not None else updates)
@@ -247,13 +299,13 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformation:
     return GradientTransformation(lambda params: MaskedState(inner.init(select(params, flags_for(params)))), update)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
+def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates (decoupled weight decay); ``mask`` as in
     ``masked`` limits it to some parameters."""
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("ft.optim.add_decayed_weights: update needs the parameters: "
-                             "call opt.update(grads, state, params)")
+                             f"call opt.update(grads, state, params) {user_frame_description()}")
         if weight_decay == 0:
             return updates, state
         return tree_map(lambda g, p: g + _cast_like(weight_decay, g) * p, updates, params), state
@@ -288,7 +340,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999, ep
 
 
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          eps_root: float = 0.0, weight_decay: float = 1e-4, mask=None) -> GradientTransformation:
+          eps_root: float = 0.0, weight_decay: float = 1e-4, mask: Any = None) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019)."""
     _check_learning_rate(learning_rate, "adamw")
     return chain(scale_by_adam(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
@@ -311,7 +363,7 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
 
 
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-3,
-         mask=None) -> GradientTransformation:
+         mask: Any = None) -> GradientTransformation:
     """Lion (Chen et al., 2023): sign updates with decoupled weight decay."""
     _check_learning_rate(learning_rate, "lion")
     return chain(scale_by_lion(b1, b2), add_decayed_weights(weight_decay, mask),
@@ -348,7 +400,7 @@ def linear_schedule(init_value: float, end_value: float, transition_steps: int, 
 def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0) -> Schedule:
     """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps`` steps."""
     if decay_steps <= 0:
-        raise ValueError(f"ft.optim.cosine_decay_schedule: decay_steps must be positive, got {decay_steps}")
+        raise ValueError(f"ft.optim.cosine_decay_schedule: decay_steps must be positive, got {decay_steps} {user_frame_description()}")
 
     def schedule(count):
         t = fnp.minimum(count, float(decay_steps))
@@ -357,7 +409,7 @@ def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.
     return schedule
 
 
-def join_schedules(schedules: list, boundaries: list) -> Schedule:
+def join_schedules(schedules: list[Schedule], boundaries: list[int]) -> Schedule:
     """``schedules[i]`` from ``boundaries[i-1]`` on (its count restarting at 0 there)."""
     def schedule(count):
         out = schedules[0](count)
@@ -401,7 +453,7 @@ def piecewise_constant_schedule(init_value: float, boundaries_and_scales: dict |
     """``init_value`` times the product of the scales of the boundaries already passed."""
     items = sorted((boundaries_and_scales or {}).items())
     if any(s < 0 for _, s in items):
-        raise ValueError("ft.optim.piecewise_constant_schedule: scales must be non-negative")
+        raise ValueError(f"ft.optim.piecewise_constant_schedule: scales must be non-negative, got {dict(items)} {user_frame_description()}")
 
     def schedule(count):
         value = init_value

@@ -52,8 +52,10 @@ def has_effects(eqn: JaxprEqn) -> bool:
 
 
 def without_effects(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """``closed`` with its effectful equations removed (at any depth): a forward pass that reverse
-    mode recomputes must not print again (as in JAX, the effect belongs to the primal pass)."""
+    """``closed`` without its equations that are only effects (no outputs: debug prints and
+    callbacks), at any depth: a forward pass that reverse mode recomputes must not print again
+    (as in JAX, the effect belongs to the primal pass).  Collectives compute values the
+    recomputation uses: they stay (every process recomputes them in the same order)."""
     if not any(has_effects(e) for e in closed.jaxpr.eqns):
         return closed
 
@@ -62,7 +64,7 @@ def without_effects(closed: ClosedJaxpr) -> ClosedJaxpr:
             return tuple(without_effects(s) for s in v)
         return without_effects(v) if isinstance(v, ClosedJaxpr) else v
     eqns = [JaxprEqn(e.primitive, e.inputs, {k: strip(v) for k, v in e.params.items()}, e.out_vars, e.phase)
-            for e in closed.jaxpr.eqns if not e.primitive.effectful]
+            for e in closed.jaxpr.eqns if not (e.primitive.effectful and not e.out_vars)]
     return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, closed.jaxpr.outs)
 
 

@@ -315,7 +315,93 @@ convert_element_type_p.batch = lambda vals, dims, *, new_dtype: (convert_element
 convert_element_type_p.jvp = [lambda t, ans, x, *, new_dtype:
                               convert_element_type(t, new_dtype) if new_dtype.kind in "fc" else None]
 convert_element_type_p.vjp = [lambda g, ans, x, *, new_dtype:
-                              convert_element_type(g, dtype_of(x)) if dtype_of(x).kind in "fc" else None]
+                              (real(g) if dtype_of(g).kind == "c" and dtype_of(x).kind == "f" else
+                               convert_element_type(g, dtype_of(x))) if dtype_of(x).kind in "fc" else None]
+
+
+# --------------------------------------------------------------------------- complex parts
+# Derivatives through complex values follow JAX's convention: a cotangent is the transpose of the
+# linear map, not its adjoint (no conjugation), so a real loss's gradient with respect to a real
+# input is the real part of the cotangent that reaches it (the transpose of real -> complex).
+
+
+def real_dtype(dtype) -> np.dtype:
+    """float64 for complex128, float32 for complex64 (a real dtype: itself)."""
+    return np.zeros(0, dtype).real.dtype
+
+
+def complex_dtype(dtype) -> np.dtype:
+    """complex128 for float64, complex64 for float32 (a complex dtype: itself)."""
+    return np.result_type(dtype, np.complex64)
+
+
+def _complex_unary(name, impl, out_dtype, jvp, vjp):
+    p = new_primitive(name)
+    p.impl = impl
+    p.abstract_eval = lambda a: ShapedArray(a.shape, out_dtype(a.dtype), a.weak_type)
+    p.jvp, p.vjp = [jvp], [vjp]
+    p.batch = lambda vals, dims: (p.bind(vals[0]), dims[0])
+    return p
+
+
+real_p = _complex_unary("real", lambda x: np.real(x).copy(), real_dtype,
+                        lambda t, ans, x: real(t), lambda g, ans, x: complex_(g, zeros_like(g)))
+imag_p = _complex_unary("imag", lambda x: np.imag(x).copy(), real_dtype,
+                        lambda t, ans, x: imag(t), lambda g, ans, x: complex_(zeros_like(g), neg(g)))
+conj_p = _complex_unary("conj", np.conj, lambda d: d, lambda t, ans, x: conj(t), lambda g, ans, x: conj(g))
+
+complex_p = new_primitive("complex")  # x + i y from two real arrays of one shape and dtype
+
+
+def _complex_impl(x, y):
+    out = np.empty(np.broadcast_shapes(np.shape(x), np.shape(y)), complex_dtype(np.asarray(x).dtype))
+    out.real, out.imag = x, y
+    return out
+
+
+def _complex_abstract(a, b):
+    if a.dtype != b.dtype or a.dtype.kind != "f" or a.shape != b.shape:
+        raise DtypeError(f"complex: expected two real arrays of one shape and dtype, got {a.str_short()} and "
+                         f"{b.str_short()} {user_frame_description()}")
+    return ShapedArray(a.shape, complex_dtype(a.dtype), a.weak_type and b.weak_type)
+
+
+complex_p.impl = _complex_impl
+complex_p.abstract_eval = _complex_abstract
+complex_p.jvp = [lambda t, ans, x, y: complex_(t, zeros_like(t)), lambda t, ans, x, y: complex_(zeros_like(t), t)]
+complex_p.vjp = [lambda g, ans, x, y: real(g), lambda g, ans, x, y: neg(imag(g))]
+
+
+def _complex_batch(vals, dims):
+    size = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
+    x, y = (moveaxis(v, d, 0) if d is not None else broadcast_in_dim(v, (size,) + shape_of(v), tuple(
+        range(1, len(shape_of(v)) + 1))) for v, d in zip(vals, dims))
+    return complex_(x, y), 0
+
+
+complex_p.batch = _complex_batch
+
+
+def _complex_unit(ans, x):
+    """x / |x| for complex x (1 where x == 0, as JAX), differentiable (unlike sign)."""
+    safe = select(eq(ans, scalar_like(ans, 0)), ones_like(ans), ans)
+    return div(x, convert_element_type(safe, dtype_of(x)))
+
+
+def _abs_jvp(t, ans, x):
+    """d|x| = re(conj(x / |x|) dx) for complex x, sign(x) dx for real x."""
+    if dtype_of(x).kind == "c":
+        return real(mul(t, conj(_complex_unit(ans, x))))
+    return mul(t, sign(x))
+
+
+def _abs_vjp(g, ans, x):
+    if dtype_of(x).kind == "c":
+        return mul(convert_element_type(g, dtype_of(x)), conj(_complex_unit(ans, x)))
+    return mul(g, sign(x))
+
+
+abs_p.jvp, abs_p.vjp = [_abs_jvp], [_abs_vjp]
 
 
 # --------------------------------------------------------------------------- reductions
@@ -409,9 +495,11 @@ reduce_max_p.jvp = reduce_min_p.jvp = [_extremum_jvp]
 def _prod_of_others(x, axes):
     """prod over ``axes`` of x with each element left out in turn, without dividing by x.
 
-    The reduced axes are flattened to one axis of size n and an (n, n) identity mask
-    replaces the left-out element by 1: O(n^2) but exact at zeros and differentiable.
+    The reduced axes are flattened to one axis; the product of the others is the exclusive
+    product from the left times the one from the right (``scans.exclusive_products``): O(n)
+    memory, exact at zeros, and differentiable again.
     """
+    from .scans import exclusive_products
     shape = shape_of(x)
     rest = tuple(i for i in range(len(shape)) if i not in axes)
     xt = transpose(x, rest + tuple(axes))
@@ -419,10 +507,7 @@ def _prod_of_others(x, axes):
     n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
     xf = reshape(xt, rest_shape + (n,))
     k = len(rest_shape)
-    eye = np.eye(n, dtype=bool)
-    tiled = broadcast_in_dim(xf, rest_shape + (n, n), tuple(range(k)) + (k + 1,))
-    masked = select(eye, ones_like(tiled), tiled)
-    others = reduce_prod(masked, (k + 1,))
+    others = mul(exclusive_products(xf, k), exclusive_products(xf, k, reverse=True))
     others = reshape(others, rest_shape + tuple(shape[a] for a in axes))
     inv = np.argsort(rest + tuple(axes))
     return transpose(others, tuple(int(i) for i in inv))
@@ -996,6 +1081,10 @@ def bitcast_convert_type(x, dtype): return bitcast_convert_type_p.bind(x, new_dt
 
 
 def neg(x): return neg_p.bind(x)
+def real(x): return real_p.bind(x)
+def imag(x): return imag_p.bind(x)
+def conj(x): return conj_p.bind(x)
+def complex_(x, y): return complex_p.bind(x, y)
 def sin(x): return sin_p.bind(x)
 def cos(x): return cos_p.bind(x)
 def log(x): return log_p.bind(x)

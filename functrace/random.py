@@ -23,6 +23,7 @@ two 32-bit words as JAX with x64 does (the same key as without it for seeds in [
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -104,8 +105,15 @@ def _check_key(fname: str, key):
     return k
 
 
+def _row(x, i: int):
+    """``x[i]`` along the leading axis (a slice: traceable, fused like any other)."""
+    shape = tuple(P.shape_of(x))
+    return P.squeeze(P.slice_op(x, (i,) + (0,) * (len(shape) - 1), (i + 1,) + shape[1:]), (0,))
+
+
 def _key_words(key) -> tuple:
-    return tuple(P.squeeze(P.slice_op(key, (i,), (i + 1,)), (0,)) for i in (0, 1))
+    """The two uint32 words of a key."""
+    return _row(key, 0), _row(key, 1)
 
 
 def PRNGKey(seed) -> np.ndarray:
@@ -113,7 +121,7 @@ def PRNGKey(seed) -> np.ndarray:
     bits), as ``jax.random.PRNGKey``."""
     if isinstance(seed, Tracer):
         if seed.shape != () or seed.dtype.kind not in "iu":
-            raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {seed.aval.str_short()}")
+            raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {seed.aval.str_short()} {user_frame_description()}")
         if seed.dtype.itemsize <= 4:
             low = P.convert_element_type(P.convert_element_type(seed, np.int32), _U32) if seed.dtype.kind == "i" \
                 else P.convert_element_type(seed, _U32)
@@ -125,7 +133,7 @@ def PRNGKey(seed) -> np.ndarray:
     s = np.asarray(seed)
     if s.shape != () or s.dtype.kind not in "iub":
         raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {s.dtype.name}{list(s.shape)} "
-                        "(use ft.vmap for many seeds)")
+                        f"(use ft.vmap for many seeds) {user_frame_description()}")
     if s.dtype.kind == "i" and s.dtype.itemsize <= 4:
         return np.array([0, int(s) & 0xFFFFFFFF], _U32)
     v = int(s) & 0xFFFFFFFFFFFFFFFF
@@ -135,8 +143,19 @@ def PRNGKey(seed) -> np.ndarray:
 key = PRNGKey  # (jax.random.key makes a typed key; here every key is the raw uint32[2] array)
 
 
-def _shape(shape) -> tuple:
-    return tuple(int(n) for n in shape) if isinstance(shape, Sequence) else (int(shape),)
+def _shape(fname: str, shape) -> tuple:
+    """``shape`` (a sequence of sizes, or one size) as a tuple of non-negative ints, or a TypeError
+    naming ``ft.random.<fname>`` (a string or a float would otherwise pass as digits / truncate)."""
+    listed = (isinstance(shape, Sequence) and not isinstance(shape, str)) or np.ndim(shape) == 1
+    sizes = shape if listed else (shape,)
+    try:
+        out = tuple(operator.index(n) for n in sizes)
+    except TypeError:
+        out = None
+    if out is None or any(n < 0 for n in out):
+        raise TypeError(f"ft.random.{fname}: the shape must be non-negative integers, got {shape!r} "
+                        f"{user_frame_description()}")
+    return out
 
 
 def _counters(shape: tuple) -> tuple:
@@ -157,7 +176,7 @@ def _hash(key, shape: tuple) -> list:
 def split(key, num: int | Sequence[int] = 2):
     """``num`` new keys (a shape: keys of that shape), as ``jax.random.split``."""
     key = _check_key("split", key)
-    return fnp.stack(_hash(key, _shape(num)), axis=-1)
+    return fnp.stack(_hash(key, _shape("split", num)), axis=-1)
 
 
 def fold_in(key, data):
@@ -165,11 +184,11 @@ def fold_in(key, data):
     key = _check_key("fold_in", key)
     if isinstance(data, Tracer):
         if data.shape != ():
-            raise TypeError("ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many)")
+            raise TypeError(f"ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many) {user_frame_description()}")
         d = P.convert_element_type(data, _U32)
     else:
         if np.ndim(data):
-            raise TypeError("ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many)")
+            raise TypeError(f"ft.random.fold_in: data must be a scalar (use ft.vmap to fold in many) {user_frame_description()}")
         d = np.array(int(data) & 0xFFFFFFFF, _U32)
     k1, k2 = _key_words(key)
     return fnp.stack(threefry2x32_p.bind(k1, k2, np.zeros((), _U32), d))
@@ -190,8 +209,8 @@ def bits(key, shape: Sequence[int] = (), dtype=np.uint32):
     key = _check_key("bits", key)
     dtype = np.dtype(dtype)
     if dtype.kind != "u":
-        raise TypeError(f"ft.random.bits: dtype must be an unsigned integer type, got {dtype.name}")
-    return _bits(key, dtype.itemsize * 8, _shape(shape))
+        raise TypeError(f"ft.random.bits: dtype must be an unsigned integer type, got {dtype.name} {user_frame_description()}")
+    return _bits(key, dtype.itemsize * 8, _shape("bits", shape))
 
 
 # --------------------------------------------------------------------------- floats
@@ -200,7 +219,7 @@ def bits(key, shape: Sequence[int] = (), dtype=np.uint32):
 def _float_dtype(fname: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"ft.random.{fname}: dtype must be float32 or float64, got {dtype.name}")
+        raise TypeError(f"ft.random.{fname}: dtype must be float32 or float64, got {dtype.name} {user_frame_description()}")
     return dtype
 
 
@@ -211,14 +230,19 @@ def _as(x, dtype):
     return np.asarray(x, dtype)
 
 
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Does an array of ``shape`` broadcast to ``target`` (unchanged)?"""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
 def _check_broadcast(fname: str, shape: tuple, *args) -> None:
+    """Every parameter in ``args`` broadcasts to the sample ``shape``, or a ShapeError."""
     for a in args:
         s = tuple(P.shape_of(a))
-        try:
-            ok = np.broadcast_shapes(s, shape) == shape
-        except ValueError:
-            ok = False
-        if not ok:
+        if not _broadcasts_to(s, shape):
             raise ShapeError(f"ft.random.{fname}: a parameter of shape {s} does not broadcast to the "
                              f"sample shape {shape} {user_frame_description()}")
 
@@ -244,7 +268,7 @@ def _uniform(fname: str, key, shape: tuple, dtype: np.dtype, minval, maxval):
 def uniform(key, shape: Sequence[int] = (), dtype=np.float32, minval=0.0, maxval=1.0):
     """Uniform floats in [minval, maxval), as ``jax.random.uniform``."""
     key = _check_key("uniform", key)
-    return _uniform("uniform", key, _shape(shape), _float_dtype("uniform", dtype), minval, maxval)
+    return _uniform("uniform", key, _shape("uniform", shape), _float_dtype("uniform", dtype), minval, maxval)
 
 
 def normal(key, shape: Sequence[int] = (), dtype=np.float32):
@@ -252,7 +276,7 @@ def normal(key, shape: Sequence[int] = (), dtype=np.float32):
     key = _check_key("normal", key)
     dtype = _float_dtype("normal", dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
-    u = _uniform("normal", key, _shape(shape), dtype, low, 1.0)
+    u = _uniform("normal", key, _shape("normal", shape), dtype, low, 1.0)
     return P.mul(np.array(math.sqrt(2.0), dtype), nn.erf_inv_p.bind(u))
 
 
@@ -278,7 +302,7 @@ def truncated_normal(key, lower, upper, shape: Sequence[int] | None = None, dtyp
     key = _check_key("truncated_normal", key)
     dtype = _float_dtype("truncated_normal", dtype)
     lower, upper = _as(lower, dtype), _as(upper, dtype)
-    shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape(shape)
+    shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape("truncated_normal", shape)
     sqrt2 = np.array(math.sqrt(2.0), dtype)
     a, b = nn.erf_p.bind(P.div(lower, sqrt2)), nn.erf_p.bind(P.div(upper, sqrt2))
     out = P.mul(sqrt2, nn.erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
@@ -292,7 +316,7 @@ def _probability_dtype(fname: str, p) -> np.dtype:
         return np.dtype(np.float32)  # a Python number: JAX's default float
     d = P.dtype_of(p)
     if d.kind != "f":
-        raise TypeError(f"ft.random.{fname}: probabilities must be floats, got {d.name}")
+        raise TypeError(f"ft.random.{fname}: probabilities must be floats, got {d.name} {user_frame_description()}")
     return d
 
 
@@ -301,7 +325,7 @@ def bernoulli(key, p=0.5, shape: Sequence[int] | None = None):
     key = _check_key("bernoulli", key)
     dtype = _probability_dtype("bernoulli", p)
     p = _as(p, dtype)
-    shape = tuple(P.shape_of(p)) if shape is None else _shape(shape)
+    shape = tuple(P.shape_of(p)) if shape is None else _shape("bernoulli", shape)
     return P.lt_p.bind(_uniform("bernoulli", key, shape, dtype, 0.0, 1.0), p)
 
 
@@ -309,15 +333,15 @@ def gumbel(key, shape: Sequence[int] = (), dtype=np.float32, mode: str = "low"):
     """Standard Gumbel floats, -log(-log(u)), as ``jax.random.gumbel`` (``mode="high"``: two
     uniforms per sample, for the far tail)."""
     key = _check_key("gumbel", key)
-    dtype, shape = _float_dtype("gumbel", dtype), _shape(shape)
+    dtype, shape = _float_dtype("gumbel", dtype), _shape("gumbel", shape)
     info = np.finfo(dtype)
     if mode == "low":
         u = _uniform("gumbel", key, shape, dtype, info.tiny, 1.0)
         return P.neg(P.log(P.neg(P.log(u))))
     if mode != "high":
-        raise ValueError(f"ft.random.gumbel: mode must be 'low' or 'high', got {mode!r}")
+        raise ValueError(f"ft.random.gumbel: mode must be 'low' or 'high', got {mode!r} {user_frame_description()}")
     both = _uniform("gumbel", key, (2,) + shape, dtype, 0.0, 1.0)
-    high, low = (P.squeeze(P.slice_op(both, (i,) + (0,) * len(shape), (i + 1,) + shape), (0,)) for i in (0, 1))
+    high, low = _row(both, 0), _row(both, 1)
     fine = P.add(P.add(high, P.mul(np.array(2.0 ** -info.nmant, dtype), low)), np.array(info.tiny, dtype))
     x = P.select(P.ge_p.bind(high, np.array(0.5, dtype)), high, fine)
     return P.neg(P.log(P.neg(P.log1p_p.bind(P.neg(x)))))
@@ -327,7 +351,7 @@ def exponential(key, shape: Sequence[int] = (), dtype=np.float32):
     """Standard exponential floats, -log(1 - u), as ``jax.random.exponential``."""
     key = _check_key("exponential", key)
     dtype = _float_dtype("exponential", dtype)
-    u = _uniform("exponential", key, _shape(shape), dtype, 0.0, 1.0)
+    u = _uniform("exponential", key, _shape("exponential", shape), dtype, 0.0, 1.0)
     return P.neg(P.log1p_p.bind(P.neg(u)))
 
 
@@ -337,28 +361,38 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
     Gumbel-top-k trick (the leading axes of ``shape`` past the batch shape number the draws)."""
     key = _check_key("categorical", key)
     logits = fnp._to_float(logits)
-    ndim = len(P.shape_of(logits))
+    logits_shape = tuple(P.shape_of(logits))
+    ndim = len(logits_shape)
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"ft.random.categorical: axis {axis} is out of range for logits of shape {logits_shape} "
+                         f"(the categories lie along one of its axes) {user_frame_description()}")
     axis = axis % ndim
-    batch_shape = tuple(n for i, n in enumerate(P.shape_of(logits)) if i != axis)
-    shape = batch_shape if shape is None else _shape(shape)
-    _check_broadcast("categorical", shape, np.zeros(batch_shape))
+    if logits_shape[axis] == 0:
+        raise ValueError(f"ft.random.categorical: logits of shape {logits_shape} have no categories along axis {axis} "
+                         f"{user_frame_description()}")
+    batch_shape = logits_shape[:axis] + logits_shape[axis + 1:]
+    shape = batch_shape if shape is None else _shape("categorical", shape)
+    if not _broadcasts_to(batch_shape, shape):
+        raise ShapeError(f"ft.random.categorical: the batch shape {batch_shape} of logits of shape {logits_shape} "
+                         f"(without axis {axis}, the categories) does not broadcast to shape {shape} "
+                         f"{user_frame_description()}")
     prefix = shape[:len(shape) - len(batch_shape)]
     if not replace:
-        draws, categories = math.prod(prefix), P.shape_of(logits)[axis]
+        draws, categories = math.prod(prefix), logits_shape[axis]
         if draws > categories:
             raise ValueError(f"ft.random.categorical: cannot draw {draws} samples from {categories} categories "
-                             "without replacement")
+                             f"without replacement {user_frame_description()}")
         if shape[len(prefix):] != batch_shape:
             raise ShapeError(f"ft.random.categorical: without replacement the shape must end in the batch "
-                             f"shape {batch_shape}, got {shape}")
-        scores = P.add(logits, gumbel(key, tuple(P.shape_of(logits)), P.dtype_of(logits)))
+                             f"shape {batch_shape}, got {shape} {user_frame_description()}")
+        scores = P.add(logits, gumbel(key, logits_shape, P.dtype_of(logits)))
         order = P.moveaxis(_stable_order(scores, axis, descending=True), axis, len(batch_shape))  # batch..., rank
         top = P.slice_op(order, (0,) * ndim, batch_shape + (draws,))
         return P.reshape(P.moveaxis(top, len(batch_shape), 0), shape)
     noise_shape = list(shape[len(prefix):])
-    noise_shape.insert(axis, P.shape_of(logits)[axis])
+    noise_shape.insert(axis, logits_shape[axis])
     noise = gumbel(key, prefix + tuple(noise_shape), P.dtype_of(logits))
-    scores = P.add(noise, P.reshape(logits, (1,) * len(prefix) + tuple(P.shape_of(logits))))
+    scores = P.add(noise, P.reshape(logits, (1,) * len(prefix) + logits_shape))
     return fnp.argmax(scores, axis=len(prefix) + axis).astype(np.int32)
 
 
@@ -392,9 +426,9 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     """Integers in [minval, maxval), as ``jax.random.randint`` (two words of random bits per value,
     reduced modulo the span)."""
     key = _check_key("randint", key)
-    dtype, shape = np.dtype(dtype), _shape(shape)
+    dtype, shape = np.dtype(dtype), _shape("randint", shape)
     if dtype.kind not in "iu":
-        raise TypeError(f"ft.random.randint: dtype must be an integer type, got {dtype.name}")
+        raise TypeError(f"ft.random.randint: dtype must be an integer type, got {dtype.name} {user_frame_description()}")
     minval, maxval = _integer(minval), _integer(maxval)
     _check_broadcast("randint", shape, minval, maxval)
     if dtype.itemsize < 4:  # sampled in 32 bits (less bias), as JAX
@@ -413,7 +447,8 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     else:
         out_of_range = np.asarray(maxval).astype(object) > above
     low, high = _clipped(minval, dtype), _clipped(maxval, dtype)
-    k1, k2 = (P.squeeze(P.slice_op(split(key), (i, 0), (i + 1, 2)), (0,)) for i in (0, 1))
+    keys = split(key)
+    k1, k2 = _row(keys, 0), _row(keys, 1)
     higher_bits, lower_bits = _bits(k1, width, shape), _bits(k2, width, shape)
     span = P.convert_element_type(P.sub(high, low), uint)
     one, zero = np.array(1, uint), np.array(0, uint)
@@ -427,31 +462,10 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=np.int32):
     return P.broadcast_to(P.add(low, P.convert_element_type(offset, dtype)), shape)
 
 
-TRACED_SORT_LIMIT = 4096  # longest axis _stable_order sorts by comparisons (n^2 elements)
-
-
 def _stable_order(keys, axis: int, descending: bool = False):
-    """The permutation a stable sort of ``keys`` along ``axis`` applies (indices, int32):
-    numpy's argsort on arrays; traced, the rank of each key (how many keys sort before it) and
-    its inverse by comparisons, O(n^2) along the axis, but elementwise work every backend runs."""
-    if not isinstance(keys, Tracer):
-        k = np.asarray(keys)
-        return np.argsort(-k.astype(np.float64) if descending else k, axis=axis, kind="stable").astype(np.int32)
-    keys = P.moveaxis(keys, axis, len(P.shape_of(keys)) - 1)
-    n = P.shape_of(keys)[-1]
-    if n > TRACED_SORT_LIMIT:
-        raise NotImplementedError(f"ft.random: a traced shuffle or top-k of {n} > {TRACED_SORT_LIMIT} elements "
-                                  "needs a sort primitive (functrace has none yet; its O(n^2) comparisons would "
-                                  f"take {n * n:,} elements); call it outside jit/vmap {user_frame_description()}")
-    mine = P.expand_dims(keys, (len(P.shape_of(keys)),))       # [..., i, 1]
-    other = P.expand_dims(keys, (len(P.shape_of(keys)) - 1,))   # [..., 1, j]
-    before = P.gt_p.bind(other, mine) if descending else P.lt_p.bind(other, mine)
-    position = np.arange(n)
-    tie_before = P.and_p.bind(P.eq(other, mine), position[None, :] < position[:, None])
-    rank = fnp.sum(P.or_p.bind(before, tie_before), axis=-1).astype(np.int32)  # [..., i]
-    at = P.eq(P.expand_dims(rank, (len(P.shape_of(rank)) - 1,)), np.arange(n, dtype=np.int32)[:, None])  # [..., r, i]
-    order = fnp.sum(fnp.where(at, np.arange(n, dtype=np.int32), np.int32(0)), axis=-1).astype(np.int32)
-    return P.moveaxis(order, len(P.shape_of(order)) - 1, axis)
+    """The permutation a stable sort of ``keys`` along ``axis`` applies (int32): the ``argsort``
+    primitive, descending with ties in their original order (as JAX's sorts and ``lax.top_k``)."""
+    return fnp.argsort(keys, axis=axis, descending=descending).astype(np.int32)
 
 
 def _shuffle(key, x, axis: int):
@@ -472,7 +486,7 @@ def permutation(key, x, axis: int = 0, independent: bool = False):
     key = _check_key("permutation", key)
     if not isinstance(x, Tracer) and np.ndim(x) == 0:
         if np.asarray(x).dtype.kind not in "iu":
-            raise TypeError("ft.random.permutation: x must be an integer or an array of at least one axis")
+            raise TypeError(f"ft.random.permutation: x must be an integer or an array of at least one axis {user_frame_description()}")
         return _shuffle(key, np.arange(int(x), dtype=np.int32), 0)
     x = fnp.asarray(x)
     axis = axis % len(x.shape)
@@ -486,7 +500,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     """Samples of ``arange(a)`` (an int) or of ``a``'s slices along ``axis``, with or without
     replacement, uniformly or with probabilities ``p``, as ``jax.random.choice``."""
     key = _check_key("choice", key)
-    shape = _shape(shape)
+    shape = _shape("choice", shape)
     scalar = not isinstance(a, Tracer) and np.ndim(a) == 0
     arr = None if scalar else fnp.asarray(a)
     if scalar:
@@ -496,9 +510,9 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
         n = arr.shape[axis]
     draws = math.prod(shape)
     if n <= 0 and draws:
-        raise ValueError("ft.random.choice: a must be greater than 0 unless no samples are taken")
+        raise ValueError(f"ft.random.choice: a must be greater than 0 unless no samples are taken {user_frame_description()}")
     if not replace and draws > n:
-        raise ValueError(f"ft.random.choice: cannot take {draws} samples from {n} without replacement")
+        raise ValueError(f"ft.random.choice: cannot take {draws} samples from {n} without replacement {user_frame_description()}")
     if p is None:
         if replace:
             ind = randint(key, shape, 0, n)
@@ -509,10 +523,10 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
             p = np.asarray(p, np.float32)  # Python numbers: JAX's default float
         p = fnp._to_float(p)
         if tuple(P.shape_of(p)) != (n,):
-            raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))}")
+            raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))} {user_frame_description()}")
         if replace:
             cumulative = fnp.cumsum(p)
-            total = P.squeeze(P.slice_op(cumulative, (n - 1,), (n,)), (0,))
+            total = _row(cumulative, n - 1)
             u = _uniform("choice", key, shape, P.dtype_of(p), 0.0, 1.0)
             r = P.mul(total, P.sub(np.array(1.0, P.dtype_of(p)), u))
             ind = fnp.sum(P.lt_p.bind(cumulative, P.expand_dims(r, (len(shape),))), axis=-1).astype(np.int32)
@@ -532,34 +546,23 @@ def multivariate_normal(key, mean, cov, shape: Sequence[int] | None = None, dtyp
     ``jax.random.multivariate_normal`` (``method``: 'cholesky', 'eigh' or 'svd')."""
     key = _check_key("multivariate_normal", key)
     if method not in ("cholesky", "eigh", "svd"):
-        raise ValueError(f"ft.random.multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r}")
+        raise ValueError(f"ft.random.multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r} {user_frame_description()}")
     mean, cov = fnp._to_float(mean), fnp._to_float(cov)
     dtype = _float_dtype("multivariate_normal", P.dtype_of(mean) if dtype is None else dtype)
     mean, cov = _as(mean, dtype), _as(cov, dtype)
     n = P.shape_of(mean)[-1] if P.shape_of(mean) else None
     if n is None or tuple(P.shape_of(cov))[-2:] != (n, n):
         raise ShapeError(f"ft.random.multivariate_normal: needs mean (..., n) and cov (..., n, n), got "
-                         f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))}")
+                         f"{tuple(P.shape_of(mean))} and {tuple(P.shape_of(cov))} {user_frame_description()}")
     batch = tuple(np.broadcast_shapes(P.shape_of(mean)[:-1], P.shape_of(cov)[:-2]))
-    shape = batch if shape is None else _shape(shape)
-    if isinstance(cov, Tracer):
-        linalg = fnp.linalg
-        try:
-            decompose = {"cholesky": linalg.cholesky, "eigh": linalg.eigh, "svd": linalg.svd}[method]
-        except AttributeError:
-            raise NotImplementedError(f"ft.random.multivariate_normal: a traced cov needs "
-                                      f"functrace.numpy.linalg.{method}, not available") from None
-        sqrt = fnp.sqrt
-    else:
-        decompose = {"cholesky": np.linalg.cholesky, "eigh": np.linalg.eigh, "svd": np.linalg.svd}[method]
-        sqrt = np.sqrt
+    shape = batch if shape is None else _shape("multivariate_normal", shape)
     if method == "cholesky":
-        factor = decompose(cov)
+        factor = fnp.linalg.cholesky(cov)
     elif method == "eigh":
-        w, v = decompose(cov)
-        factor = v * sqrt(w[..., None, :])
+        w, v = fnp.linalg.eigh(cov)
+        factor = v * fnp.sqrt(w[..., None, :])
     else:
-        u, s, _ = decompose(cov)
-        factor = u * sqrt(s[..., None, :])
+        u, s, _ = fnp.linalg.svd(cov)
+        factor = u * fnp.sqrt(s[..., None, :])
     z = normal(key, shape + (n,), dtype)
-    return mean + fnp.einsum("...ij,...j->...i", _as(factor, dtype), z)
+    return mean + fnp.einsum("...ij,...j->...i", factor, z)

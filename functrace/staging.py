@@ -93,8 +93,6 @@ class StagingTrace(Trace):
             known = None if key is None else memo.get(key)
         except TypeError:  # unhashable params (sub-jaxprs): never shared
             key = known = None
-        if primitive.effectful:  # its effect happens at each call: never shared
-            key = known = None
         if known is not None:
             return known
         out_aval = primitive.abstract_eval(*[v.aval for v in in_vars], **params)

@@ -26,3 +26,14 @@ def opencl_kernels_for_small_programs(request):
     yield
     for n, v in saved.items():
         ft.config.update(n, v)
+
+
+@pytest.fixture
+def jax_x64():
+    """jax (skipped when not installed) with float64 enabled for one test, then the previous setting:
+    a global x64 switch left on changes what later tests get from JAX (jax.random's dtypes)."""
+    jax = pytest.importorskip("jax", reason="optional comparison with JAX")
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield jax
+    jax.config.update("jax_enable_x64", previous)

@@ -8,15 +8,10 @@ import functrace.numpy as fnp
 
 
 @pytest.fixture
-def opencl_kernels():
+def opencl_kernels(monkeypatch):
     """Run even small programs as kernels (not on the host of a CPU device) while the test runs."""
-    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0}
-    saved = {n: getattr(ft.config, n) for n in settings}
-    for n, v in settings.items():
-        ft.config.update(n, v)
-    yield
-    for n, v in saved.items():
-        ft.config.update(n, v)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
 
 
 def f(x):
@@ -139,3 +134,26 @@ def test_bad_arguments():
         ft.debug.print(np.ones(2))
     with pytest.raises(TypeError, match="debug.callback expects a function"):
         ft.debug.callback(3, np.ones(2))
+
+
+@pytest.mark.parametrize("fmt, problem", [("x={x}", "KeyError: 'x'"), ("x={} {}", "IndexError"),
+                                          ("x={:d", "unmatched"), ("x={:.3q}", "unsupported format string")])
+@pytest.mark.parametrize("how", ["eager", "jit"])
+def test_a_format_string_the_arguments_cannot_fill_fails_when_called_naming_the_function(capsys, fmt, problem, how):
+    def log_values(x):
+        ft.debug.print(fmt, x)
+        return x
+    run = log_values if how == "eager" else ft.jit(log_values, backend="numpy")
+    with pytest.raises(ValueError, match=f"ft.debug.print: the format string .* does not fit its arguments "
+                                         f"\\(.*{problem}.* in function `log_values`"):
+        run(np.ones(3, np.float32))
+    assert lines(capsys) == []
+
+
+def test_format_check_uses_the_traced_shapes(capsys):
+    def g(x):
+        ft.debug.print("{:.2f} {x[1]}", x[0], x=x)  # a scalar takes .2f, a vector can be indexed
+        return x
+    ft.jit(g, backend="numpy")(np.array([1.0, 2.0]))
+    ft.vmap(g)(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    assert lines(capsys) == ["1.00 2.0", "1.00 2.0", "3.00 4.0"]

@@ -61,8 +61,7 @@ def test_reports_are_one_kind_of_object_with_text_summary_and_tables(kernels_for
         assert "<table>" in report._repr_html_()
     assert [name for name, _ in passes.counts][0] == "input" and passes.analysis.peak_bytes > 0
     # host steps grouped by reason, with counts: two prints, two complex64 equations
-    assert running.host_steps[("debug_callback", "effectful: debug_callback calls back into Python, "
-                                                 "in program order")] == 2
+    assert running.host_steps[("debug_callback", "effectful: debug_callback runs on the host, in program order")] == 2
     assert sum(n for (p, why), n in running.host_steps.items() if why.startswith("complex64")) == 2
     html = running._repr_html_()
     assert "Host steps, by reason" in html and "debug_callback x2" in html and "mul, add" in html

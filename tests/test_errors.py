@@ -107,12 +107,12 @@ def test_concretization_error_points_to_cond_and_line():
 
 
 def test_unsupported_numpy_function():
-    with pytest.raises(NotImplementedError, match="sort"):
-        fnp.sort(np.ones(3))
-    with pytest.raises(NotImplementedError, match="fft"):
-        fnp.fft
-    with pytest.raises(NotImplementedError, match="cholesky"):
-        fnp.linalg.cholesky(np.eye(2))
+    with pytest.raises(NotImplementedError, match="spacing"):
+        fnp.spacing(np.ones(3))
+    with pytest.raises(NotImplementedError, match="hfft"):
+        fnp.fft.hfft
+    with pytest.raises(NotImplementedError, match="eig"):
+        fnp.linalg.eig(np.eye(2))
 
 
 def test_grad_argnums_out_of_range_and_bad_aux():
@@ -222,14 +222,12 @@ def test_operations_numpy_refuses_are_refused_while_tracing():
 
 def test_missing_array_features_raise_not_implemented_or_say_why():
     x = np.ones(3)
-    with pytest.raises(NotImplementedError, match=r"x.at\[...\].*fnp.where"):
-        ft.jit(lambda t: t.at[0].set(1.0))(x)
-    with pytest.raises(TypeError, match="immutable.*fnp.where"):
+    with pytest.raises(TypeError, match=r"immutable.*x.at\[i\].set"):
         ft.jit(lambda t: t.__setitem__(0, 1.0))(x)
     with pytest.raises(NotImplementedError, match="bit shifts"):
         ft.jit(lambda t: t << 1)(np.ones(3, np.int32))
-    with pytest.raises(NotImplementedError, match="real of a complex"):
-        ft.jit(lambda z: z.real)(np.ones(3, complex))
+    z = np.array([1 + 2j, 3 - 1j])
+    np.testing.assert_array_equal(ft.jit(lambda z: [z.real, z.imag, z.conj()])(z), [z.real, z.imag, z.conj()])
     np.testing.assert_array_equal(np.asarray(ft.jit(lambda t: t.real + t.imag + np.conjugate(t))(x)), 2 * x)
 
 

@@ -635,6 +635,25 @@ case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rm
 case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),
      normal(3, 2, 2), normal(3, 2, 2))
 
+# functrace.numpy.linalg: one case per decomposition primitive (tests/test_linalg.py has the rest)
+_SQUARE = normal(3, 3) + 3 * np.eye(3)
+case("linalg-solve", fnp.linalg.solve, _SQUARE, normal(3, 2))
+case("linalg-det", fnp.linalg.det, _SQUARE)
+case("linalg-slogdet", lambda a: fnp.linalg.slogdet(a)[1], _SQUARE)
+case("linalg-cholesky", lambda a: fnp.linalg.cholesky(a @ a.T), _SQUARE)
+case("linalg-triangular_solve", lambda a, b: fnp.linalg.triangular_solve(a, b, lower=False), _SQUARE, normal(3, 2))
+case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0], _SQUARE @ _SQUARE.T)
+case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
+case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
+case("scipy-linalg-lu_solve", lambda a, b: ft.scipy.linalg.lu_solve(ft.scipy.linalg.lu_factor(a), b), _SQUARE, normal(3))
+
+case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))
+
+# functrace.numpy.fft and complex intermediates (real inputs and outputs)
+case("fft-rfft_irfft_filter", lambda a, w: fnp.fft.irfft(fnp.fft.rfft(a) * w), normal(8), normal(5))
+case("fft-complex_parts", lambda a, b: [fnp.fft.fft(P.complex_(a, b)).real, fnp.fft.ifft(P.complex_(b, a)).imag,
+                                        fnp.abs(fnp.fft.fft(a) * fnp.fft.fft(b).conj())], normal(6), normal(6))
+
 # collectives over the process group: one member here (tests/test_collectives.py checks them under
 # vmap(axis_name=...) with three, tests/test_distributed.py over two MPI processes)
 case("lax-psum-pmax-pmin-ppermute-processes", lambda x: fnp.sin(ft.lax.psum(x, "processes")) * ft.lax.pmax(x, "processes")
@@ -662,6 +681,21 @@ case("random-uniform-minval_maxval", lambda lo, hi: ft.random.uniform(_KEY, (4,)
      np.array(-0.5), np.array(1.5))
 case("random-truncated_normal-bounds", lambda lo, hi: ft.random.truncated_normal(_KEY, lo, hi, (4,), np.float64),
      np.array(-1.2), np.array(0.9))
+# sorting, functional updates, scans (functrace/sorting.py, scatter.py, scans.py)
+_DUP = np.array([0, 2, 2, -1, 0])  # repeated and negative indices
+case("at-set-repeated_indices", lambda x, u: fnp.asarray(x).at[_DUP].set(u) * x, normal(4), normal(5))
+case("at-add-(3,4)[1:,::2]", lambda x, u: fnp.sin(fnp.asarray(x).at[1:, ::2].add(u)), normal(3, 4), normal(2, 2))
+case("at-multiply-zeros_and_repeats", lambda x, u: fnp.asarray(x).at[_DUP].multiply(u * np.array([1, 0, 1, 1, 0])),
+     normal(4), normal(5))
+case("at-max-repeated_indices", lambda x, u: fnp.asarray(x).at[_DUP].max(u), *distinct((4,), (5,)))
+case("at-min-(3,3)[[0,2],1]", lambda x, u: fnp.asarray(x).at[[0, 2], 1].min(u), *distinct((3, 3), (2,)))
+case("sort-(3,5)-axis0", lambda x: fnp.sort(x, axis=0) * np.arange(5.0), distinct((3, 5)))
+case("quantile-linear-(7,)", lambda x: fnp.quantile(x, np.array([0.1, 0.5, 0.95])), distinct((7,)))
+case("cumprod-with_zero", lambda x: fnp.cumprod(x * np.array([1, 1, 0, 1, 1.0])), normal(5))
+case("prod-with_zero-axis1", lambda x: fnp.prod(x * np.array([[1, 0, 1.0]]), axis=1), normal(2, 3))
+case("lax-cummax", lambda x: ft.lax.cummax(x, reverse=True), distinct((6,)))
+case("lax-top_k", lambda x: ft.lax.top_k(x, 2)[0], distinct((2, 5)))
+case("lax-dynamic_update_slice", lambda x, u: ft.lax.dynamic_update_slice(x, u, (1, 5)), normal(3, 4), normal(2, 2))
 
 # while_loop has forward mode only (a dynamic trip count, as in JAX); custom_vjp reverse mode only.
 FWD_ONLY_CASES = [pytest.param(lambda x: ft.lax.while_loop(lambda v: v[0] < 5.0, lambda v: v * 1.5 + 0.1, x),
@@ -698,9 +732,12 @@ NON_DIFFERENTIABLE = {
     "is_finite",                          # boolean output
     "signbit",                            # boolean output
     "argmax", "argmin",                   # integer outputs
+    "argsort",                            # an integer permutation
     "floor_div",                          # piecewise constant
     "iota",                               # no operands
     "stop_gradient",                      # blocks derivatives by design
+    "lu_factor",                          # solver data: lu_solve differentiates through its matrix
+    "lu_pivots_to_permutation",           # integer outputs
     "shift_left", "shift_right_logical", "bitcast_convert_type", "threefry2x32",  # bits (ft.random)
     "debug_callback",                     # no outputs: an effect (tests/test_debug.py runs it under grad)
     "axis_index",                         # integer output
@@ -746,10 +783,15 @@ def test_non_differentiable_primitives_carry_no_derivative(name):
         ops = [v > 0] * arity if name in {"and", "or", "xor", "not"} else [v] * arity
         if name in _BIT_OPERANDS:  # uint32 operands
             ops = [P.convert_element_type(fnp.abs(v) * 7.0, np.uint32)] * _BIT_OPERANDS[name]
-        params = {"axis": 0} if name in {"argmax", "argmin"} else {}
+        params = {"axis": 0} if name in {"argmax", "argmin"} else {"descending": False} if name == "argsort" else {}
         params = {"new_dtype": np.dtype(np.int64)} if name == "bitcast_convert_type" else params
-        out = p.bind(*ops, **params)
-        out = fnp.stack(out) if p.multiple_results else out
+        if name == "lu_factor":  # a square matrix in, (factors, pivots) out
+            out = p.bind(fnp.outer(v, v) + 4 * fnp.eye(4))[0]
+        elif name == "lu_pivots_to_permutation":  # row swaps in, a row order out
+            out = p.bind(fnp.asarray(v > 0, np.int32), size=4)
+        else:
+            out = p.bind(*ops, **params)
+            out = fnp.stack(out) if p.multiple_results else out
         return fnp.sum(fnp.asarray(out, np.float64)) * float(fnp.sum(fnp.asarray(out, np.float64)))
     np.testing.assert_array_equal(ft.grad(f)(x), np.zeros(4))
     assert ft.jvp(f, (x,), (np.ones(4),))[1] == 0.0

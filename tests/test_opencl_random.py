@@ -1,6 +1,8 @@
 """ft.random on OpenCL: the threefry2x32 kernel (cl_kernels/threefry.cl) and the bit primitives
 and erf_inv in generated kernels against the numpy backend (odd sizes, broadcasting, float32 and
 float64); whole sampling programs with no host step equal to eager; vmap over keys."""
+import os
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,29 @@ def test_vmap_over_keys_on_opencl_equals_a_loop():
         np.testing.assert_allclose(np.asarray(got[0])[i], want[0], rtol=4e-7, atol=3e-7)
         np.testing.assert_array_equal(np.asarray(got[1])[i], want[1])
         np.testing.assert_array_equal(np.asarray(got[2])[i], want[2])
+
+
+def test_long_traced_permutation_sorts_on_the_device():
+    """permutation of 10,000 (two stable rounds of the merge-sort kernel): JAX's stored numbers."""
+    want = np.load(os.path.join(os.path.dirname(__file__), "data", "random_vectors.npz"))["permutation_10000/0"]
+    key = R.PRNGKey(0)
+    compiled = compile_opencl(lambda k: R.permutation(k, 10000), key)
+    assert "argsort (stable merge sort" in compiled.report()
+    np.testing.assert_array_equal(compiled(key), want)
+
+
+def _decomposed(key, mean, cov):
+    """Samplers through functrace.numpy.linalg: multivariate_normal by each method, orthogonal."""
+    out = {m: R.multivariate_normal(key, mean, cov, (5,), method=m) for m in ("cholesky", "eigh", "svd")}
+    out["orthogonal"] = ft.nn.initializers.orthogonal()(key, (4, 6))
+    return out
+
+
+def test_traced_decompositions_run_on_the_host_between_kernels():
+    """A traced cov and the orthogonal initializer: LAPACK host steps (reported) between kernels,
+    eager's numbers."""
+    key, mean = R.PRNGKey(4), np.array([0.5, -1.0, 2.0], np.float32)
+    cov = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]], np.float32)
+    compiled = ft.jit(_decomposed, backend="opencl").lower(key, mean, cov).compile()
+    assert "LAPACK" in compiled.report()
+    _assert_same_samples(compiled(key, mean, cov), _decomposed(key, mean, cov))

@@ -181,12 +181,58 @@ def test_state_is_a_pytree_of_named_tuples():
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="learning_rate must be a number or a schedule"):
         ft.optim.adam("0.1")
+
+
+@pytest.mark.parametrize("rate, error, message", [
+    (None, TypeError, "got NoneType"), (True, TypeError, r"got bool\[\]"), (np.ones(3), TypeError, r"got float64\[3\]"),
+    (-1e-3, ValueError, "finite and non-negative, got -0.001"), (float("nan"), ValueError, "got nan"),
+    (np.float32(np.inf), ValueError, "got inf")])
+def test_a_bad_learning_rate_is_named_with_the_callers_function(rate, error, message):
+    def make_optimizer():
+        return ft.optim.adam(rate)
+    with pytest.raises(error, match=f"ft.optim.adam: learning_rate .*{message}.* in function `make_optimizer`"):
+        make_optimizer()
+
+
+def test_a_traced_or_device_scalar_learning_rate_is_accepted():
+    params = {"w": np.ones(2, np.float32)}
+
+    def step(rate, params):
+        opt = ft.optim.sgd(rate)
+        return opt.update(params, opt.init(params), params)[0]
+    np.testing.assert_allclose(ft.jit(step, backend="numpy")(np.float32(0.5), params)["w"], [-0.5, -0.5])
+    np.testing.assert_allclose(ft.optim.adam(np.float32(0.0)).update(params, ft.optim.adam(0.0).init(params))[0]["w"], 0)
+    on_device = ft.device_put(np.float32(0.5))
+    opt = ft.optim.sgd(on_device)
+    np.testing.assert_allclose(opt.update(params, opt.init(params))[0]["w"], [-0.5, -0.5])
+
+
+def test_misused_optimizers_raise_clear_errors():
     opt = ft.optim.adamw(0.1)
     params = {"w": np.ones(2, np.float32)}
     with pytest.raises(ValueError, match="needs the parameters"):
         opt.update(params, opt.init(params))
     with pytest.raises(TypeError, match="expected GradientTransformations"):
         ft.optim.chain(ft.optim.adam(0.1), "sgd")
+
+
+def test_gradients_unlike_the_parameters_are_named_at_the_update():
+    params = {"w": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
+    opt = ft.optim.adamw(0.1)
+    state = opt.init(params)
+
+    def train_step(grads):
+        return opt.update(grads, state, params)
+    with pytest.raises(ValueError, match=r"update got updates \(gradients\) with the structure .* in function `train_step`"):
+        train_step({"w": np.ones(3, np.float32)})
+    with pytest.raises(ValueError, match=r"leaf 1 of the updates \(gradients\) of shape \(4,\), its parameter has \(3,\)"):
+        ft.jit(train_step, backend="numpy")({"w": np.ones(4, np.float32), "b": np.zeros(2, np.float32)})
+    masked = ft.optim.adamw(0.1, mask={"b": False, "w": True})  # masked-out leaves: still the same structure
+    masked.update(params, masked.init(params), params)
+    with pytest.raises(ValueError, match=r"ft.optim.masked: the mask has the structure .* in function `make_state`"):
+        def make_state():
+            return ft.optim.adamw(0.1, mask={"w": True}).init(params)
+        make_state()
 
 
 if __name__ == "__main__":  # write the stored expected values again (needs optax)

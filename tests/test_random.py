@@ -2,6 +2,7 @@
 made by tests/data/make_random_vectors.py with JAX 0.10.2; a live comparison when JAX is
 installed), jit on the numpy backend equal to eager, vmap over keys equal to a loop, statistics
 with fixed seeds, errors.  OpenCL runs are in tests/test_opencl_random.py."""
+import importlib.util
 import math
 import os
 
@@ -13,70 +14,25 @@ import functrace.numpy as fnp
 from functrace import random as R
 
 VECTORS = np.load(os.path.join(os.path.dirname(__file__), "data", "random_vectors.npz"))
-SEEDS = (0, 1, 42, 2 ** 31 - 1, 123456789)
-P5 = np.array([0.1, 0.2, 0.3, 0.15, 0.25], np.float32)
-COV = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]])
-I = ft.nn.initializers
 
-# name -> the ft call made with the key (the same names and arguments as the generator's JAX calls)
-CASES = {
-    "key": lambda k: k,
-    "split3": lambda k: R.split(k, 3),
-    "split2x2": lambda k: R.split(k, (2, 2)),
-    "fold_in7": lambda k: R.fold_in(k, 7),
-    "fold_in_max": lambda k: R.fold_in(k, 2 ** 32 - 1),
-    "bits": lambda k: R.bits(k, (4, 5)),
-    "uniform": lambda k: R.uniform(k, (3, 7)),
-    "uniform_range": lambda k: R.uniform(k, (9,), minval=-2.0, maxval=3.0),
-    "normal": lambda k: R.normal(k, (64,)),
-    "truncated_normal": lambda k: R.truncated_normal(k, -1.5, 2.0, (16,)),
-    "bernoulli": lambda k: R.bernoulli(k, 0.3, (20,)),
-    "bernoulli_keep": lambda k: R.bernoulli(k, 0.75, (6, 8)),
-    "categorical": lambda k: R.categorical(k, np.log(np.linspace(0.1, 1.0, 15, dtype=np.float32)).reshape(3, 5)),
-    "categorical_shape": lambda k: R.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
-                                                 axis=0, shape=(4, 5)),
-    "categorical_noreplace": lambda k: R.categorical(k, np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5),
-                                                     shape=(2, 3), replace=False),
-    "randint": lambda k: R.randint(k, (10,), -5, 17),
-    "randint_wide": lambda k: R.randint(k, (6,), -(2 ** 31), 2 ** 31 - 1),
-    "randint_int8": lambda k: R.randint(k, (6,), -100, 120, np.int8),
-    "permutation": lambda k: R.permutation(k, 20),
-    "permutation_rows": lambda k: R.permutation(k, np.arange(18.0, dtype=np.float32).reshape(6, 3)),
-    "permutation_independent": lambda k: R.permutation(k, np.arange(18.0, dtype=np.float32).reshape(3, 6),
-                                                       axis=1, independent=True),
-    "choice": lambda k: R.choice(k, 7, (5,)),
-    "choice_noreplace": lambda k: R.choice(k, 7, (5,), replace=False),
-    "choice_p": lambda k: R.choice(k, 5, (8,), p=P5),
-    "choice_p_noreplace": lambda k: R.choice(k, 5, (3,), replace=False, p=P5),
-    "choice_rows": lambda k: R.choice(k, np.arange(12.0, dtype=np.float32).reshape(4, 3), (2,), axis=0),
-    "gumbel": lambda k: R.gumbel(k, (10,)),
-    "gumbel_high": lambda k: R.gumbel(k, (10,), mode="high"),
-    "exponential": lambda k: R.exponential(k, (10,)),
-    "multivariate_normal": lambda k: R.multivariate_normal(k, np.array([1.0, -1.0, 0.5], np.float32),
-                                                           COV.astype(np.float32), (4,)),
-    "init_glorot_normal": lambda k: I.glorot_normal()(k, (5, 7)),
-    "init_glorot_uniform": lambda k: I.glorot_uniform()(k, (5, 7)),
-    "init_he_uniform": lambda k: I.he_uniform()(k, (3, 3, 4, 6)),
-    "init_he_normal": lambda k: I.he_normal()(k, (4, 6)),
-    "init_lecun_normal": lambda k: I.lecun_normal()(k, (8, 3)),
-    "init_lecun_uniform": lambda k: I.lecun_uniform()(k, (8, 3)),
-    "init_orthogonal": lambda k: I.orthogonal()(k, (5, 7)),
-    "init_orthogonal_tall": lambda k: I.orthogonal(scale=2.0)(k, (3, 4, 2)),
-    "init_normal": lambda k: I.normal()(k, (4, 4)),
-    "init_uniform": lambda k: I.uniform()(k, (4, 4)),
-    "init_truncated_normal": lambda k: I.truncated_normal()(k, (4, 4)),
-    "init_variance_scaling": lambda k: I.variance_scaling(0.5, "fan_out", "normal", in_axis=0,
-                                                          out_axis=1)(k, (4, 6, 3)),
-    "x64_uniform": lambda k: R.uniform(k, (5,), np.float64),
-    "x64_normal": lambda k: R.normal(k, (16,), np.float64),
-    "x64_bits": lambda k: R.bits(k, (4,), np.uint64),
-    "x64_randint": lambda k: R.randint(k, (6,), -(2 ** 40), 2 ** 40, np.int64),
-    "x64_truncated_normal": lambda k: R.truncated_normal(k, -1.0, 1.0, (8,), np.float64),
-}
+
+def _generator():
+    """tests/data/make_random_vectors.py, whose table of calls made the stored vectors."""
+    spec = importlib.util.spec_from_file_location(
+        "make_random_vectors", os.path.join(os.path.dirname(__file__), "data", "make_random_vectors.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATOR = _generator()
+SEEDS, COV = GENERATOR.SEEDS, GENERATOR.COV
+CASES = GENERATOR.cases(R, ft.nn.initializers)  # name -> the same call as the stored JAX call, over ft.random
 # Floats through erf_inv, log or a QR may differ from XLA's in the last bit (its log1p and
 # polynomial evaluation are its own; it fuses u * (maxval - minval) + minval into one rounding):
 # compared to a few float32 ulps.  Everything else is exact.
 ROUNDED = {"uniform_range", "normal", "truncated_normal", "gumbel", "gumbel_high", "exponential", "multivariate_normal",
+           "multivariate_normal_eigh", "multivariate_normal_svd",
            "init_glorot_normal", "init_he_normal", "init_lecun_normal", "init_orthogonal", "init_orthogonal_tall",
            "init_normal", "init_truncated_normal", "init_variance_scaling", "x64_normal", "x64_truncated_normal"}
 
@@ -99,7 +55,7 @@ def test_same_numbers_as_jax_for_the_same_key(name):
 
 
 def test_every_stored_vector_is_checked():
-    assert {k.split("/")[0] for k in VECTORS.files} - {"x64_key"} == set(CASES)
+    assert {k.split("/")[0] for k in VECTORS.files} - {"x64_key", "permutation_10000"} == set(CASES)
 
 
 def test_seeds_split_into_two_words():
@@ -144,13 +100,56 @@ TRANSFORM_CASES = ["split3", "fold_in7", "bits", "uniform_range", "normal", "tru
 
 @pytest.mark.parametrize("name", TRANSFORM_CASES)
 def test_jit_equals_eager_and_vmap_over_keys_equals_a_loop(name):
-    """Under jit every array is traced (the sort of permutation and choice included: comparisons
-    instead of numpy's argsort), and under vmap the keys are batched: the same numbers."""
+    """Under jit every array is traced (the sorts of permutation and choice included: the
+    argsort primitive), and under vmap the keys are batched: the same numbers."""
     f = CASES[name]
     key = R.PRNGKey(11)
     np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key), f(key))
     keys = R.split(key, 3)
     np.testing.assert_array_equal(ft.vmap(f)(keys), np.stack([np.asarray(f(k)) for k in np.asarray(keys)]))
+
+
+def test_traced_permutation_of_10000_elements():
+    """A long shuffle (two stable sorting rounds, as JAX) under jit and vmap: JAX's stored
+    numbers; Gumbel-top-k choice of 3000 of 10000 traced equal to eager."""
+    key, other = R.PRNGKey(0), R.PRNGKey(5)
+    want = VECTORS["permutation_10000/0"]
+    f = lambda k: R.permutation(k, 10000)
+    np.testing.assert_array_equal(f(key), want)
+    np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key), want)
+    batched = np.asarray(ft.vmap(f)(np.stack([key, other])))
+    np.testing.assert_array_equal(batched[0], want)
+    np.testing.assert_array_equal(batched[1], f(other))
+    p = np.asarray(R.uniform(other, (10000,)))
+    g = lambda k, p: R.choice(k, 10000, (3000,), replace=False, p=p)
+    picked = np.asarray(ft.jit(g, backend="numpy")(key, p))
+    np.testing.assert_array_equal(picked, g(key, p))
+    assert len(set(picked.tolist())) == 3000
+
+
+@pytest.mark.parametrize("method", ["cholesky", "eigh", "svd"])
+def test_multivariate_normal_with_a_traced_cov(method):
+    """cov traced (functrace.numpy.linalg's decompositions): jit and vmap over covariances equal
+    eager; derivatives through mean and cov match finite differences."""
+    f = lambda k, mean, cov: R.multivariate_normal(k, mean, cov, (4, 2), method=method)
+    key, mean, covs = R.PRNGKey(9), np.array([1.0, -1.0, 0.5], np.float32), GENERATOR.COV_BATCH
+    np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key, mean, covs), f(key, mean, covs))
+    keys = R.split(key, 2)
+    looped = np.stack([np.asarray(f(k, mean, c)) for k, c in zip(np.asarray(keys), covs)])
+    np.testing.assert_array_equal(ft.vmap(f, in_axes=(0, None, 0))(keys, mean, covs), looped)
+    ft.test_util.check_grads(lambda m, c: R.multivariate_normal(key, m, c, (3,), method=method),
+                             (mean.astype(np.float64), COV), order=2, modes=("fwd", "rev"))
+
+
+def test_orthogonal_initializer_with_a_traced_key():
+    """The QR of traced normal samples (functrace.numpy.linalg.qr): jit and vmap equal eager,
+    and JAX's stored matrices."""
+    for name in ("init_orthogonal", "init_orthogonal_tall"):
+        f, key = CASES[name], R.PRNGKey(SEEDS[2])
+        np.testing.assert_array_equal(ft.jit(f, backend="numpy")(key), f(key))
+        assert_matches(name, ft.jit(f, backend="numpy")(key), VECTORS[f"{name}/{SEEDS[2]}"])
+        keys = R.split(key, 3)
+        np.testing.assert_array_equal(ft.vmap(f)(keys), np.stack([np.asarray(f(k)) for k in np.asarray(keys)]))
 
 
 def test_vmap_over_keys_and_a_parameter_and_jit_of_vmap():
@@ -243,8 +242,40 @@ def test_bad_keys_and_arguments_are_named():
         R.choice(R.PRNGKey(0), 5, (6,), replace=False)
     with pytest.raises(TypeError, match="PRNGKey: the seed must be an integer scalar"):
         R.PRNGKey(1.5)
-    with pytest.raises(NotImplementedError, match="traced shuffle or top-k of 5000 > 4096 elements needs a sort"):
-        ft.jit(lambda k: R.permutation(k, 5000), backend="numpy")(R.PRNGKey(0))
+
+
+def test_categorical_shape_errors_name_the_logits_and_the_caller():
+    key = R.PRNGKey(0)
+
+    def sample_actions(logits):
+        return R.categorical(key, logits, shape=(3, 4))
+
+    with pytest.raises(ft.ShapeError, match=r"batch shape \(5,\) of logits of shape \(5, 7\) \(without axis 1, "
+                                            r"the categories\) does not broadcast to shape \(3, 4\) in function `sample_actions`"):
+        ft.jit(sample_actions, backend="numpy")(np.zeros((5, 7), np.float32))
+    with pytest.raises(ft.ShapeError, match=r"axis -1 is out of range for logits of shape \(\)"):
+        R.categorical(key, np.float32(1.0))
+    with pytest.raises(ft.ShapeError, match=r"axis 2 is out of range for logits of shape \(2, 3\)"):
+        R.categorical(key, np.zeros((2, 3), np.float32), axis=2)
+    with pytest.raises(ValueError, match=r"have no categories along axis 1"):
+        R.categorical(key, np.zeros((3, 0), np.float32))
+    with pytest.raises(ValueError, match="cannot draw 5 samples from 3 categories without replacement in function"):
+        R.categorical(key, np.zeros(3, np.float32), shape=(5,), replace=False)
+    assert R.categorical(key, np.zeros((2, 3), np.float32), axis=-2).shape == (3,)
+
+
+@pytest.mark.parametrize("sampler, args, kwargs", [
+    (R.bits, ((2,), np.int32), {}), (R.gumbel, (), {"mode": "mid"}), (R.fold_in, (np.arange(2),), {}),
+    (R.choice, (3,), {"p": np.ones(4)}), (ft.nn.initializers.glorot_uniform(), ((3,),), {}),
+    (R.uniform, ("3",), {}), (R.normal, ((2.5,),), {}), (R.split, (-1,), {}),
+    (ft.nn.initializers.glorot_normal(), ((3, 3), np.int32), {})],
+    ids=["bits", "gumbel", "fold_in", "choice", "initializer", "shape_str", "shape_float", "shape_negative",
+         "initializer_int"])
+def test_argument_errors_name_the_callers_function(sampler, args, kwargs):
+    def user_code():
+        return sampler(R.PRNGKey(0), *args, **kwargs)
+    with pytest.raises((TypeError, ValueError), match="in function `user_code`"):
+        user_code()
 
 
 # --------------------------------------------------------------------------- ft.nn extras

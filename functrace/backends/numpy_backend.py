@@ -12,6 +12,7 @@ import numpy as np
 
 from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
+from ..eager import as_eager
 from ..optimize import analyze
 
 
@@ -88,7 +89,7 @@ class NumpyExecutable:
         results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
         for k in self._const_outs:
             results[k] = np.array(results[k])
-        return _owned(results, args)
+        return [as_eager(r) for r in _owned(results, args)]  # eager arrays: JAX's .at (eager.py)
 
     def _run_checking_nans(self, args):
         """The slow path of ``debug_nans``: check every step's outputs."""

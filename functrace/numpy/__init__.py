@@ -1179,8 +1179,7 @@ def getitem(x, idx):
 
 # --------------------------------------------------------------------------- unsupported
 
-_NOT_IMPLEMENTED = {"sort", "argsort", "cumprod", "fft", "searchsorted",
-                    "median", "percentile", "quantile", "lexsort", "partition"}
+_NOT_IMPLEMENTED = {"fft"}
 
 
 def __getattr__(name: str):
@@ -1195,12 +1194,70 @@ def __getattr__(name: str):
                          "transformed function, or build it from fnp primitives.", name=name)
 
 
+# --------------------------------------------------------------------------- sorting, scans, nan-reductions
+
+from ._reductions import (  # noqa: E402
+    count_nonzero,
+    cumprod,
+    cumulative_prod,
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanprod,
+    nanstd,
+    nansum,
+    nanvar,
+    ptp,
+)
+from ._sorting import (  # noqa: E402
+    argpartition,
+    argsort,
+    lexsort,
+    median,
+    nanmedian,
+    nanpercentile,
+    nanquantile,
+    partition,
+    percentile,
+    quantile,
+    searchsorted,
+    sort,
+    unique,
+)
+
+# --------------------------------------------------------------------------- eager array type
+
+def _eager_results(fn):
+    """``fn`` returning an ``EagerArray`` (JAX's ``.at``) where it returned a plain ndarray."""
+    @_functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(map(_as_eager, out)) if isinstance(out, tuple) else _as_eager(out)
+    return wrapped
+
+
+# eager results are numpy arrays with .at (functrace/eager.py says why)
+from ..eager import as_eager as _as_eager  # noqa: E402
+
+# creation functions made by numpy directly (primitives' eager results are EagerArrays already)
+for _name in ("asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+              "empty_like", "arange", "linspace", "eye", "identity", "tri"):
+    if _name in globals():
+        globals()[_name] = _eager_results(globals()[_name])
+del _name
+
+
 # --------------------------------------------------------------------------- tracer methods
 
 # shape and index helpers, pad's gathering modes (functrace/numpy/_shape.py)
 from . import (
     _shape,  # noqa: E402
     _tracer_methods,  # noqa: E402,F401  (installs operators on Tracer)
+    fft,  # noqa: E402  (it uses the functions above)
     linalg,  # noqa: E402  (it uses the functions above)
 )
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import functrace.numpy as fnp
 
+from .. import primitives as _P
 from ..core import Tracer
+from ._indexing import IndexUpdateHelper
 
 
 def _swap(f):
@@ -35,18 +37,21 @@ _OPERATORS = {
     "max": fnp.max, "min": fnp.min, "argmax": fnp.argmax, "argmin": fnp.argmin,
     "all": fnp.all, "any": fnp.any, "cumsum": fnp.cumsum, "ravel": fnp.ravel, "flatten": fnp.ravel,
     "squeeze": fnp.squeeze, "swapaxes": fnp.swapaxes, "dot": fnp.dot, "clip": fnp.clip,
-    "take": fnp.take, "round": fnp.round, "conj": lambda self: _real_only(self, "conj"),
+    "take": fnp.take, "round": fnp.round, "conj": lambda self: _complex_part(self, "conj"),
     "copy": lambda self: self,
 }
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
+# sorting and scans (numpy/_sorting.py, numpy/_reductions.py): methods return new arrays, as JAX's
+for _name in ("sort", "argsort", "searchsorted", "cumprod", "ptp"):
+    setattr(Tracer, _name, getattr(fnp, _name))
 
 
-def _real_only(x, what: str):
-    """conj / real of a real value is the value; complex parts have no primitives yet."""
+def _complex_part(x, part: str):
+    """x.real / x.imag / x.conj(): for a real x, x itself, zeros, x itself."""
     if x.dtype.kind == "c":
-        raise NotImplementedError(f"{what} of a complex traced value is not implemented in functrace")
-    return x
+        return {"real": _P.real, "imag": _P.imag, "conj": _P.conj}[part](x)
+    return fnp.zeros_like(x) if part == "imag" else x
 
 
 def _not_implemented(what: str, hint: str):
@@ -56,17 +61,16 @@ def _not_implemented(what: str, hint: str):
 
 
 Tracer.T = property(lambda self: fnp.transpose(self))
-Tracer.real = property(lambda self: _real_only(self, "real"))
-Tracer.imag = property(lambda self: fnp.zeros_like(_real_only(self, "imag")))
-Tracer.at = property(_not_implemented("x.at[...] (functional index updates)",
-                                      "build the result with fnp.where(mask, value, x) or fnp.concatenate"))
+Tracer.real = property(lambda self: _complex_part(self, "real"))
+Tracer.imag = property(lambda self: _complex_part(self, "imag"))
+Tracer.at = property(lambda self: IndexUpdateHelper(self))  # x.at[idx].set(v) etc. (numpy/_indexing.py)
 for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
     setattr(Tracer, _name, _not_implemented("bit shifts", "multiply or floor-divide by powers of two"))
 
 
 def _setitem(self, index, value):
     raise TypeError("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change a traced value; "
-                    "build the result with fnp.where(mask, v, x) (x.at[i].set(v) is not implemented)")
+                    "write x = x.at[i].set(v) instead")
 
 
 Tracer.__setitem__ = _setitem
@@ -77,7 +81,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method != "__call__" or kwargs.get("out") is not None:
         raise NotImplementedError(f"numpy.{ufunc.__name__}.{method} on a functrace tracer is not supported")
     if ufunc.__name__ == "conjugate":
-        return _real_only(inputs[0], "conjugate")
+        return _complex_part(inputs[0], "conj")
     name = {"absolute": "abs"}.get(ufunc.__name__, ufunc.__name__)
     fn = getattr(fnp, name)  # raises NotImplementedError naming the function when missing
     return fn(*inputs)
@@ -86,7 +90,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 def _array_function(self, func, types, args, kwargs):
     """``np.sum(tracer)`` etc. dispatch to the functrace.numpy function of the same name."""
     module = func.__module__ or ""
-    target = fnp.linalg if module.endswith("linalg") else fnp
+    target = fnp.linalg if module.endswith("linalg") else fnp.fft if module.endswith("fft") else fnp
     return getattr(target, func.__name__)(*args, **kwargs)
 
 

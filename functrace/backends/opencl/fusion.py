@@ -27,6 +27,7 @@ from ... import nn
 from ... import primitives as P
 from ...core import Literal
 from ...optimize import shape_size
+from ...scipy import special as scipy_special
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 
@@ -633,6 +634,7 @@ ELEMENTWISE: dict = {
     P.round_p: Op(f="rint({0})"), P.logistic_p: Op(f="({one} / ({one} + exp(-{0})))"),
     P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), nn.erf_p: Op(f="erf({0})"),
     P.stop_gradient_p: Op(f="{0}", i="{0}", b="{0}"),
+    scipy_special.erfc_p: Op(f="erfc({0})"),
     P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
     P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
     P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),

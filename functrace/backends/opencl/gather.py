@@ -45,7 +45,7 @@ def _geometry(x_shape, idx_shape, axis):
     return P, n, Q, K
 
 
-def _index_source(idx):
+def index_source(idx):
     """A run-time getter for the index array: the step's input, or a device copy of a literal
     (a scalar index is inlined in the IR), made once."""
     if type(idx) is not Literal:
@@ -94,7 +94,7 @@ __kernel void {name}(__global const {t}* restrict x, __global const {it}* restri
 }}"""
     out_shape = eqn.out_vars[0].aval.shape
     dtype = x.aval.dtype
-    index = _index_source(idx)
+    index = index_source(idx)
 
     def run(ctx, inputs):
         out = ctx.alloc(out_shape, dtype)
@@ -128,7 +128,7 @@ __kernel void {name}(__global {t}* out, __global const {it}* restrict idx, __glo
 }}"""
     shape, dtype = x.aval.shape, x.aval.dtype
     nbytes = math.prod(shape) * dtype.itemsize
-    index = _index_source(idx)
+    index = index_source(idx)
 
     def run(ctx, inputs):
         out = ctx.alloc(shape, dtype)

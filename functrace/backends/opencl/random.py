@@ -12,34 +12,16 @@ import numpy as np
 
 from ... import random as ft_random
 from ...optimize import shape_size
-from .fusion import contiguous_strides
+from .fusion import access_for
 from .lowerings import Lowered, device_inputs, kernel_source, register
-
-
-def element_index(operand_shape: tuple, out_shape: tuple) -> str:
-    """C expression of the element of a (numpy-broadcast) operand that output element ``i`` reads."""
-    if tuple(operand_shape) == tuple(out_shape):
-        return "(i)"
-    lead = len(out_shape) - len(operand_shape)
-    inner = contiguous_strides(out_shape)
-    own = contiguous_strides(operand_shape)
-    terms = []
-    for d, n in enumerate(operand_shape):
-        if n == 1:
-            continue
-        axis = d + lead
-        position = f"((i) / {inner[axis]})" if inner[axis] != 1 else "(i)"
-        if axis > 0:
-            position = f"({position} % {out_shape[axis]})"
-        terms.append(f"{position} * {own[d]}" if own[d] != 1 else position)
-    return "(" + (" + ".join(terms) or "0") + ")"
 
 
 @register(ft_random.threefry2x32_p)
 def lower_threefry2x32(eqn, rt) -> Lowered | None:
+    """One launch of threefry.cl specialized to the operands' broadcast layout (its kernel name)."""
     out_shape = tuple(eqn.out_vars[0].aval.shape)
     n = shape_size(out_shape)
-    reads = {f"TF_AT_{w}(i)": element_index(a.aval.shape, out_shape)
+    reads = {f"TF_AT_{w}(i)": f"({access_for(out_shape, tuple(a.aval.shape)).index('(i)')})"  # as fused kernels read
              for w, a in zip(("K1", "K2", "X1", "X2"), eqn.inputs)}
     layout = repr((out_shape, [a.aval.shape for a in eqn.inputs]))
     name = "threefry2x32_" + hashlib.sha1(layout.encode()).hexdigest()[:12]

@@ -802,6 +802,12 @@ class Array:
     def item(self):
         return np.asarray(self).item()
 
+    @property
+    def at(self):
+        """JAX's functional updates (``y = a.at[i].set(v)``), computed eagerly on a host copy."""
+        from ...numpy._indexing import IndexUpdateHelper
+        return IndexUpdateHelper(np.asarray(self))
+
     def __getattr__(self, name: str):
         """numpy's array methods and attributes (``.sum()``, ``.T``, ``.reshape``, ``.astype``,
         ``.tolist()``, ...) on a host copy, as outside jit a JAX array offers them."""

@@ -1,0 +1,239 @@
+"""``ft.lax``'s numeric operations (re-exported by ``functrace/lax.py``): ``dynamic_slice`` and
+``dynamic_update_slice`` (and their ``_in_dim`` forms), ``map``, ``select``, ``clamp``, ``rsqrt``,
+``erf``, ``sort``, ``top_k``, ``associative_scan``, ``cumsum`` / ``cumprod`` / ``cummax`` /
+``cummin`` and ``reduce_window`` (max / sum / average pooling).
+
+Start indices of the dynamic slices follow JAX: a negative start counts from the end (once), then
+it is clamped so that the slice lies inside the operand (``clip(start, 0, n - size)``), eagerly
+and under ``jit`` alike.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import numpy as fnp
+from . import primitives as P
+from .core import Tracer
+from .errors import user_frame_description
+from .numpy._indexing import IndexUpdateRef
+from .scans import associative_scan, cumulative
+from .sorting import argsort_last
+
+__all__ = ["associative_scan", "clamp", "cummax", "cummin", "cumprod", "cumsum", "dynamic_index_in_dim",
+           "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim", "dynamic_update_slice",
+           "dynamic_update_slice_in_dim", "erf", "map", "reduce_window", "rsqrt", "select", "sort",
+           "sort_key_val", "top_k"]
+
+
+def _clamped_start(start, n: int, size: int):
+    """A start index, negative ones counted from the end, clamped to ``[0, n - size]`` (concrete:
+    a Python int; traced: an int64 tracer)."""
+    if not isinstance(start, Tracer):
+        start = operator.index(start)
+        return int(np.clip(start + n if start < 0 else start, 0, n - size))
+    if start.shape != () or start.dtype.kind not in "iu":
+        raise TypeError(f"dynamic slice start indices must be integer scalars, got {start.aval.str_short()} "
+                        f"{user_frame_description()}")
+    start = fnp.asarray(start, np.int64)
+    return fnp.clip(fnp.where(start < 0, start + n, start), 0, n - size)
+
+
+def _check_sizes(name, shape, starts, sizes):
+    if len(starts) != len(shape) or len(sizes) != len(shape):
+        raise ValueError(f"{name}: need one start index and size per axis of the operand {shape}, got "
+                         f"{len(starts)} and {len(sizes)} {user_frame_description()}")
+    for n, s in zip(shape, sizes):
+        if not 0 <= s <= n:
+            raise ValueError(f"{name}: slice sizes {tuple(sizes)} do not fit the operand {shape} "
+                             f"{user_frame_description()}")
+
+
+def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence):
+    """``operand[s0:s0+k0, s1:s1+k1, ...]`` with run-time starts, clamped into the operand (JAX)."""
+    x = fnp._to_array(operand)
+    starts = list(start_indices) if not isinstance(start_indices, (np.ndarray, Tracer)) else \
+        [start_indices[i] for i in range(len(start_indices))]
+    sizes = [operator.index(s) for s in slice_sizes]
+    _check_sizes("dynamic_slice", x.shape, starts, sizes)
+    for axis, (start, n, size) in enumerate(zip(starts, x.shape, sizes)):
+        s = _clamped_start(start, n, size)
+        if isinstance(s, Tracer):
+            x = P.take(x, fnp.add(s, np.arange(size, dtype=np.int64)), axis)
+        else:
+            x = P.slice_op(x, [s if d == axis else 0 for d in range(x.ndim)],
+                           [s + size if d == axis else m for d, m in enumerate(x.shape)])
+    return x
+
+
+def dynamic_update_slice(operand, update, start_indices: Sequence):
+    """``operand`` with the block at ``start_indices`` replaced by ``update``; starts clamped (JAX)."""
+    x = fnp._to_array(operand)
+    u = fnp.asarray(update, x.dtype)
+    starts = list(start_indices) if not isinstance(start_indices, (np.ndarray, Tracer)) else \
+        [start_indices[i] for i in range(len(start_indices))]
+    _check_sizes("dynamic_update_slice", x.shape, starts, u.shape)
+    index = []
+    for axis, (start, n, size) in enumerate(zip(starts, x.shape, u.shape)):
+        s = _clamped_start(start, n, size)
+        if isinstance(s, Tracer):  # an index array along this axis, shaped to broadcast (an outer product)
+            index.append(fnp.reshape(fnp.add(s, np.arange(size, dtype=np.int64)),
+                                     tuple(size if d == axis else 1 for d in range(x.ndim))))
+        else:
+            index.append(slice(s, s + size))
+    if any(isinstance(i, Tracer) for i in index):
+        # slices alongside index arrays: every axis an index array, so the indexed shape is u's
+        index = [i if isinstance(i, Tracer) else np.arange(i.start, i.stop).reshape(
+            tuple(i.stop - i.start if d == axis else 1 for d in range(x.ndim))) for axis, i in enumerate(index)]
+    return IndexUpdateRef(x, tuple(index)).set(u)
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size: int, axis: int = 0):
+    x = fnp._to_array(operand)
+    axis = fnp._axis(axis, x.ndim, "dynamic_slice_in_dim")
+    starts = [start_index if d == axis else 0 for d in range(x.ndim)]
+    return dynamic_slice(x, starts, [slice_size if d == axis else n for d, n in enumerate(x.shape)])
+
+
+def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True):
+    out = dynamic_slice_in_dim(operand, index, 1, axis)
+    return out if keepdims else fnp.squeeze(out, axis)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis: int):
+    x = fnp._to_array(operand)
+    axis = fnp._axis(axis, x.ndim, "dynamic_update_slice_in_dim")
+    return dynamic_update_slice(x, update, [start_index if d == axis else 0 for d in range(x.ndim)])
+
+
+def dynamic_update_index_in_dim(operand, update, index, axis: int):
+    x = fnp._to_array(operand)
+    axis = fnp._axis(axis, x.ndim, "dynamic_update_index_in_dim")
+    u = fnp._to_array(update)
+    if u.ndim == x.ndim - 1:
+        u = fnp.expand_dims(u, axis)
+    return dynamic_update_slice_in_dim(x, u, index, axis)
+
+
+def map(f: Callable, xs, *, batch_size: int | None = None):
+    """``stack([f(x) for x in xs])`` over the leading axis of (pytrees of) arrays, as one ``scan``."""
+    from .lax import scan
+    if batch_size is not None:
+        raise NotImplementedError("lax.map(batch_size=...) is not implemented in functrace")
+    return scan(lambda carry, x: (carry, f(x)), (), xs)[1]
+
+
+def select(pred, on_true, on_false):
+    """Elementwise ``on_true if pred else on_false`` (JAX's ``lax.select``: equal shapes and dtypes)."""
+    pred, t, f = (fnp._to_array(v) for v in (pred, on_true, on_false))
+    if t.dtype != f.dtype or not (fnp.shape(pred) in ((), t.shape) and t.shape == f.shape):
+        raise TypeError(f"lax.select: needs a boolean predicate of the branches' shape (or a scalar) and "
+                        f"branches of one shape and dtype; got {fnp.shape(pred)}, {t.dtype}{t.shape}, "
+                        f"{f.dtype}{f.shape} {user_frame_description()}")
+    return P.select(fnp.asarray(pred, bool), t, f)
+
+
+def clamp(min, x, max):  # noqa: A002  (JAX's argument names)
+    """``minimum(maximum(x, min), max)`` (JAX's argument order)."""
+    return fnp.minimum(fnp.maximum(x, min), max)
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)``."""
+    return P.rsqrt_p.bind(fnp._to_float(x))
+
+
+def erf(x):
+    from .nn import erf as nn_erf
+    return nn_erf(x)
+
+
+def _cumulative_op(prim, name: str):
+    def f(operand, axis: int = 0, reverse: bool = False):
+        x = fnp._to_array(operand)
+        axis = fnp._axis(axis, x.ndim, f"lax.{name}")
+        if prim is None:
+            return P.cumsum(x, axis, reverse)
+        return cumulative(prim, x, axis, reverse)
+    f.__name__ = name
+    f.__doc__ = f"JAX's ``lax.{name}``: the inclusive {name[3:]} along ``axis`` (``reverse``: from the end)."
+    return f
+
+
+cumsum = _cumulative_op(None, "cumsum")
+cumprod = _cumulative_op(P.mul_p, "cumprod")
+cummax = _cumulative_op(P.max_p, "cummax")
+cummin = _cumulative_op(P.min_p, "cummin")
+
+
+def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
+    """JAX's ``lax.sort``: one array, or a sequence sorted together by its first ``num_keys``."""
+    if isinstance(operand, (list, tuple)):
+        ops = [fnp._to_array(o) for o in operand]
+        keys = ops[:num_keys]
+        perm = fnp.lexsort(keys[::-1], axis=dimension)
+        return type(operand)(fnp.take_along_axis(o, perm, dimension) for o in ops)
+    return fnp.sort(operand, axis=dimension)
+
+
+def sort_key_val(keys, values, dimension: int = -1, is_stable: bool = True):
+    return sort((keys, values), dimension, is_stable, 1)
+
+
+def top_k(operand, k: int):
+    """(the ``k`` largest entries along the last axis, in descending order, and their indices);
+    ties go to the lower index, as JAX's."""
+    x = fnp._to_array(operand)
+    k = operator.index(k)
+    if not 0 <= k <= x.shape[-1]:
+        raise ValueError(f"top_k: k={k} must be in [0, {x.shape[-1]}] {user_frame_description()}")
+    perm = argsort_last(x, descending=True)
+    idx = P.slice_op(perm, (0,) * x.ndim, x.shape[:-1] + (k,))
+    return fnp.take_along_axis(x, idx, -1), idx
+
+
+_WINDOW_REDUCERS = {"max": P.reduce_max_p, "min": P.reduce_min_p, "add": P.reduce_sum_p}
+
+
+def reduce_window(operand, init_value, computation, window_dimensions: Sequence, window_strides: Sequence,
+                  padding="VALID"):
+    """Windowed reductions (max / min / sum pooling) as JAX's ``lax.reduce_window``, for
+    ``computation`` in ``lax.max``, ``lax.min``, ``lax.add`` (or the names "max", "min", "add").
+
+    Written as ``prod(window)`` strided slices combined elementwise: differentiable, batched and
+    fused into OpenCL kernels; meant for small windows (pooling), not large ones."""
+    name = computation if isinstance(computation, str) else {
+        fnp.maximum: "max", fnp.minimum: "min", fnp.add: "add"}.get(computation)
+    if name not in _WINDOW_REDUCERS:
+        raise NotImplementedError("reduce_window: computation must be lax.max, lax.min or lax.add")
+    x = fnp._to_array(operand)
+    dims, strides = tuple(window_dimensions), tuple(window_strides)
+    if len(dims) != x.ndim or len(strides) != x.ndim:
+        raise ValueError(f"reduce_window: one window size and stride per axis of {x.shape}")
+    if isinstance(padding, str):
+        if padding.upper() == "VALID":
+            pads = [(0, 0)] * x.ndim
+        elif padding.upper() == "SAME":
+            pads = []
+            for n, w, s in zip(x.shape, dims, strides):
+                out = -(-n // s)
+                total = builtins.max(0, (out - 1) * s + w - n)
+                pads.append((total // 2, total - total // 2))
+        else:
+            raise ValueError(f"reduce_window: padding must be 'VALID', 'SAME' or pairs, got {padding!r}")
+    else:
+        pads = [tuple(p) for p in padding]
+    init = fnp.asarray(init_value, x.dtype)
+    if any(lo or hi for lo, hi in pads):
+        x = P.pad(x, init, [(lo, hi, 0) for lo, hi in pads])
+    out_shape = [(n - w) // s + 1 for n, w, s in zip(x.shape, dims, strides)]
+    combine = {"max": fnp.maximum, "min": fnp.minimum, "add": fnp.add}[name]
+    acc = None
+    for offset in np.ndindex(*dims):
+        piece = P.slice_op(x, offset, [o + (m - 1) * s + 1 for o, m, s in zip(offset, out_shape, strides)], strides)
+        acc = piece if acc is None else combine(acc, piece)
+    return combine(acc, init) if acc is not None else fnp.broadcast_to(init, tuple(out_shape))
+

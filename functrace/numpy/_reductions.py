@@ -1,0 +1,135 @@
+"""Cumulative products and the NaN-ignoring reductions: ``cumprod``, ``nancumsum``,
+``nancumprod``, ``nansum``, ``nanprod``, ``nanmean``, ``nanvar``, ``nanstd``, ``nanmax``,
+``nanmin``, ``nanargmax``, ``nanargmin``, ``ptp``, ``count_nonzero``.
+
+The ``nan`` forms replace NaNs by the reduction's identity (``where``, so a NaN entry gets a zero
+derivative) and count the others.  An all-NaN slice gives NaN for ``nanmax`` / ``nanmin`` /
+``nanmean`` (numpy's value, without its warning) and -1 for ``nanargmax`` / ``nanargmin`` (JAX's;
+numpy raises).  Cumulative products are ``associative_scan``s of ``mul`` (``functrace/scans.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import primitives as P
+from ..core import Tracer
+from ..scans import cumulative
+
+
+def _fnp():
+    import functrace.numpy as fnp
+    return fnp
+
+
+def _cumulative(prim, numpy_fn, a, axis, dtype, fname):
+    fnp = _fnp()
+    x = fnp._accumulate_as(a, dtype)
+    if axis is None:
+        x, axis = fnp.ravel(x), 0
+    axis = fnp._norm_axes(axis, x.ndim, fname)[0]
+    if not isinstance(x, Tracer):  # concrete: numpy's sequential result, bit for bit
+        return fnp._as_eager(np.asarray(numpy_fn(x, axis=axis)))
+    return cumulative(prim, x, axis)
+
+
+def cumprod(a, axis=None, dtype=None):
+    """numpy.cumprod; differentiable (exact at zeros) as a scan of products."""
+    return _cumulative(P.mul_p, np.cumprod, a, axis, dtype, "cumprod")
+
+
+cumulative_prod = cumprod
+
+
+def _without_nan(a, identity):
+    fnp = _fnp()
+    x = fnp._to_array(a)
+    if x.dtype.kind not in "fc":
+        return x
+    return fnp.where(fnp.isnan(x), fnp.asarray(identity, x.dtype), x)
+
+
+def nancumsum(a, axis=None, dtype=None):
+    return _fnp().cumsum(_without_nan(a, 0), axis, dtype)
+
+
+def nancumprod(a, axis=None, dtype=None):
+    return cumprod(_without_nan(a, 1), axis, dtype)
+
+
+def nansum(a, axis=None, dtype=None, keepdims=False):
+    return _fnp().sum(_without_nan(a, 0), axis, dtype, keepdims)
+
+
+def nanprod(a, axis=None, dtype=None, keepdims=False):
+    return _fnp().prod(_without_nan(a, 1), axis, dtype, keepdims)
+
+
+def _valid_count(x, axis, keepdims):
+    fnp = _fnp()
+    return fnp.sum(fnp.asarray(~fnp.isnan(x), x.dtype), axis, keepdims=keepdims)
+
+
+def nanmean(a, axis=None, dtype=None, keepdims=False):
+    fnp = _fnp()
+    x = fnp._to_float(a, np.float64) if dtype is None else fnp.asarray(a, dtype)
+    return fnp.divide(nansum(x, axis, keepdims=keepdims), _valid_count(x, axis, keepdims))
+
+
+def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    fnp = _fnp()
+    x = fnp._to_float(a, np.float64) if dtype is None else fnp.asarray(a, dtype)
+    centered = fnp.where(fnp.isnan(x), fnp.zeros((), x.dtype), x - nanmean(x, axis, keepdims=True))
+    count = _valid_count(x, axis, keepdims)
+    return fnp.divide(fnp.sum(centered * centered, axis, keepdims=keepdims), fnp.maximum(count - ddof, 0))
+
+
+def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    return _fnp().sqrt(nanvar(a, axis, dtype, ddof, keepdims))
+
+
+def _nan_extremum(reduce, identity, a, axis, keepdims):
+    fnp = _fnp()
+    x = fnp._to_array(a)
+    if x.dtype.kind not in "fc":
+        return reduce(x, axis, keepdims=keepdims)
+    out = reduce(_without_nan(x, identity), axis, keepdims=keepdims)
+    all_nan = fnp.all(fnp.isnan(x), axis, keepdims=keepdims)
+    return fnp.where(all_nan, fnp.asarray(np.nan, x.dtype), out)
+
+
+def nanmax(a, axis=None, keepdims=False):
+    return _nan_extremum(_fnp().max, -np.inf, a, axis, keepdims)
+
+
+def nanmin(a, axis=None, keepdims=False):
+    return _nan_extremum(_fnp().min, np.inf, a, axis, keepdims)
+
+
+def _nan_arg(arg, identity, a, axis, keepdims):
+    fnp = _fnp()
+    x = fnp._to_array(a)
+    if x.dtype.kind not in "fc":
+        return arg(x, axis, keepdims=keepdims)
+    out = arg(_without_nan(x, identity), axis, keepdims=keepdims)
+    all_nan = fnp.all(fnp.isnan(x), axis, keepdims=keepdims)
+    return fnp.where(all_nan, -1, out)
+
+
+def nanargmax(a, axis=None, keepdims=False):
+    return _nan_arg(_fnp().argmax, -np.inf, a, axis, keepdims)
+
+
+def nanargmin(a, axis=None, keepdims=False):
+    return _nan_arg(_fnp().argmin, np.inf, a, axis, keepdims)
+
+
+def ptp(a, axis=None, keepdims=False):
+    """numpy.ptp: max - min."""
+    fnp = _fnp()
+    return fnp.subtract(fnp.max(a, axis, keepdims=keepdims), fnp.min(a, axis, keepdims=keepdims))
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    fnp = _fnp()
+    x = fnp._to_array(a)
+    return fnp.sum(fnp.asarray(fnp.not_equal(x, 0), np.int64), axis, keepdims=keepdims)
