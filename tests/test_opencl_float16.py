@@ -247,8 +247,8 @@ def test_mlp_forward_in_float16():
 
 
 def test_hand_written_kernels_in_float32():
-    """Products, softmax, rms_norm, argmax and scatter-add of float16 values: the float32 kernels
-    between conversions.  numpy's float16 products are float32 products rounded: within 1 ulp
+    """Products, softmax, rms_norm, argmax, scatter-add, sorts and scatters of float16 values: the
+    float32 kernels between conversions.  numpy's float16 products are float32 products rounded: within 1 ulp
     (float32 sums in another order).  The numpy backend's softmax and rms_norm round float16
     intermediates (up to 7 ulp off); these are within 1 ulp of float64 truth.  A cumulative sum
     stays on the host (numpy rounds a float16 running sum at every step)."""
@@ -269,6 +269,12 @@ def test_hand_written_kernels_in_float32():
     truths = (e / e.sum(1, keepdims=True), wide / np.sqrt((wide ** 2).mean(1, keepdims=True) + 1e-6) * scale)
     for g, w, truth in zip(got[4:], want[4:], truths):
         assert g.dtype == w.dtype and _ulps(g, truth).max() <= 1 and _ulps(w, truth).max() <= 8
+    assert compiled.num_host_steps == 0, compiled.report()
+    flat, at = a.reshape(-1), RNG.integers(0, 360, 50)
+    compiled, got, want = _run(lambda a, f, v: (fnp.sort(a, axis=1), fnp.argsort(-a, axis=0), f.at[at].set(v),
+                                                f.at[at].max(v * 2)), a, flat, flat[:50] * 3)
+    for g, w in zip(got, want):  # sorting and scattering without accumulation: exact
+        _assert_bitwise(g, w)
     assert compiled.num_host_steps == 0, compiled.report()
     compiled, got, want = _run(lambda a: fnp.cumsum(a, axis=1), a)
     _assert_bitwise(got[0], want[0])
