@@ -162,8 +162,8 @@ def test_dtypes():
 
 
 def test_float16_end_to_end():
-    """float16 values keep their dtype eagerly, under jit (both backends: float16 work is a host
-    step on an OpenCL device without cl_khr_fp16, its report says so) and under grad."""
+    """float16 values keep their dtype eagerly, under jit (both backends: on OpenCL in kernels
+    even without cl_khr_fp16, see tests/test_opencl_float16.py) and under grad."""
     x = np.linspace(-1, 1, 7).astype(np.float16)
     f = lambda x: fnp.sum(fnp.tanh(x) * x)  # noqa: E731
     want = np.sum(np.tanh(x) * x)

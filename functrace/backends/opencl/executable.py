@@ -27,12 +27,15 @@ from .fusion import (
     View,
     access_for,
     column_reduction_kernel,
+    compute_type,
     elementwise_kernel,
     f32_helpers,
     fusable,
     leading_axes,
+    load_scalar,
     reduce_combine,
     reduction_kernel,
+    store_scalar,
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
@@ -172,6 +175,7 @@ class HostStep(Step):
 
 
 _NO_FP64 = "float64 on a device without cl_khr_fp64"
+_NO_HALF_LOWERING = "float16: this hand-written kernel has no float16 form (only generated kernels read float16)"
 _EFFECT = "effectful: {} runs on the host, in program order"
 
 
@@ -697,6 +701,8 @@ def _dtype_reason(rt, eqns) -> str:
     """Why these equations run on the host: the first dtype kernels cannot hold, else no lowering."""
     d = _unfit_dtype(rt, eqns)
     if d is None:  # a primitive that runs on the host by design says why (pure_callback)
+        if any(v.aval.dtype == np.dtype(np.float16) for e in eqns for v in list(e.inputs) + e.out_vars):
+            return _NO_HALF_LOWERING
         return getattr(eqns[0].primitive, "host_step_reason", "no OpenCL lowering")
     return _NO_FP64 if d == np.dtype(np.float64) else f"{d.name}: no type for it in generated kernels"
 
@@ -718,15 +724,16 @@ def _vector_width(rt, eqns) -> int:
 
 
 def _combine_source(name: str, eqn, chunks: int) -> str:
-    ct = CTYPE[eqn.out_vars[0].aval.dtype]
-    op = reduce_combine(eqn.primitive.name, ct, "acc", "p[i]", False)
+    st = CTYPE[eqn.out_vars[0].aval.dtype]
+    ct = compute_type(st)
+    op = reduce_combine(eqn.primitive.name, ct, "acc", load_scalar(st, "p", "i"), False)
     return f"""
-__kernel void {name}(__global const {ct}* restrict partial, __global {ct}* restrict out0) {{
+__kernel void {name}(__global const {st}* restrict partial, __global {st}* restrict out0) {{
     const long o = get_global_id(0);
-    __global const {ct}* p = partial + o * {chunks};
-    {ct} acc = p[0];
+    __global const {st}* p = partial + o * {chunks};
+    {ct} acc = {load_scalar(st, "p", "0")};
     for (long i = 1; i < {chunks}; i++) {{ {op} }}
-    out0[o] = acc;
+    {store_scalar(st, "out0", "o", "acc")}
 }}"""
 
 

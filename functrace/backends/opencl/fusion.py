@@ -34,6 +34,10 @@ VEC = 8  # default lanes per work-item; the executable picks the device's prefer
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
          np.dtype(np.int64): "long", np.dtype(bool): "uchar"}
 CTYPE.update({np.dtype(np.uint32): "uint", np.dtype(np.uint64): "ulong"})  # random bits (ft.random)
+# float16 buffers are ``half`` pointers, read and written only by OpenCL 1.x core's vload_half /
+# vstore_half_rte (no cl_khr_fp16 needed): kernels compute their values in float and round each
+# float16 result to float16 (``ft_round_half``), as the numpy backend does after every operation
+CTYPE[np.dtype(np.float16)] = "half"
 MASK_OF = {"float": "int", "double": "long", "int": "int", "long": "long", "uchar": "int"}  # bools: int lanes
 MASK_OF.update({"uint": "int", "ulong": "long"})
 _WIDE = ("double", "long", "ulong")  # 64-bit lanes: their comparisons give long masks
@@ -105,6 +109,13 @@ inline {t} ft_log1p_{t}({t} x) {{  /* log(1 + x) plus the rounding error of 1 + 
     const {t} u = 1.0f + x;
     return ft_log_fix_{t}(ft_log_core_{t}(u, ({t})0.0f) + (x - (u - 1.0f)) / u, u, x);
 }}"""
+
+_ROUND_HALF = """
+inline {t} ft_round_half_{t}({t} x) {{  /* x rounded to float16 (nearest, ties to even), as a float */
+    {ht} h;
+    vstore_half{w}_rte(x, 0, (__private half*)&h);
+    return vload_half{w}(0, (__private const half*)&h);
+}}"""
 _HELPER_USE = re.compile(r"\bft_\w+?_(float(?:4|8|16)?)\(")
 
 
@@ -112,7 +123,23 @@ def f32_helpers(source: str) -> str:
     """The helper block of every vector width ``source`` calls (only those: the program's compile
     time grows with its text)."""
     widths = sorted(set(_HELPER_USE.findall(source)), key=len)
-    return "\n".join(_F32_MATH.format(t=t, it=t.replace("float", "int")) for t in widths)
+    return "\n".join((_F32_MATH + _ROUND_HALF).format(t=t, it=t.replace("float", "int"), ht=t.replace("float", "ushort"),
+                                                       w=t[5:]) for t in widths)
+
+
+def compute_type(ct: str) -> str:
+    """The C type kernels compute values of storage type ``ct`` in (float16: float)."""
+    return "float" if ct == "half" else ct
+
+
+def load_scalar(ct: str, ptr: str, index: str) -> str:
+    """C expression reading element ``index`` of buffer ``ptr`` of storage type ``ct``."""
+    return f"vload_half({index}, {ptr})" if ct == "half" else f"{ptr}[{index}]"
+
+
+def store_scalar(ct: str, ptr: str, index: str, value: str) -> str:
+    """C statement writing ``value`` to element ``index`` of buffer ``ptr`` of storage type ``ct``."""
+    return f"vstore_half_rte({value}, {index}, {ptr});" if ct == "half" else f"{ptr}[{index}] = {value};"
 
 
 
@@ -313,30 +340,32 @@ class ExprWriter:
         """Read kernel input ``var`` at element e (vector: elements e..e+7)."""
         p = self.inputs[var]
         acc = self.accesses[var]
-        ct = CTYPE[var.aval.dtype]
+        st = CTYPE[var.aval.dtype]
+        ct = compute_type(st)
         if not self.vector:
-            raw = f"{p}[{acc.index(e)}]"
+            raw = load_scalar(st, p, acc.index(e))
             return f"((int){raw})" if ct == "uchar" else raw
         if acc.kind == "scalar":
-            raw = f"(({ct}{self.vec})({p}[{acc.index(e)}]))"
+            raw = f"(({ct}{self.vec})({load_scalar(st, p, acc.index(e))}))"
         elif self.tail:  # lanes at or past n read 1 (no integer division by zero)
             if var not in self.staged:
                 self.staged.add(var)
                 self.lines.append(f"{ct} t_{p}[{self.vec}]; for (int k = 0; k < {self.vec}; k++) "
-                                  f"t_{p}[k] = {e} + k < n ? {p}[{acc.index(f'({e} + k)')}] : ({ct})1;")
+                                  f"t_{p}[k] = {e} + k < n ? {load_scalar(st, p, acc.index(f'({e} + k)'))} : ({ct})1;")
             raw = f"vload{self.vec}(0, t_{p})"
         elif vector_readable(acc, self.vec, self.segment):
-            raw = f"vload{self.vec}(0, {p} + {acc.index(e)})"
+            raw = f"vload{'_half' if st == 'half' else ''}{self.vec}(0, {p} + {acc.index(e)})"
         else:  # lane by lane, each at its own index
-            lanes = ", ".join(f"{p}[{acc.index(f'({e} + {k})')}]" for k in range(self.vec))
+            lanes = ", ".join(load_scalar(st, p, acc.index(f"({e} + {k})")) for k in range(self.vec))
             raw = f"(({ct}{self.vec})({lanes}))"
         return f"(-convert_int{self.vec}({raw}))" if ct == "uchar" else raw
 
     def atom(self, a, ctype: str, e: str) -> str:
         if type(a) is Literal:
-            lit = c_literal(a.val, ctype if a.aval.dtype != np.dtype(bool) else "uchar")
+            val = np.asarray(a.val, a.aval.dtype) if a.aval.dtype == np.dtype(np.float16) else a.val
+            lit = c_literal(val, ctype if a.aval.dtype != np.dtype(bool) else "uchar")
             if a.aval.dtype == np.dtype(bool):
-                lit = ("-1" if np.asarray(a.val).item() else "0") if self.vector else lit
+                lit = ("-1" if np.asarray(val).item() else "0") if self.vector else lit
                 return f"((int{self.vec})({lit}))" if self.vector else lit
             return f"(({ctype}{self.vec}){lit})" if self.vector else lit
         if a in self.names:
@@ -354,10 +383,13 @@ class ExprWriter:
     def emit(self, eqn, e: str) -> None:
         """Define the value of ``eqn``'s output (a fresh variable) from its operands'."""
         out = eqn.out_vars[0]
-        ct = CTYPE[out.aval.dtype]
-        in_ct = [CTYPE[a.aval.dtype] for a in eqn.inputs]
+        ct = compute_type(CTYPE[out.aval.dtype])
+        in_ct = [compute_type(CTYPE[a.aval.dtype]) for a in eqn.inputs]
         args = [self.atom(a, c, e) for a, c in zip(eqn.inputs, in_ct)]
-        self.names[out] = self.fresh(ct, ELEMENTWISE[eqn.primitive].write(self, eqn, args, ct, in_ct, e))
+        value = ELEMENTWISE[eqn.primitive].write(self, eqn, args, ct, in_ct, e)
+        if out.aval.dtype == np.dtype(np.float16) and not _keeps_half(eqn):
+            value = f"ft_round_half_{self.vtype(ct)}({value})"
+        self.names[out] = self.fresh(ct, value)
 
     def lanewise(self, ct: str, tmpl: str, args: list) -> str:
         """``tmpl`` applied to each lane of the (named) vector ``args`` (see ``_LANEWISE_TYPES``)."""
@@ -409,7 +441,7 @@ class ExprWriter:
 
 # --------------------------------------------------------------------------- the elementwise table
 
-_KIND = {"float": "f", "double": "f", "int": "i", "long": "i", "uchar": "b", "uint": "i", "ulong": "i"}
+_KIND = {"half": "f", "float": "f", "double": "f", "int": "i", "long": "i", "uchar": "b", "uint": "i", "ulong": "i"}
 
 
 @dataclass(frozen=True)
@@ -496,7 +528,31 @@ def _write_convert(w, eqn, args, ct, in_ct, e):
         return f"convert_int{w.vec}({cmp})" if w.vector and src in _WIDE else cmp
     if src == "uchar":
         return f"convert_{ct}{w.vec}(-{args[0]})" if w.vector else f"(({ct}){args[0]})"
+    if src == "double" and eqn.out_vars[0].aval.dtype == np.dtype(np.float16):
+        return _double_to_float_odd(w, args[0])
     return f"convert_{ct}{w.vec}({args[0]})" if w.vector else f"(({ct}){args[0]})"
+
+
+def _double_to_float_odd(w, x: str) -> str:
+    """A double as a float rounded to odd (toward zero, lowest bit set when inexact): rounding
+    that to float16 then rounds the double once, as numpy's float64 -> float16 cast does
+    (rounding to the nearest float first could make a float16 tie of what was none)."""
+    vec = w.vec if w.vector else ""
+    x = w.fresh("double", x)
+    f = w.fresh("float", f"convert_float{vec}_rtz({x})")
+    inexact = f"(convert_int{vec}(convert_double{vec}({f}) != {x}) & 1)" if w.vector \
+        else f"(convert_double({f}) != {x})"
+    return f"as_{w.vtype('float')}(as_{w.vtype('int')}({f}) | {inexact})"
+
+
+# float16 results of float16 operands that are float16 values already (no rounding needed)
+_HALF_EXACT = {P.neg_p, P.abs_p, P.max_p, P.min_p, P.select_p, P.stop_gradient_p, P.floor_p, P.ceil_p,
+               P.round_p, P.sign_p, P.copysign_p}
+
+
+def _keeps_half(eqn) -> bool:
+    return eqn.primitive in _HALF_EXACT and all(a.aval.dtype.kind != "f" or a.aval.dtype == np.dtype(np.float16)
+                                                for a in eqn.inputs)
 
 
 def _comparison(symbol: str) -> Op:
@@ -632,20 +688,23 @@ def _store(writer: ExprWriter, var, ptr: str, e: str, streaming: bool = False) -
     val = writer.names.get(var)
     if val is None:  # an output that is a kernel input passed through
         val = writer.load(var, e)
-    ct = CTYPE[var.aval.dtype]
+    st = CTYPE[var.aval.dtype]
+    ct = compute_type(st)
     if writer.vector:
         v = writer.vec
         if ct == "uchar":
             val = f"convert_uchar{v}(-({val}))"
         if writer.tail:
             return (f"{{ {ct} t[{v}]; vstore{v}({val}, 0, t); "
-                    f"for (int k = 0; k < {v} && {e} + k < n; k++) {ptr}[{e} + k] = t[k]; }}")
+                    f"for (int k = 0; k < {v} && {e} + k < n; k++) {store_scalar(st, ptr, f'{e} + k', 't[k]')} }}")
+        if st == "half":  # (no non-temporal form)
+            return f"vstore_half{v}_rte({val}, 0, {ptr} + {e});"
         if streaming:  # whole aligned vectors (buffers start aligned; e is a multiple of v)
             return f"FT_STREAM_STORE({val}, (__global {ct}{v}*)({ptr} + {e}));"
         return f"vstore{v}({val}, 0, {ptr} + {e});"
     if ct == "uchar":
         return f"{ptr}[{e}] = (uchar)({val} != 0);"
-    return f"{ptr}[{e}] = {val};"
+    return store_scalar(st, ptr, e, val)
 
 
 def elementwise_kernel(name: str, group: Group, outputs: list, accesses: dict, vec: int = VEC,
@@ -732,7 +791,8 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     axes = reduce_eqn.params["axes"]
     kind = reduce_eqn.primitive.name
     out = reduce_eqn.out_vars[0]
-    ct = CTYPE[out.aval.dtype]
+    st = CTYPE[out.aval.dtype]
+    ct = compute_type(st)  # float16: accumulated in float, rounded once at the end
     kept = [d for d in range(len(xshape)) if d not in axes]
     xstrides = contiguous_strides(xshape)
     kept_shape = [xshape[d] for d in kept]
@@ -770,7 +830,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     }}
     {{ {ct} h = {hsum}; {fold} {combine('acc', 'h', False)} }}"""
     src = f"""
-__kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
+__kernel void {name}({_params(inputs, in_names, [], {})}, __global {st}* restrict out0) {{
     const long gid = get_global_id(0);
     const long o = gid / {chunks};
     const long chunk = gid % {chunks};
@@ -783,7 +843,7 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restric
         {chr(10).join('        ' + l for l in s_lines).strip()}
         {combine('acc', s_val, False)}
     }}
-    out0[gid] = acc;
+    {store_scalar(st, "out0", "gid", "acc")}
 }}"""
     return src, inputs
 
@@ -801,7 +861,8 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     loads; a scalar loop for the last, partial group of columns)."""
     x = reduce_eqn.inputs[0]
     kind = reduce_eqn.primitive.name
-    ct = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    ct = compute_type(st)
     C = shape_size(reduce_eqn.out_vars[0].aval.shape)
     R = shape_size(x.aval.shape) // C
     inputs = group_inputs(group) if group is not None else [x]
@@ -813,7 +874,7 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
         return "\n            ".join(lines + [reduce_combine(kind, ct, "vacc" if vector else "acc", val, vector)])
 
     src = f"""
-__kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restrict out0) {{
+__kernel void {name}({_params(inputs, in_names, [], {})}, __global {st}* restrict out0) {{
     const long c0 = (long)get_global_id(0) * {vec};
     if (c0 + {vec} <= {C}) {{
         {ct}{vec} vacc = ({ct}{vec})({init});
@@ -821,7 +882,7 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restric
             const long e = r * {C} + c0;
             {body(True)}
         }}
-        vstore{vec}(vacc, 0, out0 + c0);
+        vstore{'_half' if st == 'half' else ''}{vec}{'_rte' if st == 'half' else ''}(vacc, 0, out0 + c0);
     }} else {{
         for (long c = c0; c < {C}; c++) {{
             {ct} acc = {init};
@@ -829,7 +890,7 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {ct}* restric
                 const long e = r * {C} + c;
                 {body(False)}
             }}
-            out0[c] = acc;
+            {store_scalar(st, "out0", "c", "acc")}
         }}
     }}
 }}"""

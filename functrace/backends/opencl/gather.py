@@ -17,6 +17,7 @@ import numpy as np
 from ... import primitives as P
 from ...core import Literal
 from .fusion import CTYPE
+from .layout import bits_type
 from .lowerings import Lowered, register
 
 _ATOMIC_ADD = {
@@ -63,7 +64,7 @@ def _supported(eqn, rt, float_only: bool) -> bool:
     dt = x.aval.dtype
     if dt not in CTYPE or dt == np.dtype(bool) or idx.aval.dtype not in (np.dtype(np.int64), np.dtype(np.int32)):
         return False
-    if float_only and dt.kind != "f":
+    if float_only and dt.kind != "f" or float_only and dt == np.dtype(np.float16):  # (no float16 atomics)
         return False
     if dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True):
         return False
@@ -79,7 +80,7 @@ def lower_take(eqn, rt) -> Lowered | None:
     axis = eqn.params["axis"]
     P, n, Q, K = _geometry(x.aval.shape, idx.aval.shape, axis)
     total = P * K * Q
-    t, it = CTYPE[x.aval.dtype], CTYPE[idx.aval.dtype]
+    t, it = bits_type(x.aval.dtype), CTYPE[idx.aval.dtype]
     name = f"gather_{t}_{it}"
     source = f"""
 __kernel void {name}(__global const {t}* restrict x, __global const {it}* restrict idx,

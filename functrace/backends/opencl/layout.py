@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import primitives as P
 from ...core import Literal
 from ...optimize import shape_size
@@ -52,8 +54,14 @@ def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
     reads = [(names[v], accesses[v], shape_size(v.aval.shape)) for v in ins]
     write = {"pad": _pad_body, "concatenate": _concatenate_body, "reshape": _reshape_body}[eqn.primitive.name]
     out = eqn.out_vars[0].aval
-    return _kernel(name, CTYPE[out.dtype], reads, shape_size(out.shape), run,
-                   lambda it, copy: write(eqn, accesses, names, CTYPE[out.dtype], it, copy))
+    ct = bits_type(out.dtype)
+    return _kernel(name, ct, reads, shape_size(out.shape), run,
+                   lambda it, copy: write(eqn, accesses, names, ct, it, copy))
+
+
+def bits_type(dtype) -> str:
+    """The C type layout kernels copy elements of ``dtype`` as (float16: its bits, as ushort)."""
+    return "ushort" if np.dtype(dtype) == np.dtype(np.float16) else CTYPE[np.dtype(dtype)]
 
 
 def copy_kernel(name: str, ctype: str, shape: tuple, access: Access) -> tuple[str, int]:
@@ -107,7 +115,7 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
     x, value = eqn.inputs
     oshape, ishape = eqn.out_vars[0].aval.shape, x.aval.shape
     ostrides, istrides = contiguous_strides(oshape), contiguous_strides(ishape)
-    fill = c_literal(value.val, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
+    fill = _fill_literal(value.val, value.aval.dtype, ct) if type(value) is Literal else f"{names[value]}[{accesses[value].index('0')}]"
     lines, inside = [f"    {it} src = 0;"], []
     for d, ((lo, _, interior), size) in enumerate(zip(eqn.params["padding_config"], ishape)):
         if oshape[d] == 1 and size == 1 and lo == 0:
@@ -125,6 +133,13 @@ def _pad_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:
         test = "0"
     lines.append(f"    if ({test}) {{ {copy(names[x], 'src')} }} else {{ out0[e] = {fill}; }}")
     return "\n".join(lines)
+
+
+def _fill_literal(val, dtype, ct: str) -> str:
+    """A padding value in C (float16: its bits)."""
+    if ct == "ushort":
+        return f"((ushort){int(np.asarray(val, np.float16).view(np.uint16))})"
+    return c_literal(val, ct)
 
 
 def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) -> str:

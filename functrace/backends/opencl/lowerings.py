@@ -108,8 +108,16 @@ class LaunchContext:
 
 
 def lower(eqn, rt) -> Lowered | None:
+    """The equation's lowering; for one with float16 values, that of its float32 twin with
+    conversions around it where the lowering has no float16 form (see ``float16.py``)."""
     fn = LOWERINGS.get(eqn.primitive)
-    return fn(eqn, rt) if fn is not None else None
+    if fn is None:
+        return None
+    lowered = fn(eqn, rt)
+    if lowered is None:
+        from .float16 import lower_in_float32
+        lowered = lower_in_float32(fn, eqn, rt)
+    return lowered
 
 
 def load_builtin_lowerings() -> None:

@@ -25,7 +25,7 @@ def _line_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
 def _supported(eqn, rt) -> bool:
     x = eqn.inputs[0]
     dt = x.aval.dtype
-    if type(x) is Literal or dt not in CTYPE or dt == np.dtype(bool):
+    if type(x) is Literal or dt not in CTYPE or dt in (np.dtype(bool), np.dtype(np.float16)):  # (float16: no half form)
         return False
     return not (dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True))
 

@@ -56,7 +56,8 @@ def lower_scatter(eqn, rt) -> Lowered | None:
     x, idx, upd = eqn.inputs
     dt = x.aval.dtype
     op = eqn.params["op"]
-    if type(x) is Literal or type(upd) is Literal or dt not in CTYPE or idx.aval.dtype != np.dtype(np.int64):
+    if type(x) is Literal or type(upd) is Literal or dt not in CTYPE or idx.aval.dtype != np.dtype(np.int64) \
+            or dt == np.dtype(np.float16):  # (no float16 form: float16.py runs the float32 one)
         return None
     if op != "set" and dt == np.dtype(bool):
         return None
