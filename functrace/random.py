@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import nn
+from . import lax_numeric
 from . import numpy as fnp
 from . import primitives as P
 from .core import ShapedArray, Tracer
@@ -277,7 +277,7 @@ def normal(key, shape: Sequence[int] = (), dtype=np.float32):
     dtype = _float_dtype("normal", dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = _uniform("normal", key, _shape("normal", shape), dtype, low, 1.0)
-    return P.mul(np.array(math.sqrt(2.0), dtype), nn.erf_inv_p.bind(u))
+    return P.mul(np.array(math.sqrt(2.0), dtype), lax_numeric.erf_inv_p.bind(u))
 
 
 def _next_toward(x, up: bool):
@@ -304,8 +304,8 @@ def truncated_normal(key, lower, upper, shape: Sequence[int] | None = None, dtyp
     lower, upper = _as(lower, dtype), _as(upper, dtype)
     shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape("truncated_normal", shape)
     sqrt2 = np.array(math.sqrt(2.0), dtype)
-    a, b = nn.erf_p.bind(P.div(lower, sqrt2)), nn.erf_p.bind(P.div(upper, sqrt2))
-    out = P.mul(sqrt2, nn.erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
+    a, b = lax_numeric.erf_p.bind(P.div(lower, sqrt2)), lax_numeric.erf_p.bind(P.div(upper, sqrt2))
+    out = P.mul(sqrt2, lax_numeric.erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
     low = _next_toward(P.stop_gradient(lower), up=True)
     high = _next_toward(P.stop_gradient(upper), up=False)
     return P.broadcast_to(P.min_p.bind(P.max_p.bind(out, low), high), shape)

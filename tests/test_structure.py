@@ -76,3 +76,86 @@ def test_the_wheel_ships_the_opencl_sources_and_the_package_loads_them(tmp_path)
                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()
     assert out[0] == str(tmp_path / "site" / "functrace" / "cl_kernels")
     assert int(out[1]) == len((root / "cl_kernels" / sources[0]).read_text())
+
+
+def _module_level_imports(root):
+    """``{module: {imported functrace modules}}`` from the import statements each module runs when
+    it is loaded (any statement outside a function body or an ``if TYPE_CHECKING:`` block)."""
+    import ast
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+
+    def resolve(name):  # a package means its __init__, which is the module named like the package
+        return name if name in modules else None
+
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        imported = set()
+
+        def visit(statements):
+            for node in statements:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                    visit(node.orelse)
+                    continue
+                if isinstance(node, ast.Import):
+                    imported.update(resolve(a.name) for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:
+                        anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                        base = ".".join(anchor + ([node.module] if node.module else []))
+                    for alias in node.names:  # `from p import m` imports the submodule m when there is one
+                        imported.add(resolve(f"{base}.{alias.name}") or resolve(base))
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit(getattr(node, field, []) if not isinstance(node, ast.ClassDef) or field == "body" else [])
+        visit(ast.parse(path.read_text()).body)
+        graph[name] = imported - {None, name}
+    return graph
+
+
+def _import_cycles(graph):
+    """The strongly connected components of more than one module (each one holds a cycle)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def connect(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph[node]):
+            if successor not in index:
+                connect(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return components
+
+
+def test_no_module_level_import_cycle():
+    """Modules import each other at module level without a cycle, so any module imports on its own
+    and the load order is the dependency order (imports inside functions are not counted)."""
+    import pathlib
+    graph = _module_level_imports(pathlib.Path(__file__).resolve().parents[1] / "functrace")
+    assert "functrace.numpy._shape" in graph["functrace.numpy"] and "functrace.core" in graph["functrace.autodiff"]
+    cycles = _import_cycles(graph)
+    described = ["\n  ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in cycles]
+    assert cycles == [], "import cycles:\n  " + "\n\n  ".join(described)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
+from . import _base as _fnp
+from . import _shape
 
 # index arrays: concrete numpy, as JAX's (their shapes are their arguments)
 indices = _np.indices
@@ -138,7 +138,7 @@ class _Concatenator:
         parts = []
         for i in items:
             x = _np.r_[i] if isinstance(i, slice) else _fnp._to_array(i)
-            x = _fnp.atleast_1d(x)
+            x = _shape.atleast_1d(x)
             if self.columns:
                 x = _fnp.reshape(x, (-1, 1)) if x.ndim == 1 else x
             parts.append(x)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from ..core import Tracer as _Tracer
+from . import _base as _fnp
 
 # numpy's abstract categories, for issubdtype(x.dtype, fnp.floating) and the like
 generic, number, inexact, floating, complexfloating = _np.generic, _np.number, _np.inexact, _np.floating, _np.complexfloating

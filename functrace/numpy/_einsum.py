@@ -8,11 +8,10 @@ import string as _string
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where_in_user_code
+from . import _base as _fnp
 
 _LABELS = _string.ascii_letters
 

@@ -6,11 +6,10 @@ import math as _math
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from ..errors import user_frame_description as _where_in_user_code
+from . import _base as _fnp
 
 _LN2 = _math.log(2)
 

@@ -8,9 +8,8 @@ import re as _re
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from ..errors import user_frame_description as _where_in_user_code
+from . import _base as _fnp
 
 _CORE = _re.compile(r"\(([^()]*)\)")
 

@@ -9,12 +9,12 @@ import builtins as _builtins
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where_in_user_code
+from . import _base as _fnp
+from . import _elementwise, _shape
 
 histogram = _fnp._concrete_only("histogram")
 histogram_bin_edges = _fnp._concrete_only("histogram_bin_edges")
@@ -288,11 +288,11 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     """The covariance matrix of the variables (rows, or columns with ``rowvar=False``)."""
     if fweights is not None or aweights is not None:
         raise NotImplementedError("cov: fweights / aweights are not implemented")
-    x = _fnp.atleast_2d(_fnp._to_float(m, _np.float64))
+    x = _shape.atleast_2d(_fnp._to_float(m, _np.float64))
     if not rowvar and x.shape[0] != 1:
         x = _fnp.transpose(x)
     if y is not None:
-        y = _fnp.atleast_2d(_fnp._to_float(y, _np.float64))
+        y = _shape.atleast_2d(_fnp._to_float(y, _np.float64))
         if not rowvar and y.shape[0] != 1:
             y = _fnp.transpose(y)
         x = _fnp.concatenate(_fnp._promote(x, y), 0)
@@ -323,7 +323,7 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
         d = dx
     else:
         x = _fnp._to_array(x)
-        d = _fnp.diff(x) if x.ndim == 1 else _fnp.diff(x, axis=axis)
+        d = _shape.diff(x) if x.ndim == 1 else _shape.diff(x, axis=axis)
         if x.ndim == 1:
             d = _fnp.reshape(d, tuple(-1 if k == axis else 1 for k in range(y.ndim)))
     return _fnp.sum(d * (lo + hi) / 2.0, axis)
@@ -367,7 +367,7 @@ def _gradient_along(f, axis: int, h, edge_order: int):
     x = _fnp._to_float(h, _np.float64)
     if x.ndim != 1 or x.shape[0] != n:
         raise ValueError("gradient: distances must be either scalars or match the length of the axis")
-    dx = _fnp.diff(x)
+    dx = _shape.diff(x)
     d1, d2 = _fnp.reshape(dx[:-1], shape), _fnp.reshape(dx[1:], shape)
     a, b, c = -d2 / (d1 * (d1 + d2)), (d2 - d1) / (d1 * d2), d1 / (d2 * (d1 + d2))
     interior = a * part(0, -2) + b * part(1, -1) + c * part(2, 0)
@@ -533,9 +533,9 @@ def isrealobj(x) -> bool:
 
 def iscomplex(x):
     x = _fnp._to_array(x)
-    return _fnp.not_equal(_fnp.imag(x), 0)
+    return _fnp.not_equal(_elementwise.imag(x), 0)
 
 
 def isreal(x):
     x = _fnp._to_array(x)
-    return _fnp.equal(_fnp.imag(x), 0)
+    return _fnp.equal(_elementwise.imag(x), 0)

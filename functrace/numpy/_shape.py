@@ -1,5 +1,5 @@
 """Shape and index helpers (roll, rot90, diff, insert, delete, block, the split and stack
-variants, pad's gathering modes, index conversions), written over ``functrace.numpy``: each is
+variants, index conversions), written over ``functrace.numpy``: each is
 differentiable and batches where numpy's result depends smoothly on the values."""
 from __future__ import annotations
 
@@ -8,40 +8,18 @@ import operator as _operator
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where_in_user_code
+from . import _base as _fnp
 
 _atleast_1d_one, _atleast_2d_one, _array_split_sections = _fnp.atleast_1d, _fnp.atleast_2d, _fnp.array_split
-_GATHER_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")
 
 
 def _concrete(x, what: str):
     """A concrete value for ``what`` (a traced one that knows its value, else ConcretizationError)."""
     return x._concrete(what) if isinstance(x, _Tracer) else x
-
-
-def pad_by_gather(x, pad_width, mode: str, reflect_type: str = "even"):
-    """numpy.pad's 'edge', 'reflect', 'symmetric' and 'wrap' modes: along each axis a gather whose
-    indices are numpy's own padding of ``arange(n)`` (so numpy's rules, repeats and all)."""
-    if mode not in _GATHER_PAD_MODES and mode != "empty":
-        raise NotImplementedError(f"functrace.numpy.pad: mode={mode!r} is not implemented (constant, empty, "
-                                  f"{', '.join(_GATHER_PAD_MODES)} are)")
-    if reflect_type != "even":
-        raise NotImplementedError("functrace.numpy.pad: reflect_type='odd' is not implemented")
-    if mode == "empty":  # numpy leaves the border undefined: zeros are as good
-        return _fnp.pad(x, pad_width)
-    for axis, (lo, hi) in enumerate(pad_width):
-        if lo or hi:
-            n = x.shape[axis]
-            if n == 0:
-                raise ValueError(f"pad: can't extend empty axis {axis} using mode {mode!r} {_where_in_user_code()}")
-            idx = _np.pad(_np.arange(n, dtype=_np.int64), (int(lo), int(hi)), mode=mode)
-            x = _P.take(x, idx, axis)
-    return x
 
 
 def roll(a, shift, axis=None):

@@ -1,11 +1,14 @@
-"""Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy."""
-from __future__ import annotations
+"""Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy.
 
-import functrace.numpy as fnp
+Importing this module (``functrace.numpy`` does) installs them on ``Tracer``."""
+from __future__ import annotations
 
 from .. import primitives as _P
 from ..core import Tracer
+from . import _base as fnp
 from ._indexing import IndexUpdateHelper
+from ._reductions import cumprod, ptp
+from ._sorting import argsort, searchsorted, sort
 
 
 def _swap(f):
@@ -43,8 +46,9 @@ _OPERATORS = {
 for _name, _fn in _OPERATORS.items():
     setattr(Tracer, _name, _fn)
 # sorting and scans (numpy/_sorting.py, numpy/_reductions.py): methods return new arrays, as JAX's
-for _name in ("sort", "argsort", "searchsorted", "cumprod", "ptp"):
-    setattr(Tracer, _name, getattr(fnp, _name))
+for _name, _fn in {"sort": sort, "argsort": argsort, "searchsorted": searchsorted, "cumprod": cumprod,
+                  "ptp": ptp}.items():
+    setattr(Tracer, _name, _fn)
 
 
 def _complex_part(x, part: str):
@@ -76,6 +80,13 @@ def _setitem(self, index, value):
 Tracer.__setitem__ = _setitem
 
 
+def _package():
+    """The whole of ``functrace.numpy``, where numpy's protocols dispatch (imported at the call: the
+    package imports this module)."""
+    from .. import numpy
+    return numpy
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """``np.sin(tracer)`` and ``ndarray + tracer`` dispatch to functrace.numpy."""
     if method != "__call__" or kwargs.get("out") is not None:
@@ -83,14 +94,15 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if ufunc.__name__ == "conjugate":
         return _complex_part(inputs[0], "conj")
     name = {"absolute": "abs"}.get(ufunc.__name__, ufunc.__name__)
-    fn = getattr(fnp, name)  # raises NotImplementedError naming the function when missing
+    fn = getattr(_package(), name)  # raises NotImplementedError naming the function when missing
     return fn(*inputs)
 
 
 def _array_function(self, func, types, args, kwargs):
     """``np.sum(tracer)`` etc. dispatch to the functrace.numpy function of the same name."""
     module = func.__module__ or ""
-    target = fnp.linalg if module.endswith("linalg") else fnp.fft if module.endswith("fft") else fnp
+    package = _package()
+    target = package.linalg if module.endswith("linalg") else package.fft if module.endswith("fft") else package
     return getattr(target, func.__name__)(*args, **kwargs)
 
 

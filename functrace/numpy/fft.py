@@ -17,13 +17,12 @@ from typing import Sequence as _Sequence
 
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..core import ShapedArray as _ShapedArray
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
+from . import _base as _fnp
 
 _TYPES = ("fft", "ifft", "rfft", "irfft")
 

@@ -24,15 +24,14 @@ batches and jits through them.
 """
 import numpy as _np
 
-import functrace.numpy as _fnp
-
 from .. import primitives as _P
 from ..autodiff import vjp_flat as _vjp_flat
 from ..core import ShapedArray as _ShapedArray
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
-from . import _lapack
+from . import _base as _fnp
+from . import _lapack, _misc
 
 _HOST_REASON = "LAPACK through numpy.linalg on the host: no OpenCL kernel for this decomposition"
 
@@ -949,7 +948,7 @@ def vecdot(x1, x2, /, *, axis: int = -1):
 
 
 def cross(x1, x2, /, *, axis: int = -1):
-    return _fnp.cross(x1, x2, axis=axis)
+    return _misc.cross(x1, x2, axis=axis)
 
 
 LinAlgError = _np.linalg.LinAlgError
