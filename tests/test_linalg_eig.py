@@ -41,6 +41,20 @@ def test_grads(name):
     check_grads(f, (a,), order=2, modes=("fwd", "rev"))
 
 
+def test_grads_of_a_large_matrix_keep_the_eigenvalue_order():
+    """numpy.linalg.eigvals orders the eigenvalues of large matrices differently from eig; eigvals
+    is eig's first result, so its derivative pairs each eigenvalue with its own eigenvectors.  (The
+    loss does not depend on the order: LAPACK's order can change under the finite-difference step.)"""
+    a = np.random.default_rng(0).standard_normal((160, 160))
+    assert not np.allclose(np.linalg.eigvals(a), np.linalg.eig(a)[0])  # the case this test is about
+    check_grads(lambda a: _eigenvalue_loss(LA.eigvals(a), fnp), (a,), order=1, modes=("fwd", "rev"))
+
+
+def test_grads_in_float32():
+    check_grads(lambda a: [fnp.real(LA.eigvals(a)), fnp.abs(LA.eig(a)[1])], (_A.astype(np.float32),),
+                order=1, modes=("fwd", "rev"))
+
+
 def test_grads_of_a_batch():
     check_grads(lambda a: fnp.abs(LA.eig(a)[1]) * fnp.real(LA.eig(a)[0])[..., None, :],
                 (rng.standard_normal((2, 3, 3)),), order=1, modes=("fwd", "rev"))
