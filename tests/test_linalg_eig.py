@@ -183,3 +183,11 @@ def test_values_and_grads_match_jax(name, jax_x64):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(np.sort_complex(LA.eigvals(x)), np.sort_complex(np.asarray(jnp.linalg.eigvals(x))),
                                rtol=1e-12)
+
+
+def test_batched_tangents_jacobians_and_hessian():
+    """jacfwd (vmapped tangents) agrees with jacrev (vmapped cotangents); the Hessian is symmetric."""
+    f = lambda a: fnp.abs(LA.eig(a)[1])  # noqa: E731
+    np.testing.assert_allclose(ft.jacfwd(f)(_A), ft.jacrev(f)(_A), rtol=1e-10, atol=1e-12)
+    hessian = np.asarray(ft.hessian(lambda a: _eigenvalue_loss(LA.eigvals(a), fnp))(_A)).reshape(16, 16)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=1e-10, atol=1e-12)
