@@ -645,6 +645,7 @@ case("linalg-triangular_solve", lambda a, b: fnp.linalg.triangular_solve(a, b, l
 case("linalg-eigh", lambda a: fnp.linalg.eigh(a)[1] ** 2 * fnp.linalg.eigh(a)[0], _SQUARE @ _SQUARE.T)
 case("linalg-svd", lambda a: [v ** 2 for v in fnp.linalg.svd(a, full_matrices=False)], normal(4, 3))
 case("linalg-qr", lambda a: list(fnp.linalg.qr(a)), normal(4, 3))
+case("linalg-eig", lambda a: [fnp.abs(fnp.linalg.eig(a)[1]), fnp.linalg.eig(a)[0].imag], normal(3, 3))
 case("scipy-linalg-lu_solve", lambda a, b: ft.scipy.linalg.lu_solve(ft.scipy.linalg.lu_factor(a), b), _SQUARE, normal(3))
 
 case("scipy-special-erfc", ft.scipy.special.erfc, normal(5))

@@ -826,7 +826,7 @@ HOST_ONLY["pure_callback"] = "calls the user's Python function"
 # linear algebra (the reason is what report() says): host LAPACK, fast on CPU devices; no GPU kernels yet
 HOST_ONLY.update({name: "LAPACK through numpy.linalg on the host"
                   for name in ("cholesky", "triangular_solve", "lu_factor", "lu_solve", "lu", "det", "slogdet", "eigh",
-                               "svd", "qr")})
+                               "svd", "qr", "eig")})
 HOST_ONLY["lu_pivots_to_permutation"] = "a sequential loop of row swaps"
 HOST_ONLY.update({name: "no type for it in generated kernels"  # complex values: numpy (numpy.fft) on the host
                   for name in ("fft", "real", "imag", "conj", "complex")})

@@ -2,8 +2,8 @@
 
 A small set of primitives does the numerical work with host LAPACK (numpy.linalg, and for
 the routines it does not expose the OpenBLAS numpy ships, see ``_lapack``): ``cholesky``,
-``triangular_solve``, ``lu_factor`` / ``lu_solve``, ``det``, ``slogdet``, ``eigh``, ``svd``
-and ``qr``.  Every other function (``inv``, ``pinv``, ``lstsq``, ``norm``, ``cond``,
+``triangular_solve``, ``lu_factor`` / ``lu_solve``, ``det``, ``slogdet``, ``eigh``, ``eig``,
+``svd`` and ``qr``.  Every other function (``inv``, ``pinv``, ``lstsq``, ``norm``, ``cond``,
 ``matrix_power``, ...) is built from them and from functrace.numpy, so it differentiates,
 batches and jits through them.
 
@@ -19,6 +19,13 @@ batches and jits through them.
   derivative's 1 / (w_j - w_i) factor is taken as 0 (JAX gives inf there); eigenvalue-only
   functions (``eigvalsh``, ``svd(compute_uv=False)``, norms) never form it, so they stay
   finite at degenerate points, as in JAX.
+* ``eig`` / ``eigvals`` (general matrices) return complex arrays, as JAX: eigenvectors with
+  LAPACK's normalization (unit norm, real largest-magnitude component), whose derivative JAX's
+  rule follows (the vector is defined up to a complex factor: the rule keeps that choice, so it
+  holds while the largest component stays the largest).  Real losses of them differentiate with
+  JAX's convention for complex values.  Defective matrices (a Jordan block) have no eigenvalue
+  derivative: the formula gives a finite value there, as in JAX; where eigenvalues coincide
+  exactly, eigenvector derivatives use 0 for 1 / (w_j - w_i), as ``eigh`` (JAX: NaN).
 * On OpenCL these primitives run as host steps (``host_step_reason`` below, shown by
   ``report()``): LAPACK on the host is what numpy offers, and is fast on CPU devices.
 """
@@ -107,10 +114,11 @@ def _new_primitive(name: str, multiple_results: bool = False):
     return p
 
 
-def _square_aval(name: str, a):
+def _square_aval(name: str, a, kinds: str = "f"):
+    """``a`` if it is a stack of square matrices of a dtype kind in ``kinds`` ("fc": complex too)."""
     if len(a.shape) < 2 or a.shape[-1] != a.shape[-2]:
         raise _ShapeError(f"linalg.{name}: expected square matrices (..., n, n), got shape {a.shape} {_where()}")
-    if a.dtype.kind != "f":
+    if a.dtype.kind not in kinds:
         raise TypeError(f"linalg.{name}: expected a float array, got {a.dtype.name} {_where()}")
     return a
 
@@ -163,9 +171,9 @@ def _triangular_solve_impl(a, b, *, lower, transpose_a, unit_diagonal):
     return _np.linalg.solve(t, b)
 
 
-def _solve_abstract(name):
+def _solve_abstract(name, kinds: str = "f"):
     def rule(a, b, **params):
-        _square_aval(name, a)
+        _square_aval(name, a, kinds)
         if len(b.shape) != len(a.shape) or b.shape[:-2] != a.shape[:-2] or b.shape[-2] != a.shape[-1]:
             raise _ShapeError(f"linalg.{name}: right-hand sides of shape {b.shape} do not match "
                               f"matrices of shape {a.shape} {_where()}")
@@ -214,6 +222,8 @@ triangular_solve_p.vjp = [_tsolve_vjp_a,
 
 lu_factor_p = _new_primitive("lu_factor", multiple_results=True)
 lu_factor_p.differentiable = False  # solver data for lu_solve, whose rules differentiate through its matrix
+# lu_factor / lu_solve also take complex matrices (numpy.linalg.solve on the host), for eig's derivatives:
+# their rules are transposes without conjugation, JAX's convention for complex values.
 
 
 def _lu_factor_impl(a):
@@ -225,7 +235,7 @@ def _lu_factor_impl(a):
 
 
 lu_factor_p.impl = _lu_factor_impl
-lu_factor_p.abstract_eval = lambda a: [_square_aval("lu_factor", a), _ShapedArray(a.shape[:-1], _np.dtype(_np.int64))]
+lu_factor_p.abstract_eval = lambda a: [_square_aval("lu_factor", a, "fc"), _ShapedArray(a.shape[:-1], _np.dtype(_np.int64))]
 
 
 def _lu_solve_impl(a, factors, pivots, b, *, transpose_a):
@@ -239,7 +249,7 @@ lu_solve_p.impl = _lu_solve_impl
 
 
 def _lu_solve_abstract(a, factors, pivots, b, *, transpose_a):
-    return _solve_abstract("solve")(a, b)
+    return _solve_abstract("solve", "fc")(a, b)
 
 
 lu_solve_p.abstract_eval = _lu_solve_abstract
@@ -390,6 +400,56 @@ def _eigh_vjp(primals, needs):
 
 eigh_p.jvp_rule = _eigh_jvp
 eigh_p.vjp_rule = _eigh_vjp
+
+# --------------------------------------------------------------------------- eig
+
+
+def _eig_impl(a):
+    """numpy.linalg.eig as complex arrays (numpy's are real when every eigenvalue is); a matrix
+    LAPACK cannot decompose (inf / NaN entries, no convergence) gives NaNs, as in JAX."""
+    cdtype = _P.complex_dtype(a.dtype)
+    try:
+        w, v = _np.linalg.eig(a)
+    except _np.linalg.LinAlgError:
+        flat = a.reshape((-1,) + a.shape[-2:])
+        w = _np.full(flat.shape[:-1], _np.nan, cdtype)
+        v = _np.full(flat.shape, _np.nan, cdtype)
+        for i, m in enumerate(flat):
+            try:
+                w[i], v[i] = _np.linalg.eig(m)
+            except _np.linalg.LinAlgError:
+                pass
+    return [_np.asarray(w, cdtype).reshape(a.shape[:-1]), _np.asarray(v, cdtype).reshape(a.shape)]
+
+
+def _eig_abstract(a):
+    cdtype = _P.complex_dtype(_square_aval("eig", a).dtype)
+    return [_ShapedArray(a.shape[:-1], cdtype), _ShapedArray(a.shape, cdtype)]
+
+
+eig_p = _new_primitive("eig", multiple_results=True)  # right eigenvectors, LAPACK's normalization
+eig_p.impl = _eig_impl
+eig_p.abstract_eval = _eig_abstract
+
+
+def _eig_linear_jvp(primals, outs, tangents):
+    """dw = diag(P) and dV = V (F o P) + V diag(c), P = V^-1 dA V, F_ij = 1 / (w_j - w_i) (JAX's
+    rule).  An eigenvector is defined up to a complex factor: c keeps LAPACK's choice, unit norm
+    (Re(v^H dv) = 0) and a real largest-magnitude component k (Im(dv_k) = 0)."""
+    (t,), (w, v) = tangents, outs
+    p = _mm(_solve(v, _P.convert_element_type(t, _P.dtype_of(v))), v)
+    u = _mm(v, _safe_reciprocal_differences(w) * p)
+    n = _P.shape_of(v)[-1]
+    largest = _fnp.expand_dims(_fnp.argmax(_fnp.abs(v), axis=-2), -2) == _np.arange(n)[:, None]
+    zero = _P.scalar_like(u, 0)
+    norm_part = -_fnp.sum(_P.real(_P.conj(v) * u), axis=-2)
+    real_part = -_fnp.sum(_P.imag(_fnp.where(largest, u, zero)), axis=-2) / \
+        _fnp.sum(_P.real(_fnp.where(largest, v, _P.scalar_like(v, 0))), axis=-2)
+    dv = u + v * _fnp.expand_dims(_P.complex_(norm_part, real_part), -2)
+    return [_diag_part(p), dv]
+
+
+_transposed_jvp(eig_p, _eig_linear_jvp)
 
 # --------------------------------------------------------------------------- svd
 
@@ -675,6 +735,23 @@ class _EighResult(tuple):
     eigenvectors = property(lambda self: self[1])
 
 
+def eig(a):
+    """(eigenvalues, right eigenvectors) of general square matrices, complex (complex128 for float64
+    input, complex64 for float32) as JAX; columns of unit norm with a real largest component (LAPACK's)."""
+    w, v = eig_p.bind(_as_float_matrix("eig", a, square=True))
+    return _EigResult(w, v)
+
+
+class _EigResult(_EighResult):
+    """(eigenvalues, eigenvectors), with the field names of numpy's result."""
+
+
+def eigvals(a):
+    """The eigenvalues of ``eig`` (whose eigenvectors its derivative needs; computing both in one LAPACK
+    call keeps the order of the eigenvalues the same with or without derivatives)."""
+    return eig(a)[0]
+
+
 def eigvalsh(a, UPLO: str = "L"):
     """Eigenvalues of a symmetric matrix; their derivative is finite at degenerate eigenvalues."""
     return eigh(a, UPLO)[0]
@@ -953,9 +1030,7 @@ def cross(x1, x2, /, *, axis: int = -1):
 
 LinAlgError = _np.linalg.LinAlgError
 
-_MISSING_REASON = {"eig": "general (non-symmetric) eigenproblems have complex results",
-                   "eigvals": "general (non-symmetric) eigenproblems have complex results",
-                   "tensorsolve": "not built yet", "tensorinv": "not built yet"}
+_MISSING_REASON = {"tensorsolve": "not built yet", "tensorinv": "not built yet"}
 
 
 def __getattr__(name: str):

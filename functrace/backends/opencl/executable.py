@@ -698,12 +698,17 @@ def _unfit_dtype(rt, eqns):
 
 
 def _dtype_reason(rt, eqns) -> str:
-    """Why these equations run on the host: the first dtype kernels cannot hold, else no lowering."""
+    """Why these equations run on the host: the reason a primitive that runs on the host by design
+    declares (pure_callback; LAPACK, even on complex values), else the first dtype kernels cannot
+    hold, else no lowering."""
     d = _unfit_dtype(rt, eqns)
-    if d is None:  # a primitive that runs on the host by design says why (pure_callback)
+    declared = getattr(eqns[0].primitive, "host_step_reason", None)
+    if declared and (d is None or len(eqns) == 1):
+        return declared
+    if d is None:
         if any(v.aval.dtype == np.dtype(np.float16) for e in eqns for v in list(e.inputs) + e.out_vars):
             return _NO_HALF_LOWERING
-        return getattr(eqns[0].primitive, "host_step_reason", "no OpenCL lowering")
+        return "no OpenCL lowering"
     return _NO_FP64 if d == np.dtype(np.float64) else f"{d.name}: no type for it in generated kernels"
 
 
