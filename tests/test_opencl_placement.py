@@ -100,3 +100,53 @@ def test_launch_latency_is_measured_once_and_cached(monkeypatch, tmp_path):
     monkeypatch.setattr(rt, "_launch_seconds", None)
     monkeypatch.setattr(placement, "_measure_launch", lambda rt: pytest.fail("measured again"))
     assert placement.launch_seconds(rt) == seconds  # from the disk cache
+
+
+def _no_device_buffers(monkeypatch):
+    """Make any device buffer or launch during the call fail the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a device buffer or launch in a program of host steps")
+    monkeypatch.setattr(rt, "empty", refuse)
+    monkeypatch.setattr(rt, "to_device", refuse)
+    monkeypatch.setattr(rt, "buffer_for", refuse)
+
+
+@pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+def test_a_program_of_only_host_steps_makes_no_device_buffers(monkeypatch):
+    """Cholesky and a triangular solve are LAPACK host steps: with every step on the host the
+    program runs as the numpy backend would (same results), returning host-backed ft.Arrays,
+    with no device buffer, copy or launch."""
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**9)  # the small steps too
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((37, 37))
+    spd = a @ a.T / 37 + np.eye(37)
+    f = lambda m: fnp.sum(fnp.linalg.cholesky(m) ** 2) * fnp.linalg.inv(m)
+    jitted = ft.jit(f, backend="opencl")
+    exe = jitted.lower(spd).compile().executable
+    assert exe.num_kernel_launches == 0 and exe.num_host_steps >= 3, exe.report()
+    assert "every step a host step" in exe.report() and "cholesky" in exe.report()
+    _no_device_buffers(monkeypatch)
+    out = jitted(spd)
+    assert isinstance(out, cl_runtime.Array) and out._buffer is None
+    np.testing.assert_array_equal(np.asarray(out), ft.jit(f, backend="numpy")(spd))
+    np.testing.assert_array_equal(np.asarray(jitted(out)), ft.jit(f, backend="numpy")(np.asarray(out)))
+
+
+@pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+def test_an_input_only_host_steps_read_is_not_copied_to_the_device(monkeypatch):
+    """A LAPACK step reads the matrix and a kernel the factor: the numpy argument is used in
+    place (no device copy); an input a kernel also reads is still copied."""
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)  # the elementwise step: a kernel
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((33, 33))
+    spd = a @ a.T / 33 + np.eye(33)
+    b = rng.standard_normal(33)
+    f = lambda m, b: fnp.linalg.cholesky(m) * 2.0 + b
+    jitted = ft.jit(f, backend="opencl")
+    exe = jitted.lower(spd, b).compile().executable
+    assert exe.num_kernel_launches >= 1 and exe.num_host_steps == 1, exe.report()
+    copied = []
+    to_device = rt.to_device
+    monkeypatch.setattr(rt, "to_device", lambda x: copied.append(np.shape(x)) or to_device(x))
+    np.testing.assert_allclose(np.asarray(jitted(spd, b)), np.linalg.cholesky(spd) * 2.0 + b, rtol=1e-13)
+    assert copied == [b.shape]

@@ -16,7 +16,7 @@ def compile_for(name: str | None, closed):
         return NumpyExecutable(closed)
     if name == "opencl":
         from ..optimize import inline_calls, optimize
-        from .opencl.executable import HostExecutable, OpenCLExecutable, is_small
+        from .opencl.executable import HostExecutable, OpenCLExecutable, is_small, runs_only_on_host
         from .opencl.runtime import DeviceUnusable, forget_runtime, get_runtime
         inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
         if inlined is not closed:
@@ -28,10 +28,14 @@ def compile_for(name: str | None, closed):
             if rt.is_cpu and is_small(closed):
                 return HostExecutable(closed, rt)
             try:
-                return OpenCLExecutable(closed, rt)
+                exe = OpenCLExecutable(closed, rt)
             except DeviceUnusable as e:
                 if config.device not in (None, ""):
                     raise  # the device the user chose: say so rather than run elsewhere
                 warnings.warn(f"functrace: {e}; trying the next OpenCL device", RuntimeWarning, stacklevel=3)
                 forget_runtime()
+                continue
+            if runs_only_on_host(exe.plan):  # no device work: buffers would only copy in and out
+                return HostExecutable(closed, rt, host_plan=exe.plan)
+            return exe
     raise ValueError(f"unknown backend {name!r}; available: {list(BACKENDS)}")

@@ -505,10 +505,26 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             steps, numbered = [HostStep(item, _EFFECT.format(item.primitive.name))], False
         else:
             lowered = lower(item, rt) if rt is not None else None
-            steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)
+            if lowered is None:
+                steps = [HostStep(item, _dtype_reason(rt, [item]))]
+            elif item.primitive.name in _DATA_MOVES and host_is_cheaper(rt, [item], _touched(item)):
+                steps = [HostStep(item, placement_reason(rt, [item], _touched(item)))]
+            else:
+                steps = _lowered_steps(plan, item, lowered)
             numbered = False
         plan.steps += steps
         k += numbered
+
+
+# hand-written lowerings that only move data (about one pass over the elements they touch, as the
+# placement estimate assumes): a small one runs on the host, like a small fused group, rather than
+# cost a launch and a wait (e.g. the 256-element diagonal gather in cholesky's gradient)
+_DATA_MOVES = frozenset({"take", "scatter_add", "scatter"})
+
+
+def _touched(eqn) -> int:
+    """Elements an equation reads or writes at most (its largest operand or result)."""
+    return max(shape_size(v.aval.shape) for v in list(eqn.inputs) + list(eqn.out_vars) if hasattr(v, "aval"))
 
 
 def _lowered_steps(plan: Plan, eqn, lowered) -> list:
@@ -769,30 +785,48 @@ def is_small(closed: ClosedJaxpr) -> bool:
 
 
 class HostExecutable:
-    """A small program on a CPU device, run on the host with the numpy executor (the host *is*
-    the device): results are host-backed ``Array``s, so nothing is copied."""
+    """A program run on the host with the numpy executor: a small one on a CPU device (the host
+    *is* the device), or one whose plan has no kernel at all (every step a host step: writing
+    its inputs to device buffers and reading them back would be the only device work).  Results
+    are host-backed ``Array``s: nothing is copied, and a kernel that reads one later makes its
+    buffer then (on unified memory wrapping the same host memory)."""
 
     backend = "opencl"
     num_kernel_launches = 0
 
-    def __init__(self, closed: ClosedJaxpr, rt: Runtime):
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None):
         from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
         self._exe = NumpyExecutable(closed)
         self.peak_bytes = analyze(closed).peak_bytes
+        self._host_plan = host_plan  # the all-host plan this replaces (for the report), if any
+        self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
 
     def __call__(self, *args):
         ins = [a.host_view() if isinstance(a, Array) else a for a in args]
         return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
 
     def as_text(self) -> str:
-        return "// no OpenCL kernels: a small program run on the host of the CPU device\n" + str(self.closed)
+        what = "a program with only host steps" if self._host_plan else "a small program"
+        return f"// no OpenCL kernels: {what} run on the host\n" + str(self.closed)
 
     def report(self) -> str:
-        return (f"device: {self.rt.name}\nkernel launches per call: 0 (small program: run on the host; "
-                f"fewer than {config.opencl_small_program_elements} elements of work, below a kernel launch's latency)\n"
-                f"peak live intermediate bytes: {self.peak_bytes}")
+        if self._host_plan is None:
+            return (f"device: {self.rt.name}\nkernel launches per call: 0 (small program: run on the host; "
+                    f"fewer than {config.opencl_small_program_elements} elements of work, below a kernel launch's latency)\n"
+                    f"peak live intermediate bytes: {self.peak_bytes}")
+        lines = [f"device: {self.rt.name}",
+                 "kernel launches per call: 0 (every step a host step: run as one numpy program, no device buffers)",
+                 f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
+        for step in self._host_plan.steps:
+            lines.extend(step.describe())
+        return "\n".join(lines)
+
+
+def runs_only_on_host(plan: Plan) -> bool:
+    """Has ``plan`` no kernel step (no launch now, none a measurement could switch to later)?"""
+    return bool(plan.steps) and all(isinstance(s, HostSegment) for s in plan.steps)
 
 
 def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
@@ -856,6 +890,7 @@ class OpenCLExecutable:
         # pool is rewritten only after the kernels that read it.  Waiting for results is outside.
         self._lock = threading.Lock()
         self.num_host_steps = sum(s.host_equations for s in self.plan.steps)
+        self._host_read_inputs = self._inputs_only_host_steps_read()
 
     @property
     def num_kernel_launches(self) -> int:
@@ -882,10 +917,24 @@ class OpenCLExecutable:
 
     # ------------------------------------------------------------------ buffers
 
-    def _as_device(self, x) -> Array:
+    def _inputs_only_host_steps_read(self) -> set:
+        """Inputs read by host steps alone (no kernel, no view, not an output): a numpy argument
+        for one is used in place, not copied to a device buffer (host steps run during the call,
+        so the caller cannot change it under them; e.g. the matrix of a LAPACK step)."""
+        kernel_read = {v.base for v in self.plan.views.values()}
+        kernel_read.update(a for a in self.closed.jaxpr.outs if type(a) is not Literal)
+        for step in self.plan.steps:
+            if not isinstance(step, HostSegment):
+                kernel_read.update(step.reads)
+        return set(self.closed.jaxpr.in_vars) - kernel_read
+
+    def _as_device(self, v, x) -> Array:
         if isinstance(x, Array):
             return x
-        return self.rt.to_device(np.asarray(x))
+        x = np.asarray(x)
+        if v in self._host_read_inputs and x.dtype == v.aval.dtype:
+            return Array(self.rt, None, x.shape, x.dtype, x)  # (its buffer is never made)
+        return self.rt.to_device(x)
 
     def _materialize_view(self, env, v):
         out = self._alloc(v.aval.shape, v.aval.dtype)
@@ -940,7 +989,7 @@ class OpenCLExecutable:
                                    for c in self.closed.consts]
         env.update(zip(jaxpr.const_vars, self._device_consts))
         for v, x in zip(jaxpr.in_vars, args):
-            env[v] = self._as_device(x)
+            env[v] = self._as_device(v, x)
         views = self.plan.views
 
         def get(v):
