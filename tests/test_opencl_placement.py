@@ -150,3 +150,45 @@ def test_an_input_only_host_steps_read_is_not_copied_to_the_device(monkeypatch):
     monkeypatch.setattr(rt, "to_device", lambda x: copied.append(np.shape(x)) or to_device(x))
     np.testing.assert_allclose(np.asarray(jitted(spd, b)), np.linalg.cholesky(spd) * 2.0 + b, rtol=1e-13)
     assert copied == [b.shape]
+
+
+def _attention_eqn(batch, tokens):
+    q = np.zeros((batch, tokens, 4, 32), np.float32)
+    eqns = ft.make_jaxpr(lambda q: ft.nn.attention(q, q, q, causal=True))(q).jaxpr.eqns
+    return next(e for e in eqns if e.primitive.name == "attention")
+
+
+def test_small_attention_and_rms_norm_are_placed_on_the_host_large_ones_are_kernels():
+    """Hand-written lowerings weighed by the estimate: attention by its logits (queries x keys per
+    head), rms_norm by its elements.  One sequence of 64 tokens: host; 4 x 256 tokens: a kernel."""
+    from functrace.backends.opencl.executable import _touched
+    small, large = _attention_eqn(1, 64), _attention_eqn(4, 256)
+    assert _touched(small) == 4 * 64 * 64 and _touched(large) == 4 * 4 * 256 * 256
+    assert placement.host_is_cheaper(PTHREAD, [small], _touched(small))
+    assert not placement.host_is_cheaper(PTHREAD, [large], _touched(large))
+    norm = lambda n: next(e for e in ft.make_jaxpr(lambda x: ft.nn.rms_norm(x, x[0]))(np.zeros((n, 128), np.float32)).jaxpr.eqns
+                          if e.primitive.name == "rms_norm")
+    assert placement.host_is_cheaper(PTHREAD, [norm(64)], _touched(norm(64)))
+    assert not placement.host_is_cheaper(PTHREAD, [norm(8192)], _touched(norm(8192)))
+
+
+@pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
+def test_a_program_of_host_steps_and_host_blas_matmuls_settles_on_the_host(monkeypatch):
+    """Once every matmul is decided for the host BLAS (here: matmul='blas') and every other step
+    is a host step, calls run as one numpy program: no device buffer or launch, same results."""
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**9)
+    monkeypatch.setattr(ft.config, "matmul", "blas")
+    rng = np.random.default_rng(5)
+    w, x = rng.standard_normal((48, 40)).astype(np.float32), rng.standard_normal((9, 48)).astype(np.float32)
+    f = lambda w, x: fnp.tanh(x @ w) * 2.0 + 1.0
+    jitted = ft.jit(f, backend="opencl")
+    exe = jitted.lower(w, x).compile().executable
+    assert exe.num_kernel_launches == 0 and exe._on_host is None
+    want = ft.jit(f, backend="numpy")(w, x)
+    np.testing.assert_allclose(np.asarray(jitted(w, x)), want, rtol=1e-6)
+    assert exe._on_host is not None and "run as one numpy program" in exe.report()
+    dw = ft.device_put(w)
+    _no_device_buffers(monkeypatch)
+    out = jitted(dw, x)
+    assert isinstance(out, cl_runtime.Array) and out._buffer is None
+    np.testing.assert_array_equal(np.asarray(out), want)

@@ -36,6 +36,8 @@ NS_PER_WEIGHT = 0.12      # per element and unit of weight (an add's arithmetic,
 _CHEAP = 1
 OP_WEIGHTS = {
     **dict.fromkeys(("div", "sqrt", "rsqrt", "integer_pow"), 2),
+    "rms_norm": 4,  # (a hand-written kernel) squares, a row mean, rsqrt, two products
+    "attention": 16,  # (per logit) two products of head size, exp, max, sum, a division
     **dict.fromkeys(("rem", "floor_div"), 4),
     **dict.fromkeys(("exp", "log", "expm1", "log1p", "logistic", "tanh", "sin", "cos", "erf"), 8),
     **dict.fromkeys(("tan", "pow", "atan2"), 16),
