@@ -40,7 +40,7 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
-from .matmul import restore_blas_threads
+from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
 from .placement import host_is_cheaper
 from .placement import reason as placement_reason
 from .runtime import Array, CompileProgress, Runtime
@@ -799,10 +799,11 @@ class HostExecutable:
     backend = "opencl"
     num_kernel_launches = 0
 
-    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None):
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, serial_blas: bool = False):
         from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
+        self._serial_blas = serial_blas  # products too small to gain from BLAS threads: one
         self._exe = NumpyExecutable(closed)
         self.peak_bytes = analyze(closed).peak_bytes
         self._host_plan = host_plan  # the all-host plan this replaces (for the report), if any
@@ -811,7 +812,14 @@ class HostExecutable:
     def __call__(self, *args):
         arrays = iter(self.rt.host_views(*[a for a in args if isinstance(a, Array)]))  # one wait
         ins = [next(arrays) if isinstance(a, Array) else a for a in args]
-        return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+        if not self._serial_blas:
+            return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+        blas_threads().use(1)
+        try:
+            outs = self._exe(*ins)
+        finally:
+            restore_blas_threads()
+        return [Array.from_host(self.rt, o) for o in outs]
 
     def as_text(self) -> str:
         what = "a program with only host steps" if self._host_plan else "a small program"
@@ -966,19 +974,22 @@ class OpenCLExecutable:
 
     def _settle(self) -> None:
         """After a call: when auto mode has decided every matmul (``impl`` set), a program whose
-        steps are then all host steps and host-BLAS matmuls runs from now on as one numpy
-        program (``HostExecutable``): no buffers, pools, waits or per-step dispatch (a
-        transformer forward on 64 tokens at the defaults: 1.69 -> see RESULTS.md)."""
-        impls = [s.lowered.extra.get("impl") for s in self.plan.steps
-                 if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
-        if any(i is None for i in impls):
+        steps are then all host steps and host-BLAS matmuls runs from now on as one numpy program
+        (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
+        dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
+        backend 1.18).  Its BLAS runs on one thread when every product is too small to gain
+        from more (``SERIAL_BLAS_MACS``, as the device path's choice), else on the process's."""
+        matmuls = [s.lowered.extra for s in self.plan.steps
+                   if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
+        if any(m["impl"] is None for m in matmuls):
             return  # a matmul still to be measured
         self._settled = True
         host = all(isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and s.launches == 0
                                                   and s.lowered.extra.get("impl") == "blas")
                    for s in self.plan.steps)
         if host and self.rt.is_cpu:
-            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan)
+            serial = bool(matmuls) and all(m["spec"].flops // 2 < SERIAL_BLAS_MACS for m in matmuls)
+            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan, serial_blas=serial)
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""
