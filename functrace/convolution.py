@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from . import primitives as P
-from .core import ShapedArray
+from .core import ShapedArray, get_aval
 from .errors import DtypeError, ShapeError, user_frame_description
 from .primitives import new_primitive, shape_of
 
@@ -108,13 +108,15 @@ def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
 
 
 def conv_canonical(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count=1,
-         batch_group_count=1):
-    """Bind the canonical-layout primitive (lhs ``N C ...``, rhs ``O I ...``, padding pairs)."""
-    return conv_general_dilated_p.bind(
-        lhs, rhs, window_strides=tuple(int(s) for s in window_strides),
-        padding=tuple((int(lo), int(hi)) for lo, hi in padding), lhs_dilation=tuple(int(d) for d in lhs_dilation),
-        rhs_dilation=tuple(int(d) for d in rhs_dilation), feature_group_count=int(feature_group_count),
-        batch_group_count=int(batch_group_count))
+                   batch_group_count=1):
+    """Bind the canonical-layout primitive (lhs ``N C ...``, rhs ``O I ...``, padding pairs),
+    checking shapes first (eager binds run ``impl`` without the shape rule)."""
+    params = dict(window_strides=tuple(int(s) for s in window_strides),
+                  padding=tuple((int(lo), int(hi)) for lo, hi in padding),
+                  lhs_dilation=tuple(int(d) for d in lhs_dilation), rhs_dilation=tuple(int(d) for d in rhs_dilation),
+                  feature_group_count=int(feature_group_count), batch_group_count=int(batch_group_count))
+    _conv_abstract(get_aval(lhs), get_aval(rhs), **params)
+    return conv_general_dilated_p.bind(lhs, rhs, **params)
 
 
 def _split_major(x, axis: int, count: int):

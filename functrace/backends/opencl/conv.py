@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 from ... import convolution
 from ...optimize import shape_size
 from .lowerings import Lowered, device_inputs, kernel_source, real_type, register
