@@ -4,7 +4,7 @@
  *
  * One work-item per output element sums over its group's input features and the kernel taps.
  * A tap reads the (virtually) lhs-dilated, padded input at  o * stride + k * rhs_dilation - pad_lo:
- * holes of the dilation and the padding read as 0 (skipped).  The lowering
+ * taps in the padding are outside the loop bounds, holes of the lhs dilation are skipped.  The lowering
  * (functrace/backends/opencl/conv.py) #defines the geometry before this file and #undefs it after:
  *   CV_REAL, CV_KN           element type; kernel name
  *   CV_N CV_C CV_D CV_H CV_W lhs sizes;  CV_O CV_I CV_KD CV_KH CV_KW rhs sizes
@@ -13,6 +13,13 @@
  *   CV_FG CV_BG              feature / batch group counts (one of them is 1)
  * Constants make the index arithmetic fold at compile time.
  */
+
+#ifndef CV_TAP_LO
+/* first tap k with o * S + k * R - P >= 0, and one past the last with it <= (SIZE - 1) * L */
+#define CV_TAP_LO(o, S, R, P) ((P) - (o) * (S) > 0 ? ((P) - (o) * (S) + (R) - 1) / (R) : 0L)
+#define CV_TAP_HI(o, S, R, P, L, SIZE, K) \
+    (((SIZE) - 1) * (L) + (P) - (o) * (S) < 0 ? 0L : min((long)(K), (((SIZE) - 1) * (L) + (P) - (o) * (S)) / (R) + 1))
+#endif
 
 __kernel void CV_KN(__global const CV_REAL* restrict lhs, __global const CV_REAL* restrict rhs,
                     __global CV_REAL* restrict out)
@@ -26,23 +33,27 @@ __kernel void CV_KN(__global const CV_REAL* restrict lhs, __global const CV_REAL
     const long group = o / (CV_O / (CV_FG * CV_BG));
     const long batch = CV_BG > 1 ? group * CV_NO + n : n;
     const long c0 = CV_FG > 1 ? group * CV_I : 0;
+    /* the taps that land inside the (lhs-dilated) input, so the loops need no bounds tests */
+    const long d0 = CV_TAP_LO(od, CV_SD, CV_RD, CV_PD), d1 = CV_TAP_HI(od, CV_SD, CV_RD, CV_PD, CV_LD, CV_D, CV_KD);
+    const long h0 = CV_TAP_LO(oh, CV_SH, CV_RH, CV_PH), h1 = CV_TAP_HI(oh, CV_SH, CV_RH, CV_PH, CV_LH, CV_H, CV_KH);
+    const long w0 = CV_TAP_LO(ow, CV_SW, CV_RW, CV_PW), w1 = CV_TAP_HI(ow, CV_SW, CV_RW, CV_PW, CV_LW, CV_W, CV_KW);
+    __global const CV_REAL* xb = lhs + (batch * CV_C + c0) * (CV_D * CV_H * CV_W);
+    __global const CV_REAL* wb = rhs + o * (CV_I * CV_KD * CV_KH * CV_KW);
     CV_REAL acc = 0;
-    for (long kd = 0; kd < CV_KD; ++kd) {
-        long id = od * CV_SD + kd * CV_RD - CV_PD;
-        if (id < 0 || id % CV_LD != 0 || id / CV_LD >= CV_D) continue;
-        id /= CV_LD;
-        for (long kh = 0; kh < CV_KH; ++kh) {
-            long ih = oh * CV_SH + kh * CV_RH - CV_PH;
-            if (ih < 0 || ih % CV_LH != 0 || ih / CV_LH >= CV_H) continue;
-            ih /= CV_LH;
-            for (long kw = 0; kw < CV_KW; ++kw) {
-                long iw = ow * CV_SW + kw * CV_RW - CV_PW;
-                if (iw < 0 || iw % CV_LW != 0 || iw / CV_LW >= CV_W) continue;
-                iw /= CV_LW;
-                __global const CV_REAL* x = lhs + ((batch * CV_C + c0) * CV_D + id) * (CV_H * CV_W) + ih * CV_W + iw;
-                __global const CV_REAL* w = rhs + o * (CV_I * CV_KD * CV_KH * CV_KW) + (kd * CV_KH + kh) * CV_KW + kw;
-                for (long ci = 0; ci < CV_I; ++ci)
-                    acc += x[ci * (CV_D * CV_H * CV_W)] * w[ci * (CV_KD * CV_KH * CV_KW)];
+    for (long ci = 0; ci < CV_I; ++ci) {
+        for (long kd = d0; kd < d1; ++kd) {
+            const long pd = od * CV_SD + kd * CV_RD - CV_PD;
+            if (CV_LD > 1 && pd % CV_LD != 0) continue;
+            for (long kh = h0; kh < h1; ++kh) {
+                const long ph = oh * CV_SH + kh * CV_RH - CV_PH;
+                if (CV_LH > 1 && ph % CV_LH != 0) continue;
+                __global const CV_REAL* xr = xb + ((ci * CV_D + pd / CV_LD) * CV_H + ph / CV_LH) * CV_W;
+                __global const CV_REAL* wr = wb + ((ci * CV_KD + kd) * CV_KH + kh) * CV_KW;
+                for (long kw = w0; kw < w1; ++kw) {
+                    const long pw = ow * CV_SW + kw * CV_RW - CV_PW;
+                    if (CV_LW > 1 && pw % CV_LW != 0) continue;
+                    acc += xr[pw / CV_LW] * wr[kw];
+                }
             }
         }
     }
