@@ -18,6 +18,7 @@ and a BLAS product); OpenCL runs a direct-convolution kernel (``cl_kernels/conv.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -92,19 +93,20 @@ def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
         st[:2] + tuple(s * w for s, w in zip(st[2:], window_strides)) + tuple(s * d for s, d in zip(st[2:], rhs_dilation)),
         writeable=False)
     groups = feature_group_count * batch_group_count
-    n_out, o_per_group = lhs.shape[0] // batch_group_count, rhs.shape[0] // groups
-    c_per_group = rhs.shape[1]
-    w_axes = list(range(nsp + 2, 2 * nsp + 2))
+    n_out = lhs.shape[0] // batch_group_count
+    # im2col per group as (C/G * K, N * P) (long rows: the copy reads whole output rows), then one product
+    to_columns = (1,) + tuple(range(nsp + 2, 2 * nsp + 2)) + (0,) + tuple(range(2, nsp + 2))
     parts = []
     for g in range(groups):
         if batch_group_count > 1:
             part = windows[g * n_out:(g + 1) * n_out]
         else:
-            part = windows[:, g * c_per_group:(g + 1) * c_per_group]
-        kernel = rhs[g * o_per_group:(g + 1) * o_per_group]
-        parts.append(np.tensordot(part, kernel, axes=([1] + w_axes, [1] + list(range(2, nsp + 2)))))
-    out = np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]  # (N, spatial..., O)
-    return np.ascontiguousarray(np.moveaxis(out, -1, 1)).astype(lhs.dtype, copy=False)
+            part = windows[:, g * rhs.shape[1]:(g + 1) * rhs.shape[1]]
+        columns = part.transpose(to_columns).reshape(-1, n_out * math.prod(out_sp))
+        kernel = rhs[g * (rhs.shape[0] // groups):(g + 1) * (rhs.shape[0] // groups)]
+        parts.append(kernel.reshape(kernel.shape[0], -1) @ columns)
+    out = (np.concatenate(parts) if len(parts) > 1 else parts[0]).reshape((rhs.shape[0], n_out) + out_sp)
+    return np.ascontiguousarray(out.swapaxes(0, 1)).astype(lhs.dtype, copy=False)
 
 
 def conv_canonical(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count=1,
