@@ -21,6 +21,7 @@
     (((SIZE) - 1) * (L) + (P) - (o) * (S) < 0 ? 0L : min((long)(K), (((SIZE) - 1) * (L) + (P) - (o) * (S)) / (R) + 1))
 #endif
 
+#ifdef CV_KN  /* (each specialization defines only the kernels it launches) */
 __kernel void CV_KN(__global const CV_REAL* restrict lhs, __global const CV_REAL* restrict rhs,
                     __global CV_REAL* restrict out)
 {
@@ -59,3 +60,51 @@ __kernel void CV_KN(__global const CV_REAL* restrict lhs, __global const CV_REAL
     }
     out[get_global_id(0)] = acc;
 }
+#endif
+
+/* im2col for the matmul path: cols[g, (ci, kd, kh, kw), n, (od, oh, ow)] = the input under that tap
+ * (0 in padding and dilation holes), g the feature group (channels g*I..) or the batch group
+ * (batch g*NO..); one work-item per output row (all ow: the divisions once per row). */
+#ifdef CV_IM2COL
+__kernel void CV_IM2COL(__global const CV_REAL* restrict lhs, __global CV_REAL* restrict cols)
+{
+    long idx = get_global_id(0);
+    __global CV_REAL* row = cols + idx * CV_OW;
+    const long oh = idx % CV_OH; idx /= CV_OH;
+    const long od = idx % CV_OD; idx /= CV_OD;
+    const long n = idx % CV_NO; idx /= CV_NO;
+    const long kw = idx % CV_KW; idx /= CV_KW;
+    const long kh = idx % CV_KH; idx /= CV_KH;
+    const long kd = idx % CV_KD; idx /= CV_KD;
+    const long ci = idx % CV_I;
+    const long group = idx / CV_I;
+    const long batch = CV_BG > 1 ? group * CV_NO + n : n;
+    const long c = (CV_FG > 1 ? group * CV_I : 0) + ci;
+    const long pd = od * CV_SD + kd * CV_RD - CV_PD, ph = oh * CV_SH + kh * CV_RH - CV_PH;
+    if (pd < 0 || ph < 0 || pd % CV_LD != 0 || ph % CV_LH != 0 || pd / CV_LD >= CV_D || ph / CV_LH >= CV_H) {
+        for (long ow = 0; ow < CV_OW; ++ow) row[ow] = 0;
+        return;
+    }
+    __global const CV_REAL* src = lhs + ((batch * CV_C + c) * CV_D + pd / CV_LD) * (CV_H * CV_W) + (ph / CV_LH) * CV_W;
+    const long w0 = CV_TAP_LO(kw, CV_RW, CV_SW, CV_PW);  /* first ow with ow * SW + kw * RW - PW >= 0 */
+    const long w1 = CV_TAP_HI(kw, CV_RW, CV_SW, CV_PW, CV_LW, CV_W, CV_OW);
+    for (long ow = 0; ow < w0; ++ow) row[ow] = 0;
+    for (long ow = w0; ow < w1; ++ow) {
+        const long pw = ow * CV_SW + kw * CV_RW - CV_PW;
+        row[ow] = (CV_LW == 1 || pw % CV_LW == 0) ? src[pw / CV_LW] : 0;
+    }
+    for (long ow = max(w0, w1); ow < CV_OW; ++ow) row[ow] = 0;
+}
+#endif
+
+/* out[n, o, :] = prod[o, n, :]: the matmul's (O, NO * P) result in the output layout, a row per item */
+#ifdef CV_SWAP
+__kernel void CV_SWAP(__global const CV_REAL* restrict prod, __global CV_REAL* restrict out)
+{
+    const long i = get_global_id(0);
+    const long o = i % CV_O, n = i / CV_O, P = CV_OD * CV_OH * CV_OW;
+    __global const CV_REAL* src = prod + (o * CV_NO + n) * P;
+    __global CV_REAL* dst = out + i * P;
+    for (long p = 0; p < P; ++p) dst[p] = src[p];
+}
+#endif

@@ -168,30 +168,65 @@ def opencl():
 
 # (case, dtype): every configuration in float64, two in float32 too; all in one program (one compile)
 OPENCL_CASES = [(c, np.float64) for c in CASES if c[0] in (
-    "1d-stride2-same", "2d-pairs-negative", "2d-lhs_and_rhs_dilation", "2d-depthwise", "2d-batch_groups",
-    "2d-nhwc-hwio", "3d-same-rhs_dilation")] + [(c, np.float32) for c in CASES if c[0] in (
-        "2d-same_lower-strides", "2d-feature_groups")]
+    "1d-stride2-same", "2d-pairs-negative", "2d-lhs_and_rhs_dilation", "2d-batch_groups", "3d-same-rhs_dilation")] + [(c, np.float32) for c in CASES if c[0] == "2d-same_lower-strides"]
 
 
-def test_opencl_value_and_grad_with_no_host_step(opencl):
-    """Values and both gradients against the numpy backend, float32 and float64."""
-    args = [a.astype(dtype) for c, dtype in OPENCL_CASES for a in _inputs(CASES.index(c), c[1], c[2])]
+# configurations with >= 8 output features per group and >= 16 taps: the im2col + matmul path
+# (their kernel gradients too; their input gradients take the direct kernel)
+OPENCL_MATMUL_CASES = [
+    ("1d-matmul", (3, 4, 11), (8, 4, 5), dict(window_strides=(3,), padding=((1, 2),), rhs_dilation=(2,))),
+    ("2d-matmul-dilated", (2, 3, 9, 8), (8, 3, 3, 3),
+     dict(window_strides=(2, 1), padding=((2, 1), (0, -1)), lhs_dilation=(1, 2), rhs_dilation=(2, 1))),
+    ("2d-matmul-feature_groups", (2, 4, 7, 6), (16, 2, 3, 3), dict(window_strides=(1, 1), padding="SAME",
+                                                                   feature_group_count=2)),
+    ("2d-matmul-batch_groups", (4, 3, 5, 6), (16, 3, 2, 3), dict(window_strides=(1, 2), padding="VALID",
+                                                                 batch_group_count=2)),
+    ("3d-matmul", (1, 2, 4, 5, 6), (8, 2, 2, 2, 2), dict(window_strides=(1, 1, 2), padding="SAME")),
+]
+OPENCL_CASES += [(c, np.float32 if c[0] == "2d-matmul-feature_groups" else np.float64) for c in OPENCL_MATMUL_CASES]
+
+
+def test_opencl_value_and_vjp_with_no_host_step(opencl):
+    """Values and both cotangents against the numpy backend, float32 and float64, both paths; one
+    program of only the convolutions (3 kernels a case, so the cold compile stays short)."""
+    args = []
+    for c, dtype in OPENCL_CASES:
+        x, w = _inputs(CASES.index(c) if c in CASES else 50 + OPENCL_MATMUL_CASES.index(c), c[1], c[2])
+        y = np.asarray(ft.lax.conv_general_dilated(x, w, **c[3]))
+        args += [a.astype(dtype) for a in (x, w, np.random.default_rng(9).standard_normal(y.shape))]
 
     def f(*args):
-        losses = [fnp.sum(fnp.tanh(ft.lax.conv_general_dilated(x, w, **c[3])) ** 2)
-                  for (c, _), x, w in zip(OPENCL_CASES, args[::2], args[1::2])]
-        return fnp.sum(fnp.stack([loss.astype(np.float64) for loss in losses]))
+        outs = []
+        for (c, _), x, w, cot in zip(OPENCL_CASES, args[::3], args[1::3], args[2::3]):
+            y, vjp = ft.vjp(lambda x, w, kwargs=c[3]: ft.lax.conv_general_dilated(x, w, **kwargs), x, w)
+            outs.append((y, *vjp(cot)))
+        return outs
 
-    step = ft.value_and_grad(f, argnums=tuple(range(len(args))))
-    exe = ft.jit(step, backend="opencl").lower(*args).compile()
+    exe = ft.jit(f, backend="opencl").lower(*args).compile()
     assert exe.num_host_steps == 0, exe.report()
-    assert "conv.cl" in exe.report()
-    got, want = exe(*args), ft.jit(step, backend="numpy")(*args)
-    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5)
-    for g, wt, a in zip(got[1], want[1], args):
-        tol = 2e-5 if a.dtype == np.float32 else 1e-12
-        assert np.asarray(g).dtype == a.dtype
-        np.testing.assert_allclose(np.asarray(g), np.asarray(wt), rtol=tol, atol=tol)
+    assert "conv.cl: direct" in exe.report() and "conv.cl: im2col" in exe.report()
+    got, want = exe(*args), ft.jit(f, backend="numpy")(*args)
+    for (c, dtype), g3, w3 in zip(OPENCL_CASES, got, want):
+        tol = 2e-5 if dtype == np.float32 else 1e-12
+        for g, wt in zip(g3, w3):
+            assert np.asarray(g).dtype == dtype
+            np.testing.assert_allclose(np.asarray(g), np.asarray(wt), rtol=tol, atol=tol, err_msg=c[0])
+
+
+def test_opencl_im2col_with_the_opencl_matmul(opencl):
+    """The im2col path with the matmul on OpenCL tiles (by default a CPU device may pick host BLAS)."""
+    name, ls, rs, kwargs = OPENCL_MATMUL_CASES[1]
+    x, w = (a.astype(np.float32) for a in _inputs(60, ls, rs))
+    f = lambda x, w: ft.lax.conv_general_dilated(x, w, **kwargs)
+    saved = ft.config.matmul
+    ft.config.update("matmul", "opencl")
+    try:
+        exe = ft.jit(f, backend="opencl").lower(x, w).compile()
+        got = exe(x, w)
+    finally:
+        ft.config.update("matmul", saved)
+    assert exe.num_host_steps == 0 and "im2col" in exe.report() and "BLAS" not in exe.report(), exe.report()
+    np.testing.assert_allclose(np.asarray(got), ft.jit(f, backend="numpy")(x, w), rtol=2e-5, atol=2e-5)
 
 
 def test_opencl_second_derivative_and_vmap(opencl):

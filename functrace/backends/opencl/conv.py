@@ -1,16 +1,24 @@
-"""OpenCL lowering of ``conv_general_dilated`` (kernel in ``cl_kernels/conv.cl``).
+"""OpenCL lowering of ``conv_general_dilated`` (kernels in ``cl_kernels/conv.cl``), the geometry
+(sizes, strides, paddings, dilations, groups) compiled in as constants; its derivatives are
+convolutions too, so they lower the same way.
 
-A direct convolution: one work-item per output element, the geometry (sizes, strides, paddings,
-dilations, groups) compiled in as constants, so its derivatives (which are convolutions too)
-run as the same kernel with other constants: 1 launch per convolution, no im2col buffer.
+* few output features per group or a short contraction (a de-blur's 1-channel 9x9 kernel, a
+  depthwise conv, a kernel gradient): a direct convolution, one work-item per output, 1 launch;
+* otherwise (CNN layers): an im2col copy kernel into (groups, I*K, N*P) columns, then the
+  matmul lowering (``matmul.lower_matmul``: OpenCL tiles or host BLAS, as for ``dot_general``)
+  of the (groups, O/groups, I*K) kernel with them, then a swap of the (O, N) axes when N > 1.
+
 Spatial ranks above 3, dtypes other than float32/float64 and empty arrays run as host steps.
 """
 from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from ... import convolution
 from ...optimize import shape_size
+from . import matmul
 from .lowerings import Lowered, device_inputs, kernel_source, real_type, register
 
 
@@ -34,6 +42,13 @@ def _geometry(eqn) -> dict | None:
     return {k: int(v) for k, v in geometry.items()}
 
 
+def _use_matmul(geometry: dict) -> bool:
+    """Many output features per group and a long contraction: im2col + matmul (the direct kernel
+    does one scalar product per output; BLAS-like tiles reuse each load many times)."""
+    taps = geometry["I"] * geometry["KD"] * geometry["KH"] * geometry["KW"]
+    return geometry["O"] // (geometry["FG"] * geometry["BG"]) >= 8 and taps >= 16
+
+
 @register(convolution.conv_general_dilated_p)
 def lower_conv_general_dilated(eqn, rt):
     dtype = eqn.inputs[0].aval.dtype
@@ -45,17 +60,46 @@ def lower_conv_general_dilated(eqn, rt):
         return None
     ctype, suffix = spec
     key = ",".join(f"{k}={v}" for k, v in sorted(geometry.items()))
-    name = f"conv_general_dilated_{suffix}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
-    defines = {"CV_REAL": ctype, "CV_KN": name, **{f"CV_{k}": v for k, v in geometry.items()}}
+    tag = f"{suffix}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    matmul_path = _use_matmul(geometry)
+    names = ({"CV_IM2COL": f"conv_im2col_{tag}", "CV_SWAP": f"conv_swap_{tag}"} if matmul_path
+             else {"CV_KN": f"conv_direct_{tag}"})
+    defines = {"CV_REAL": ctype, **names, **{f"CV_{k}": v for k, v in geometry.items()}}
     source = (f"\n/* ---- conv.cl [{key}] */\n" + "".join(f"#define {k} {v}\n" for k, v in defines.items())
               + kernel_source("conv.cl") + "\n" + "".join(f"#undef {k}\n" for k in defines))
     shape, items = out_aval.shape, shape_size(out_aval.shape)
+    if not matmul_path:
+        def run(ctx, inputs):
+            lhs, rhs = device_inputs(eqn, ctx, inputs)
+            out = ctx.alloc(shape, dtype)
+            ctx.kernels[names["CV_KN"]](ctx.queue, (items,), None, lhs.buffer, rhs.buffer, out.buffer)
+            return [out]
 
-    def run(ctx, inputs):
+        return Lowered(source, [names["CV_KN"]], run, 1, f"conv_general_dilated (OpenCL conv.cl: direct, one "
+                                                          f"work-item per output, {items} items)")
+    groups = geometry["FG"] * geometry["BG"]
+    positions = geometry["NO"] * geometry["OD"] * geometry["OH"] * geometry["OW"]
+    taps = geometry["I"] * geometry["KD"] * geometry["KH"] * geometry["KW"]
+    o_per_group = geometry["O"] // groups
+    product = matmul.lower_matmul(matmul.MatmulSpec(groups, o_per_group, positions, taps, False, False,
+                                                    np.dtype(dtype)), rt)
+    swap = geometry["NO"] > 1  # the product is (O, N, P): swapped into (N, O, P) unless N == 1
+    product.extra["out_shape"] = (geometry["O"], positions) if swap else tuple(shape)
+
+    def run_im2col(ctx, inputs):
         lhs, rhs = device_inputs(eqn, ctx, inputs)
+        cols = ctx.alloc((groups * taps * positions,), dtype)
+        ctx.kernels[names["CV_IM2COL"]](ctx.queue, (cols.size // geometry["OW"],), None, lhs.buffer, cols.buffer)
+        (prod,) = product.run(ctx, [rhs, cols])
+        ctx.release(cols)
+        if not swap:
+            return [prod]
         out = ctx.alloc(shape, dtype)
-        ctx.kernels[name](ctx.queue, (items,), None, lhs.buffer, rhs.buffer, out.buffer)
+        ctx.kernels[names["CV_SWAP"]](ctx.queue, (geometry["NO"] * geometry["O"],), None, prod.buffer, out.buffer)
+        ctx.release(prod)
         return [out]
 
-    return Lowered(source, [name], run, 1, f"conv_general_dilated (OpenCL conv.cl: direct, one work-item per "
-                                           f"output, {items} items)")
+    kernels = [names["CV_IM2COL"]] + ([names["CV_SWAP"]] if swap else []) + product.kernel_names
+    return Lowered(source + product.source, kernels, run_im2col, 1 + swap + product.launches,
+                   f"conv_general_dilated (OpenCL conv.cl: im2col {groups}x{taps}x{positions}, then "
+                   f"{product.label}{', then an (O, N) swap' if swap else ''})", shared=dict(product.shared))
