@@ -13,8 +13,9 @@ and ``vmap`` folds its axis into the batch or into the groups, as JAX does.
 The primitive works in one canonical layout (lhs ``N C spatial...``, rhs ``O I spatial...``,
 out ``N C spatial...``) with resolved ``(low, high)`` padding pairs; the user's function
 transposes other ``dimension_numbers`` into it (plain transposes, which jit fuses or copies).
-The numpy implementation is a strided window view + one ``tensordot`` per group (an im2col copy
-and a BLAS product); OpenCL runs a direct-convolution kernel (``cl_kernels/conv.cl``).
+The numpy implementation is a strided window view, copied into im2col columns, and one BLAS
+product per group; OpenCL (``backends/opencl/conv.py``) runs a direct-convolution kernel for
+few-channel convolutions and an im2col kernel + the matmul lowering for CNN-like ones.
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def _conv_abstract(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilat
 
 def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count,
                batch_group_count):
-    """A strided view of every window (after dilating and padding lhs), then one tensordot per group."""
+    """A strided view of every window (after dilating and padding lhs), copied into im2col columns
+    and multiplied by the kernel: one matmul per group."""
     lhs, rhs = np.asarray(lhs), np.asarray(rhs)
     nsp = lhs.ndim - 2
     if any(d > 1 for d in lhs_dilation):
