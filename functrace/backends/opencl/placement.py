@@ -107,7 +107,8 @@ def reason(rt, eqns, elements: int) -> str:
     if _units(rt) <= 1:
         return f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
     return (f"cheaper on the host: estimated {host_seconds(eqns) * 1e6:.0f} us in numpy vs "
-            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel")
+            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel, which must win by "
+            f"{WORKER_MARGIN:g}x on a driver that hands kernels to worker threads")
 
 
 # ------------------------------------------------------------------------- launch latency
