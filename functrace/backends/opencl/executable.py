@@ -39,7 +39,7 @@ from .fusion import (
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
+from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .matmul import restore_blas_threads
 from .placement import host_is_cheaper
 from .placement import reason as placement_reason
@@ -505,7 +505,10 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             steps, numbered = [HostStep(item, _EFFECT.format(item.primitive.name))], False
         else:
             lowered = lower(item, rt) if rt is not None else None
-            steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)
+            if isinstance(lowered, OnHost):
+                steps = [HostStep(item, lowered.reason)]
+            else:
+                steps = [HostStep(item, _dtype_reason(rt, [item]))] if lowered is None else _lowered_steps(plan, item, lowered)
             numbered = False
         plan.steps += steps
         k += numbered
