@@ -18,6 +18,7 @@ import numpy as np
 from ... import lax
 from ...config import config
 from ...core import ClosedJaxpr
+from ...optimize import shape_size
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, _elements, host_seconds, kernel_seconds, launch_seconds
 
@@ -135,36 +136,37 @@ def lower_scan(eqn, rt) -> Lowered:
     p = eqn.params
     body = _compile(p["jaxpr"])
     n_consts, n_carry, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
-    y_avals = p["jaxpr"].out_avals[n_carry:]
-    on_host = _loop_on_host(rt, eqn, [body], len(y_avals) + len(p["jaxpr"].in_avals) - n_consts - n_carry)
+    x_avals, y_avals = p["jaxpr"].in_avals[n_consts + n_carry:], p["jaxpr"].out_avals[n_carry:]
+    on_host = _loop_on_host(rt, eqn, [body], len(x_avals) + len(y_avals))
     if on_host is not None:
         return on_host
+    # bytes of one row of each x and of each y: fixed by the avals, so not recomputed per step
+    x_row_bytes = [shape_size(a.shape) * a.dtype.itemsize for a in x_avals]
+    y_row_bytes = [shape_size(a.shape) * a.dtype.itemsize for a in y_avals]
 
     def run(ctx, inputs):
         inputs = device_inputs(eqn, ctx, inputs)
         consts, carry = inputs[:n_consts], inputs[n_consts:n_consts + n_carry]
         xs = inputs[n_consts + n_carry:]
         ys = [ctx.alloc((length,) + tuple(a.shape), a.dtype) for a in y_avals]
-        copy = ctx.rt.cl.enqueue_copy
+        copy, queue = ctx.rt.cl.enqueue_copy, ctx.queue
         for i in (range(length - 1, -1, -1) if reverse else range(length)):
             rows = []
-            for x in xs:  # x[i] into a scratch buffer
-                row = ctx.alloc(x.shape[1:], x.dtype)
-                if row.size:
-                    nbytes = row.size * x.dtype.itemsize
-                    copy(ctx.queue, row.buffer, x.buffer, byte_count=nbytes, src_offset=i * nbytes)
+            for x, a, nbytes in zip(xs, x_avals, x_row_bytes):  # x[i] into a scratch buffer
+                row = ctx.alloc(a.shape, a.dtype)
+                if nbytes:
+                    copy(queue, row.buffer, x.buffer, byte_count=nbytes, src_offset=i * nbytes)
                 rows.append(row)
             outs = body(*consts, *carry, *rows)
             carry = outs[:n_carry]
-            for y, dst in zip(outs[n_carry:], ys):  # y into ys[i]
-                nbytes = y.size * y.dtype.itemsize
+            for y, dst, nbytes in zip(outs[n_carry:], ys, y_row_bytes):  # y into ys[i]
                 if nbytes:
-                    copy(ctx.queue, dst.buffer, y.buffer, byte_count=nbytes, dst_offset=i * nbytes)
+                    copy(queue, dst.buffer, y.buffer, byte_count=nbytes, dst_offset=i * nbytes)
             for row in rows:  # the in-order queue runs later users of these buffers after this step
                 if not any(row is c for c in carry):  # a body returning its x row as the carry keeps it
                     ctx.release(row)
         return _own(ctx, carry, inputs) + ys
 
-    per_step = body.num_kernel_launches + len(y_avals) + len(p["jaxpr"].in_avals) - n_consts - n_carry
+    per_step = body.num_kernel_launches + len(y_avals) + len(x_avals)
     return Lowered("", [], run, length * per_step,
                    f"scan: body compiled separately, {length} steps of {per_step} launches (copies included)")
