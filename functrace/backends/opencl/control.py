@@ -20,7 +20,7 @@ from ...config import config
 from ...core import ClosedJaxpr
 from ...optimize import shape_size
 from .lowerings import Lowered, OnHost, device_inputs, register
-from .placement import WORKER_MARGIN, _elements, host_seconds, kernel_seconds, launch_seconds
+from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_seconds
 
 
 def _compile(closed):
@@ -77,7 +77,7 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
         return None
     eqns = [e for p in eqn.params.values() for s in (p if isinstance(p, tuple) else (p,))
             if isinstance(s, ClosedJaxpr) for e in _equations(s)]
-    elements = max((_elements(e) for e in eqns), default=0)
+    elements = max((elements_touched(e) for e in eqns), default=0)
     name = eqn.primitive.name
     if config.opencl_host_step_elements is not None:
         if elements < int(config.opencl_host_step_elements):

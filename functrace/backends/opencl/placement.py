@@ -47,7 +47,7 @@ def weight(eqn) -> int:
     return OP_WEIGHTS.get(eqn.primitive.name, _CHEAP)
 
 
-def _elements(eqn) -> int:
+def elements_touched(eqn) -> int:
     """Elements an equation touches: its largest output or input."""
     return max([shape_size(v.aval.shape) for v in eqn.out_vars] +
                [shape_size(v.aval.shape) for v in eqn.inputs if hasattr(v, "aval")])
@@ -55,7 +55,7 @@ def _elements(eqn) -> int:
 
 def host_seconds(eqns) -> float:
     """Estimated time of these equations as numpy calls on the host."""
-    return sum(HOST_STEP_SECONDS + _elements(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
+    return sum(HOST_STEP_SECONDS + elements_touched(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
 
 
 def kernel_seconds(rt, eqns, elements: int) -> float:
