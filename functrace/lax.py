@@ -667,3 +667,4 @@ def __getattr__(name: str):
     if name in ops:
         return ops[name]
     raise AttributeError(f"module 'functrace.lax' has no attribute {name!r}")
+from .convolution import conv, conv_general_dilated, conv_with_general_padding  # noqa: E402, F401

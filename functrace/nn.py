@@ -19,6 +19,7 @@ from . import initializers  # noqa: F401  (ft.nn.initializers)
 from . import numpy as fnp
 from . import primitives as P
 from .autodiff import jvp_flat, vjp_flat
+from .convolution import conv_general_dilated
 from .core import ShapedArray, get_aval
 from .errors import ShapeError, user_frame_description
 from .lax_numeric import (  # noqa: F401  (re-exported; they live there so that ft.random need not import ft.nn)
@@ -506,38 +507,34 @@ def _int_pair(value, what: str, least: int) -> tuple:
 
 
 def conv2d(x, w, stride=1, padding=0):
-    """2-D convolution (cross-correlation), NCHW input and OIHW weights, via im2col + one matmul.
+    """2-D convolution (cross-correlation), NCHW input and OIHW weights: ``ft.lax.conv_general_dilated``,
+    whose derivatives are convolutions too (one op each, not one pad + add per kernel tap).
 
-    The columns are laid out (C, KH*KW, N, OH, OW), i.e. a (K, M) matrix in memory order, so the
-    product with the (O, K) weights -- and both products of its gradient -- are plain
-    transposed matmuls (``A^T B^T``, ``A B``, ``A B``) that the OpenCL backend runs as such."""
+    ``padding``: an int, an (int, int) pair of symmetric paddings, ((lo, hi), (lo, hi)) pairs, or
+    'SAME' / 'VALID'."""
     x = fnp._to_float(x)
     w = fnp.asarray(w, get_aval(x).dtype)
     xs, ws = shape_of(x), shape_of(w)
     if len(xs) != 4 or len(ws) != 4 or xs[1] != ws[1]:
         raise ShapeError(f"conv2d: expected x (N, C, H, W) and w (O, C, KH, KW) with equal C; got {xs} and {ws} "
                          f"{user_frame_description()}")
-    sh, sw = _int_pair(stride, "stride", 1)
-    if isinstance(padding, str) and padding.upper() == "VALID":
-        padding = 0
-    if isinstance(padding, str) or (isinstance(padding, (tuple, list)) and any(
-            isinstance(p, (tuple, list)) for p in padding)):
-        raise NotImplementedError(f"conv2d: padding {padding!r} is not implemented; give an int or an "
-                                  f"(int, int) pair of symmetric paddings {user_frame_description()}")
-    ph, pw = _int_pair(padding, "padding", 0)
-    if ph or pw:
-        x = fnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    n, c, h, wd = shape_of(x)
-    o, _, kh, kw = ws
-    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"conv2d: kernel {kh}x{kw} larger than padded input {h}x{wd} {user_frame_description()}")
-    xt = P.transpose(x, (1, 0, 2, 3))  # (C, N, H, W)
-    patches = [P.slice_op(xt, (0, 0, i, j), (c, n, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1), (1, 1, sh, sw))
-               for i in range(kh) for j in range(kw)]
-    cols = fnp.stack(patches, axis=1)  # (C, KH*KW, N, OH, OW)
-    out = P.dot_general(cols, fnp.reshape(w, (o, c, kh * kw)), (((0, 1), (1, 2)), ((), ())))  # (N, OH, OW, O)
-    return P.transpose(out, (0, 3, 1, 2))
+    strides = _int_pair(stride, "stride", 1)
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise ValueError(f"conv2d: padding {padding!r} must be 'SAME', 'VALID', an int, an (int, int) pair or "
+                             f"((lo, hi), (lo, hi)) pairs {user_frame_description()}")
+        pads = padding.upper()
+    elif isinstance(padding, (tuple, list)) and len(padding) == 2 and all(isinstance(p, (tuple, list)) for p in padding):
+        pads = tuple(_int_pair(tuple(p), "padding", 0) for p in padding)
+    else:
+        ph, pw = _int_pair(padding, "padding", 0)
+        pads = ((ph, ph), (pw, pw))
+    if not isinstance(pads, str):
+        h, wd = xs[2] + sum(pads[0]), xs[3] + sum(pads[1])
+        if ws[2] > h or ws[3] > wd:
+            raise ShapeError(f"conv2d: kernel {ws[2]}x{ws[3]} larger than padded input {h}x{wd} "
+                             f"{user_frame_description()}")
+    return conv_general_dilated(x, w, strides, pads)
 
 
 # --------------------------------------------------------------------------- more activations, one_hot,

@@ -233,7 +233,7 @@ def test_missing_array_features_raise_not_implemented_or_say_why():
 
 @pytest.mark.parametrize("stride,padding,error", [
     (0, 0, ValueError), (1.5, 0, ValueError), ((1, 2, 3), 0, ValueError), (1, -1, ValueError),
-    (1, "SAME", NotImplementedError), (1, ((1, 2), (0, 1)), NotImplementedError)])
+    (1, "FULL", ValueError), (1, ((1, 2), (0, -1)), ValueError)])
 def test_conv2d_bad_stride_or_padding(stride, padding, error):
     with pytest.raises(error, match=r"conv2d: (stride|padding)"):
         ft.nn.conv2d(np.ones((1, 1, 4, 4)), np.ones((1, 1, 2, 2)), stride=stride, padding=padding)

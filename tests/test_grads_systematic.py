@@ -630,6 +630,9 @@ case("nn-gelu-exact-(4,)", lambda x: ft.nn.gelu(x, approximate=False), normal(4)
 case("nn-softmax-(2,3,4)", lambda x: ft.nn.softmax(x) * x, normal(2, 3, 4))
 case("nn-log_softmax-(3,5)", ft.nn.log_softmax, normal(3, 5))
 
+case("lax-conv_general_dilated-strided_dilated_grouped", lambda x, w: ft.lax.conv_general_dilated(
+    x, w, (2, 1), ((1, 0), (0, 1)), lhs_dilation=(1, 2), rhs_dilation=(2, 1), feature_group_count=2),
+    normal(2, 4, 5, 3), normal(4, 2, 2, 2))
 case("nn-rms_norm_bwd-(3,4)", lambda x, w: ft.grad(lambda x, w: fnp.sum(ft.nn.rms_norm(x, w) ** 2), (0, 1))(x, w),
      normal(3, 4), normal(4))
 case("nn-attention_bwd-(3,2,2)", lambda q, k: ft.grad(lambda q, k: fnp.sum(ft.nn.attention(q, k, k) ** 2), (0, 1))(q, k),

@@ -39,9 +39,9 @@ from .fusion import (
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import FP64_PRAGMA, LaunchContext, load_builtin_lowerings, lower
+from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
-from .placement import host_is_cheaper
+from .placement import elements_touched, host_is_cheaper
 from .placement import reason as placement_reason
 from .runtime import Array, CompileProgress, Runtime
 
@@ -505,7 +505,9 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
             steps, numbered = [HostStep(item, _EFFECT.format(item.primitive.name))], False
         else:
             lowered = lower(item, rt) if rt is not None else None
-            if lowered is None:
+            if isinstance(lowered, OnHost):
+                steps = [HostStep(item, lowered.reason)]
+            elif lowered is None:
                 steps = [HostStep(item, _dtype_reason(rt, [item]))]
             elif item.primitive.name in _DATA_MOVES and host_is_cheaper(rt, [item], _touched(item)):
                 steps = [HostStep(item, placement_reason(rt, [item], _touched(item)))]
@@ -529,7 +531,7 @@ def _touched(eqn) -> int:
     logits: queries x keys per head)."""
     if eqn.primitive.name == "attention":  # lse (..., N, T) times the S keys of k (..., S, N, H)
         return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
-    return max(shape_size(v.aval.shape) for v in list(eqn.inputs) + list(eqn.out_vars) if hasattr(v, "aval"))
+    return elements_touched(eqn)
 
 
 def _lowered_steps(plan: Plan, eqn, lowered) -> list:

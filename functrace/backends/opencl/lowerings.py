@@ -96,6 +96,14 @@ class Lowered:
 
 
 @dataclass
+class OnHost:
+    """A lowering's answer that its equation runs as a host step, with numpy's implementation
+    (e.g. a loop whose small body costs less in numpy than driving it from the host), and why."""
+
+    reason: str
+
+
+@dataclass
 class LaunchContext:
     """What ``Lowered.run`` may use: the runtime, its queue, the program's kernels by name,
     and ``alloc(shape, dtype)`` for output and scratch buffers (pooled by the executable)."""
@@ -107,9 +115,10 @@ class LaunchContext:
     release: Callable
 
 
-def lower(eqn, rt) -> Lowered | None:
-    """The equation's lowering; for one with float16 values, that of its float32 twin with
-    conversions around it where the lowering has no float16 form (see ``float16.py``)."""
+def lower(eqn, rt) -> Lowered | OnHost | None:
+    """The equation's lowering (``OnHost``: the lowering chose the host; None: no lowering); for
+    one with float16 values, that of its float32 twin with conversions around it where the
+    lowering has no float16 form (see ``float16.py``)."""
     fn = LOWERINGS.get(eqn.primitive)
     if fn is None:
         return None

@@ -49,7 +49,7 @@ def weight(eqn) -> int:
     return OP_WEIGHTS.get(eqn.primitive.name, _CHEAP)
 
 
-def _elements(eqn) -> int:
+def elements_touched(eqn) -> int:
     """Elements an equation touches: its largest output or input."""
     return max([shape_size(v.aval.shape) for v in eqn.out_vars] +
                [shape_size(v.aval.shape) for v in eqn.inputs if hasattr(v, "aval")])
@@ -57,7 +57,7 @@ def _elements(eqn) -> int:
 
 def host_seconds(eqns) -> float:
     """Estimated time of these equations as numpy calls on the host."""
-    return sum(HOST_STEP_SECONDS + _elements(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
+    return sum(HOST_STEP_SECONDS + elements_touched(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
 
 
 def kernel_seconds(rt, eqns, elements: int) -> float:
@@ -109,7 +109,8 @@ def reason(rt, eqns, elements: int) -> str:
     if _units(rt) <= 1:
         return f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
     return (f"cheaper on the host: estimated {host_seconds(eqns) * 1e6:.0f} us in numpy vs "
-            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel")
+            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel, which must win by "
+            f"{WORKER_MARGIN:g}x on a driver that hands kernels to worker threads")
 
 
 # ------------------------------------------------------------------------- launch latency
