@@ -808,7 +808,7 @@ class HostExecutable:
         self._serial_blas = serial_blas  # products too small to gain from BLAS threads: one
         self._exe = NumpyExecutable(closed)
         self.peak_bytes = analyze(closed).peak_bytes
-        self._host_plan = host_plan  # the all-host plan this replaces (for the report), if any
+        self.plan = host_plan  # the all-host plan this replaces (for the report), if any
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
 
     def __call__(self, *args):
@@ -824,18 +824,18 @@ class HostExecutable:
         return [Array.from_host(self.rt, o) for o in outs]
 
     def as_text(self) -> str:
-        what = "a program with only host steps" if self._host_plan else "a small program"
+        what = "a program with only host steps" if self.plan else "a small program"
         return f"// no OpenCL kernels: {what} run on the host\n" + str(self.closed)
 
     def report(self) -> str:
-        if self._host_plan is None:
+        if self.plan is None:
             return (f"device: {self.rt.name}\nkernel launches per call: 0 (small program: run on the host; "
                     f"fewer than {config.opencl_small_program_elements} elements of work, below a kernel launch's latency)\n"
                     f"peak live intermediate bytes: {self.peak_bytes}")
         lines = [f"device: {self.rt.name}",
                  "kernel launches per call: 0 (every step a host step: run as one numpy program, no device buffers)",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
-        for step in self._host_plan.steps:
+        for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)
 
