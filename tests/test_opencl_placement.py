@@ -192,3 +192,36 @@ def test_a_program_of_host_steps_and_host_blas_matmuls_settles_on_the_host(monke
     out = jitted(dw, x)
     assert isinstance(out, cl_runtime.Array) and out._buffer is None
     np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_a_long_chain_on_few_elements_stays_on_the_host():
+    """Run time alone would make a 1,000-step chain on 4 elements one kernel (one launch beats
+    6,000 numpy calls), but each kernel compiles at its first launch: below MIN_KERNEL_ELEMENTS a
+    step stays on the host, with that reason."""
+    def long_chain(x):
+        for _ in range(300):
+            x = fnp.sin(x) * 0.999 + 0.001
+        return x
+    eqns = eqns_of(long_chain, 4)
+    assert placement.host_seconds(eqns) > 2 * placement.kernel_seconds(PTHREAD, eqns, 4)  # run time says kernel
+    assert placement.host_is_cheaper(PTHREAD, eqns, 4)
+    assert "first-launch compile" in placement.reason(PTHREAD, eqns, 4)
+    assert not placement.host_is_cheaper(PTHREAD, eqns, placement.MIN_KERNEL_ELEMENTS)
+
+
+def test_fused_groups_stop_growing_at_max_group_eqns(monkeypatch):
+    """A kernel's compile time grows faster than its length: a 900-equation elementwise chain is
+    split into kernels of at most MAX_GROUP_EQNS equations, and still computes the same."""
+    from functrace.backends.opencl import executable
+    monkeypatch.setattr(executable, "MAX_GROUP_EQNS", 100)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+
+    def long_chain(x):
+        for _ in range(300):
+            x = x * 0.999 + 0.001
+        return x
+    x = np.linspace(0, 1, 2048, dtype=np.float32)
+    compiled = ft.jit(long_chain).lower(x).compile()
+    assert compiled.num_host_steps == 0 and 6 <= compiled.num_kernel_launches <= 8  # 600 equations
+    np.testing.assert_allclose(np.asarray(compiled(x)), ft.jit(long_chain, backend="numpy")(x), rtol=1e-5)

@@ -319,6 +319,12 @@ def _partition(jaxpr: Jaxpr, rt, plan: Plan) -> tuple[list, dict]:
     return list(order.values()), group_of
 
 
+# A fused group stops growing at this many equations: the driver's compile time grows faster than
+# linearly in a kernel's length (PoCL 3.1: the 6,000-equation gradient of a 1,000-step chain as one
+# kernel took 224 s to compile at its first launch; split at 256, 0.6 s)
+MAX_GROUP_EQNS = 256
+
+
 def _join_group(eqn, group_of: dict, order: dict) -> Group:
     """The group ``eqn`` joins: the open groups of its shape that it reads, merged into the
     largest (both open: no outside step reads them yet; equations are put in program order once,
@@ -329,7 +335,7 @@ def _join_group(eqn, group_of: dict, order: dict) -> Group:
         g = group_of.get(a)
         if g is None:
             continue
-        if g.shape == shape and not g.sealed:
+        if g.shape == shape and not g.sealed and len(g.eqns) < MAX_GROUP_EQNS:
             if all(c is not g for c in cands):
                 cands.append(g)
         else:
