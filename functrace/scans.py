@@ -90,6 +90,8 @@ def cumulative(prim, x, axis: int, reverse: bool = False):
 def exclusive_products(x, axis: int, reverse: bool = False):
     """Products of the entries strictly before (or after, ``reverse``) each position along ``axis``."""
     n = P.shape_of(x)[axis]
+    if n == 0:  # nothing before or after any position (and no position)
+        return x
     ones = P.broadcast_in_dim(np.ones((), P.dtype_of(x)),
                               tuple(1 if d == axis else m for d, m in enumerate(P.shape_of(x))), ())
     if reverse:

@@ -163,3 +163,16 @@ def test_reduce_window_pooling(padding):
                 modes=("fwd", "rev"))
     with pytest.raises(NotImplementedError, match="computation"):
         lax.reduce_window(x, 1.0, fnp.multiply, (2, 2), (1, 1))
+
+
+def test_prod_derivative_over_an_empty_axis():
+    """The O(n) derivative of prod shifted an empty axis by one (a 1-element array where there is
+    none: ValueError in grad; found by the fuzzer's reference); the derivative of nothing is empty."""
+    x = np.zeros((3, 0))
+    for axis in (0, 1, None):
+        f = lambda x, axis=axis: fnp.sum(fnp.prod(x, axis=axis))
+        for g in (ft.grad(f), ft.jit(ft.grad(f), backend="numpy")):
+            assert np.asarray(g(x)).shape == (3, 0)
+        _, t = ft.jvp(f, (x,), (x,))
+        assert float(t) == 0.0
+    assert ft.grad(lambda v: fnp.prod(v))(np.zeros(0)).shape == (0,)
