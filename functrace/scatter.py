@@ -102,7 +102,9 @@ def _extremum_shares(ans, x, idx, upd):
     return hit_x, hit_u, count
 
 
-def _jvp_x(t, ans, x, idx, upd, *, op):
+def _x_rule(t, ans, x, idx, upd, *, op):
+    """The derivative with respect to ``x``, forward and reverse alike: each element of ``x`` is kept,
+    scaled or overwritten by the scatter independently of the others (a diagonal linear map)."""
     if op == "set":
         return scatter(t, idx, P.zeros_like(upd), "set")
     if op == "mul":
@@ -119,15 +121,6 @@ def _jvp_upd(t, ans, x, idx, upd, *, op):
         return P.scatter_add(P.zeros_like(x), idx, P.mul(P.mul(t, P.take(x, idx, 0)), _mul_others(x, idx, upd)), 0)
     _, hit_u, count = _extremum_shares(ans, x, idx, upd)
     return P.div(P.scatter_add(P.zeros_like(x), idx, P.mul(t, hit_u), 0), count)
-
-
-def _vjp_x(g, ans, x, idx, upd, *, op):
-    if op == "set":
-        return scatter(g, idx, P.zeros_like(upd), "set")
-    if op == "mul":
-        return scatter(g, idx, upd, "mul")
-    hit_x, _, count = _extremum_shares(ans, x, idx, upd)
-    return P.div(P.mul(g, hit_x), count)
 
 
 def _vjp_upd(g, ans, x, idx, upd, *, op):
@@ -152,6 +145,6 @@ def _scatter_batch(vals, dims, *, op):
 
 scatter_p.impl = _scatter_impl
 scatter_p.abstract_eval = _scatter_abstract
-scatter_p.jvp = [_jvp_x, None, _jvp_upd]
-scatter_p.vjp = [_vjp_x, None, _vjp_upd]
+scatter_p.jvp = [_x_rule, None, _jvp_upd]
+scatter_p.vjp = [_x_rule, None, _vjp_upd]
 scatter_p.batch = _scatter_batch

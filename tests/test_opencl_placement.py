@@ -69,7 +69,7 @@ def test_the_element_option_replaces_the_estimate(monkeypatch):
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 100)
     assert not placement.host_is_cheaper(PTHREAD, eqns_of(lambda x: x + 1.0, 200), 200)
     assert placement.host_is_cheaper(PTHREAD, eqns_of(chain, 99), 99)
-    assert "opencl_host_step_elements" in placement.reason(PTHREAD, [], 99)
+    assert "opencl_host_step_elements" in placement.host_reason(PTHREAD, [], 99)
     assert not placement.host_is_cheaper(SimpleNamespace(is_cpu=False), [], 1)  # GPUs: kernels
 
 
@@ -205,7 +205,7 @@ def test_a_long_chain_on_few_elements_stays_on_the_host():
     eqns = eqns_of(long_chain, 4)
     assert placement.host_seconds(eqns) > 2 * placement.kernel_seconds(PTHREAD, eqns, 4)  # run time says kernel
     assert placement.host_is_cheaper(PTHREAD, eqns, 4)
-    assert "first-launch compile" in placement.reason(PTHREAD, eqns, 4)
+    assert "first-launch compile" in placement.host_reason(PTHREAD, eqns, 4)
     assert not placement.host_is_cheaper(PTHREAD, eqns, placement.MIN_KERNEL_ELEMENTS)
 
 

@@ -87,40 +87,33 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return _fnp().sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
-def _nan_extremum(reduce, identity, a, axis, keepdims):
+def _ignoring_nan(reduce, identity, all_nan_result, a, axis, keepdims):
+    """``reduce`` over the non-NaN entries (NaNs replaced by ``identity``); ``all_nan_result`` (in the
+    result's dtype) where every entry reduced is NaN: NaN for nanmax / nanmin, -1 for nanargmax /
+    nanargmin."""
     fnp = _fnp()
     x = fnp._to_array(a)
     if x.dtype.kind not in "fc":
         return reduce(x, axis, keepdims=keepdims)
     out = reduce(_without_nan(x, identity), axis, keepdims=keepdims)
     all_nan = fnp.all(fnp.isnan(x), axis, keepdims=keepdims)
-    return fnp.where(all_nan, fnp.asarray(np.nan, x.dtype), out)
+    return fnp.where(all_nan, fnp.asarray(all_nan_result, fnp.result_type(out)), out)
 
 
 def nanmax(a, axis=None, keepdims=False):
-    return _nan_extremum(_fnp().max, -np.inf, a, axis, keepdims)
+    return _ignoring_nan(_fnp().max, -np.inf, np.nan, a, axis, keepdims)
 
 
 def nanmin(a, axis=None, keepdims=False):
-    return _nan_extremum(_fnp().min, np.inf, a, axis, keepdims)
-
-
-def _nan_arg(arg, identity, a, axis, keepdims):
-    fnp = _fnp()
-    x = fnp._to_array(a)
-    if x.dtype.kind not in "fc":
-        return arg(x, axis, keepdims=keepdims)
-    out = arg(_without_nan(x, identity), axis, keepdims=keepdims)
-    all_nan = fnp.all(fnp.isnan(x), axis, keepdims=keepdims)
-    return fnp.where(all_nan, -1, out)
+    return _ignoring_nan(_fnp().min, np.inf, np.nan, a, axis, keepdims)
 
 
 def nanargmax(a, axis=None, keepdims=False):
-    return _nan_arg(_fnp().argmax, -np.inf, a, axis, keepdims)
+    return _ignoring_nan(_fnp().argmax, -np.inf, -1, a, axis, keepdims)
 
 
 def nanargmin(a, axis=None, keepdims=False):
-    return _nan_arg(_fnp().argmin, np.inf, a, axis, keepdims)
+    return _ignoring_nan(_fnp().argmin, np.inf, -1, a, axis, keepdims)
 
 
 def ptp(a, axis=None, keepdims=False):

@@ -41,8 +41,7 @@ from .fusion import (
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
-from .placement import elements_touched, host_is_cheaper
-from .placement import reason as placement_reason
+from .placement import elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
@@ -515,8 +514,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 steps = [HostStep(item, lowered.reason)]
             elif lowered is None:
                 steps = [HostStep(item, _dtype_reason(rt, [item]))]
-            elif item.primitive.name in _DATA_MOVES and host_is_cheaper(rt, [item], _touched(item)):
-                steps = [HostStep(item, placement_reason(rt, [item], _touched(item)))]
+            elif item.primitive.name in _DATA_MOVES and (why := host_reason(rt, [item], _touched(item))):
+                steps = [HostStep(item, why)]
             else:
                 steps = _lowered_steps(plan, item, lowered)
             numbered = False
@@ -585,8 +584,8 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
         source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
     else:
         source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
-    if chunks > 1 and host_is_cheaper(rt, eqns, shape_size(x.aval.shape)):  # two launches: not batched
-        return [HostStep(e, placement_reason(rt, eqns, shape_size(x.aval.shape))) for e in eqns], False
+    if chunks > 1 and (why := host_reason(rt, eqns, shape_size(x.aval.shape))):  # two launches: not batched
+        return [HostStep(e, why) for e in eqns], False
     finish = None
     if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
         finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
@@ -631,13 +630,14 @@ def _kernel_steps(plan: Plan, rt, step, source: Callable[[], str], elements: int
     worth a launch of its own on a CPU device, held back for ``_batch_small_steps`` -- or, on a
     driver that does not batch small steps, host steps at once (the kernel source, a third of the
     compile time of a deep chain of small steps, is then never generated)."""
-    if not host_is_cheaper(rt, step.eqns, elements):
+    why = host_reason(rt, step.eqns, elements)
+    if why is None:
         step.name = plan.add_kernel(step.name, source())
     elif _batch_min_eqns(rt) == float("inf"):
-        return [HostStep(e, placement_reason(rt, step.eqns, elements)) for e in step.eqns]
+        return [HostStep(e, why) for e in step.eqns]
     else:
         step.source = source()
-        step.host_reason = placement_reason(rt, step.eqns, elements)
+        step.host_reason = why
     return [step]
 
 

@@ -98,30 +98,29 @@ IN_THREAD_ELEMENTS = 4096
 MIN_KERNEL_ELEMENTS = 1024
 
 
-def host_is_cheaper(rt, eqns, elements: int) -> bool:
-    """Should this step (``eqns`` fused over ``elements``) run on the host?  CPU devices only."""
+def host_reason(rt, eqns, elements: int) -> str | None:
+    """Why this step (``eqns`` fused over ``elements``) runs on the host -- the report's words --
+    or None when it is a kernel.  CPU devices only: elsewhere every step is a kernel."""
     if rt is None or not rt.is_cpu:
-        return False
-    if config.opencl_host_step_elements is not None:
-        return elements < int(config.opencl_host_step_elements)
+        return None
+    limit = config.opencl_host_step_elements
+    if limit is not None:
+        return f"fewer than {limit} elements (opencl_host_step_elements)" if elements < int(limit) else None
     if _units(rt) <= 1:
-        return elements < IN_THREAD_ELEMENTS
-    if elements < MIN_KERNEL_ELEMENTS:
-        return True
-    return host_seconds(eqns) < WORKER_MARGIN * kernel_seconds(rt, eqns, elements)
-
-
-def reason(rt, eqns, elements: int) -> str:
-    """The report's words for a step ``host_is_cheaper`` put on the host."""
-    if config.opencl_host_step_elements is not None:
-        return f"fewer than {config.opencl_host_step_elements} elements (opencl_host_step_elements)"
-    if _units(rt) <= 1:
-        return f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
+        return (f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
+                if elements < IN_THREAD_ELEMENTS else None)
     if elements < MIN_KERNEL_ELEMENTS:
         return f"fewer than {MIN_KERNEL_ELEMENTS} elements: a kernel's first-launch compile would cost more"
-    return (f"cheaper on the host: estimated {host_seconds(eqns) * 1e6:.0f} us in numpy vs "
-            f"{kernel_seconds(rt, eqns, elements) * 1e6:.0f} us as a kernel, which must win by "
-            f"{WORKER_MARGIN:g}x on a driver that hands kernels to worker threads")
+    host, kernel = host_seconds(eqns), kernel_seconds(rt, eqns, elements)
+    if host >= WORKER_MARGIN * kernel:
+        return None
+    return (f"cheaper on the host: estimated {host * 1e6:.0f} us in numpy vs {kernel * 1e6:.0f} us as a "
+            f"kernel, which must win by {WORKER_MARGIN:g}x on a driver that hands kernels to worker threads")
+
+
+def host_is_cheaper(rt, eqns, elements: int) -> bool:
+    """Should this step run on the host?  (``host_reason`` says why.)"""
+    return host_reason(rt, eqns, elements) is not None
 
 
 # ------------------------------------------------------------------------- launch latency
