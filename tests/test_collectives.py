@@ -59,13 +59,9 @@ def test_matches_jax_under_vmap(name):
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     jax = pytest.importorskip("jax", reason="JAX comparison (stored values checked above)")
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:  # (restored: later tests compare with JAX's default float32 numbers)
+    with jax.enable_x64(True):  # (restored: later tests compare with JAX's default float32 numbers)
         jfn, _ = jax_cases(jax.lax)[name]
         np.testing.assert_array_equal(got, np.asarray(jax.vmap(jfn, axis_name="i")(x)))
-    finally:
-        jax.config.update("jax_enable_x64", x64)
 
 
 @pytest.mark.parametrize("name", sorted(jax_cases(ft.lax)))

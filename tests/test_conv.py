@@ -2,7 +2,6 @@
 JAX is importable): 1-D/2-D/3-D, strides, padding strings and pairs, dilations, feature and batch
 groups, dimension numbers; derivatives (check_grads order 2), vmap vs a loop, jit on both
 backends (OpenCL with no host step), ft.nn.conv2d on top of it, and errors."""
-import contextlib
 import pathlib
 
 import numpy as np
@@ -46,22 +45,11 @@ def _inputs(index: int, lhs_shape, rhs_shape):
     return rng.standard_normal(lhs_shape), rng.standard_normal(rhs_shape)
 
 
-@contextlib.contextmanager
-def _x64(jax):
-    """JAX in float64 for the comparison, its setting restored after (other tests compare float32)."""
-    saved = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", saved)
-
-
 def _store_jax_values():
     """Write tests/data/conv_jax.npz (run by hand where JAX is installed, from tests/ with
     PYTHONPATH=..: ``python -c "import test_conv as t; t._store_jax_values()"``)."""
     import jax
-    with _x64(jax):
+    with jax.enable_x64(True):  # (restored after: other tests compare float32)
         out = {}
         for i, (name, ls, rs, kwargs) in enumerate(CASES):
             x, w = _inputs(i, ls, rs)
@@ -89,7 +77,7 @@ def test_matches_stored_jax_values(index):
 
 def test_matches_jax_where_importable():
     jax = pytest.importorskip("jax", reason="optional live comparison with JAX")
-    with _x64(jax):  # (a few cases: JAX compiles each; the stored values cover them all)
+    with jax.enable_x64(True):  # (restored after: other tests compare float32; a few cases: JAX compiles each; the stored values cover them all)
         for i, (name, ls, rs, kwargs) in enumerate(CASES):
             if name not in ("1d-stride2-same", "2d-lhs_and_rhs_dilation", "2d-batch_groups", "3d-ndhwc"):
                 continue
@@ -151,19 +139,15 @@ def test_jit_numpy_backend_matches_eager():
 
 
 @pytest.fixture
-def opencl():
+def opencl(monkeypatch):
     """The OpenCL runtime with small programs on the device (not the host) and guard canaries, as
     tests/conftest.py sets for test_opencl*.py."""
     from functrace.backends.opencl import runtime
     if runtime.get_runtime() is None:
         pytest.skip("no usable OpenCL device on this machine")
     settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0, "opencl_debug_canaries": True}
-    saved = {n: getattr(ft.config, n) for n in settings}
-    for n, v in settings.items():
-        ft.config.update(n, v)
-    yield
-    for n, v in saved.items():
-        ft.config.update(n, v)
+    for name, value in settings.items():
+        monkeypatch.setattr(ft.config, name, value)
 
 
 # (case, dtype): every configuration in float64, two in float32 too; all in one program (one compile)
