@@ -60,14 +60,6 @@ def _routines() -> dict:
             f.restype = _INT
             f.argtypes = [ctypes.c_int, ctypes.c_char, _INT, _INT, ptr, _INT, ctypes.POINTER(_INT), ptr, _INT]
             out["getrs", dtype] = f
-            f = getattr(lib, f"scipy_cblas_{p}omatcopy64_")
-            f.restype = None
-            f.argtypes = [ctypes.c_int, ctypes.c_int, _INT, _INT, _CTYPE[dtype], ptr, _INT, ptr, _INT]
-            out["omatcopy", dtype] = f
-            f = getattr(lib, f"scipy_cblas_{p}geadd64_")
-            f.restype = None
-            f.argtypes = [ctypes.c_int, _INT, _INT, _CTYPE[dtype], ptr, _INT, _CTYPE[dtype], ptr, _INT]
-            out["geadd", dtype] = f
         return out
     except (OSError, AttributeError):
         return {}
@@ -105,12 +97,11 @@ def cholesky(a):
 
 
 def _symmetric_part(a, out):
-    """(a + a^T) / 2 into ``out`` with OpenBLAS's transposing copy (numpy's transposed reads, element
-    by element, cost ~10x a copy at n = 256)."""
-    n, dtype = a.shape[-1], a.dtype
-    a = np.ascontiguousarray(a)
-    _routines()["omatcopy", dtype](_ROW_MAJOR, _CBLAS["trans"], n, n, 0.5, _ptr(a, dtype), n, _ptr(out, dtype), n)
-    _routines()["geadd", dtype](_ROW_MAJOR, n, n, 0.5, _ptr(a, dtype), n, 1.0, _ptr(out, dtype), n)
+    """(a + a^T) / 2 into ``out``: the transposed copy first, then contiguous passes (93 + 30 us
+    at n = 256 with OpenBLAS's omatcopy + geadd, 102 us this way, 121 us as one numpy add)."""
+    np.copyto(out, a.T)
+    np.add(out, a, out=out)
+    np.multiply(out, 0.5, out=out)
 
 
 @functools.lru_cache(maxsize=16)
