@@ -222,10 +222,14 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
 def _warm_up_main(spec: tuple, device: int, cache_dir: str) -> None:
     """The child process of ``_warm_up_elsewhere``: at low priority, warm up one plan on the
     parent's device (an index into ``devices()``), with its cache directory."""
-    if hasattr(os, "nice"):
-        # the lowest priority: it runs on idle cores only.  At nice 10 it still took ~10% of a
-        # busy core, enough to slow the parent's calls 1.5-1.9x on one pinned core while it
-        # compiled (bench_linalg pinned, fresh caches: cholesky grad 1.85x JAX -> 0.97x)
+    # the lowest priority: it runs on idle cores only.  At nice 10 it took ~10% of a busy core
+    # (bench_linalg pinned, fresh caches: cholesky grad 1.85x JAX, 0.95x once warm); and at any
+    # nice level a waking thread of the parent (a BLAS thread between jobs) can wait a time slice
+    # for it (eigh at 2 BLAS threads: 5.3 -> 9.4 ms while it ran).  Linux's SCHED_IDLE class
+    # yields to every normal thread at once; elsewhere nice 19.
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif hasattr(os, "nice"):
         os.nice(19)
     from .runtime import get_runtime
     config.update("device", device)
