@@ -31,9 +31,10 @@ def test_two_processes_match_vmap_over_stacked_shards_and_data_parallel_gradient
     assert "OK collectives" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("launcher", [[], ["-m", "mpi4py"]], ids=["python", "python-m-mpi4py"])
-def test_an_exception_on_one_process_ends_the_job_within_10_s(launcher):
-    proc, end = _mpiexec(*launcher, str(TESTS / "mpi_program.py"), "raise", timeout=60)
+@pytest.mark.parametrize("launcher, check", [([], "raise"), (["-m", "mpi4py"], "raise"), ([], "raise-in-thread")],
+                         ids=["python", "python-m-mpi4py", "in-a-thread"])
+def test_an_exception_on_one_process_ends_the_job_within_10_s(launcher, check):
+    proc, end = _mpiexec(*launcher, str(TESTS / "mpi_program.py"), check, timeout=60)
     assert proc.returncode != 0
     assert "RuntimeError: an error on one process" in proc.stderr
     raised = float(re.search(r"RAISING AT ([0-9.]+)", proc.stderr).group(1))
