@@ -21,11 +21,13 @@ derivative of the whole batch is the sum over members):
 * ``axis_index`` is an integer: no derivative.
 
 Collectives are ``effectful`` primitives: inside ``jit`` they keep their program order and are
-never removed, merged or folded; on OpenCL they run as host steps.  ``psum`` of a pytree is one
-equation, so its leaves under 64 KB travel in one MPI message per dtype.  In ``cond`` / ``scan`` /
-``while_loop`` bodies under a named ``vmap`` they combine the members too (the loop's batching rule
-names its own vmap, see ``batching.py``), unless every operand of the loop is a constant rather
-than a value of the vmapped function: such a loop runs at once, outside the vmap, and raises.
+never removed or folded; on OpenCL they run as host steps.  ``psum`` of a pytree is one equation,
+so its leaves under 64 KB travel in one MPI message per dtype; ``jit`` joins consecutive ``psum``
+equations into one (``merge_psums``), so separate calls (a loss and its gradients) share it too.
+In ``cond`` / ``scan`` / ``while_loop`` bodies under a named ``vmap`` they combine the members too
+(the loop's batching rule names its own vmap, see ``batching.py``), unless every operand of the
+loop is a constant rather than a value of the vmapped function: such a loop runs at once, outside
+the vmap, and raises.
 """
 from __future__ import annotations
 
