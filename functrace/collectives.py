@@ -253,6 +253,7 @@ psum_p.batch = lambda vals, dims, *, axis_name: (psum_p.bind(*vals, axis_name=ax
 psum_p.jvp_rule = _psum_jvp
 psum_p.vjp_rule = _psum_vjp
 
+
 def merge_psums(closed: ClosedJaxpr) -> ClosedJaxpr:
     """An optimizer pass: consecutive ``psum`` equations of a program over the same axis become one
     (its operands' small arrays then travel in one MPI message, see ``_allreduce``).  A ``psum`` moves

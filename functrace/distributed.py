@@ -35,8 +35,9 @@ _group = _Group()
 def initialize(abort_on_exception: bool = True) -> None:
     """Join the MPI job: duplicate mpi4py's COMM_WORLD for functrace's collectives (so the user's
     own MPI traffic cannot be matched with ours), and, with ``abort_on_exception``, make an uncaught
-    exception in any thread of any process abort the whole job (as ``python -m mpi4py`` does) instead of leaving
-    the others waiting in a collective forever.  Calling it again does nothing."""
+    exception in any thread of any process abort the whole job (as ``python -m mpi4py`` does for
+    the main thread) instead of leaving the others waiting in a collective forever.  Calling it
+    again does nothing."""
     if _group.comm is not None:
         return
     try:
