@@ -62,7 +62,7 @@ def worker_allreduce() -> dict:
             contenders[f"functrace jit psum ({backend})"] = lambda step=step, v=operand: ft.block_until_ready(step(v))
             np.testing.assert_allclose(np.asarray(step(x)), comm.allreduce(x), rtol=1e-6)
         rounds = {k: [] for k in contenders}
-        for _ in range(10 if megabytes == 16 else 40):  # interleaved: load changes hit everyone alike
+        for _ in range(20 if megabytes == 16 else 40):  # interleaved: load changes hit everyone alike
             for name, fn in contenders.items():
                 comm.Barrier()
                 rounds[name].append(best_of(fn, 5))
