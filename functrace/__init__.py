@@ -21,7 +21,8 @@ def __getattr__(name: str):
     OpenCL backend nor pyopencl (about 0.2 s), which a program that never jits does not need."""
     if name in _DEVICE_NAMES:
         from .backends.opencl import runtime
-        return getattr(runtime, name)
+        value = globals()[name] = getattr(runtime, name)  # later lookups: a plain attribute (~3 us less)
+        return value
     raise AttributeError(f"module 'functrace' has no attribute {name!r}")
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",

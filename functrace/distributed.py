@@ -9,6 +9,7 @@ launched by ``mpiexec``) the group is this process alone.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -34,8 +35,9 @@ _group = _Group()
 def initialize(abort_on_exception: bool = True) -> None:
     """Join the MPI job: duplicate mpi4py's COMM_WORLD for functrace's collectives (so the user's
     own MPI traffic cannot be matched with ours), and, with ``abort_on_exception``, make an uncaught
-    exception on any process abort the whole job (as ``python -m mpi4py`` does) instead of leaving
-    the others waiting in a collective forever.  Calling it again does nothing."""
+    exception in any thread of any process abort the whole job (as ``python -m mpi4py`` does for
+    the main thread) instead of leaving the others waiting in a collective forever.  Calling it
+    again does nothing."""
     if _group.comm is not None:
         return
     try:
@@ -49,20 +51,24 @@ def initialize(abort_on_exception: bool = True) -> None:
 
 
 def _install_abort_hook(MPI) -> None:
-    """sys.excepthook -> print the traceback, then MPI Abort (every process exits non-zero)."""
-    previous = sys.excepthook
+    """sys.excepthook and threading.excepthook -> print the traceback, then MPI Abort (every process
+    exits non-zero): an exception in any thread of any process ends the job."""
+    previous, previous_in_thread = sys.excepthook, threading.excepthook
 
-    def abort_job(kind, value, traceback):
+    def abort_job(report: Callable[[], None], kind: type, where: str) -> None:
         try:
-            previous(kind, value, traceback)
-            sys.stderr.write(f"functrace.distributed: uncaught {kind.__name__} on process "
+            report()
+            sys.stderr.write(f"functrace.distributed: uncaught {kind.__name__} {where}on process "
                              f"{MPI.COMM_WORLD.Get_rank()}: aborting the MPI job\n")
             sys.stderr.flush()
             time.sleep(_FORWARD_SECONDS)
         finally:
             MPI.COMM_WORLD.Abort(1)
 
-    sys.excepthook = abort_job
+    sys.excepthook = lambda kind, value, traceback: abort_job(lambda: previous(kind, value, traceback), kind, "")
+    threading.excepthook = lambda args: abort_job(
+        lambda: previous_in_thread(args), args.exc_type,
+        f"in thread {args.thread.name if args.thread is not None else '?'} ")
 
 
 def is_initialized() -> bool:

@@ -3,7 +3,8 @@
 Passes (each ``ClosedJaxpr -> ClosedJaxpr``; every primitive but the *effectful* ones
 (``Primitive.effectful``: debug prints, callbacks, collectives) is pure, so any other equation
 whose outputs are unused can go; effectful equations are never removed, merged or folded, and
-no pass reorders equations):
+no pass reorders equations -- but for ``merge_psums``, which joins consecutive ``psum`` equations
+into one message, see its docstring):
 
 * ``cse``: equal equations on equal inputs are computed once;
 * ``fold_constants``: equations whose inputs are all known are evaluated at compile time
@@ -12,6 +13,7 @@ no pass reorders equations):
 * ``simplify``: the algebra differentiation leaves behind (``x*1``, ``x+0``, ``neg(neg x)``,
   chains of reshapes / transposes / broadcasts, identity conversions);
 * ``dce``: dead-code elimination;
+* ``merge_psums``: consecutive ``psum`` equations over one axis as one (``collectives.py``);
 * ``inline_calls`` (not in the pipeline: a backend's last step): custom-rule calls and
   checkpoints replaced by their bodies.  The rules only matter to transformations, and the
   optimized program is still transformed when a jitted function is differentiated.
@@ -502,7 +504,14 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     return _rebuild(closed, closed.jaxpr.const_vars, closed.consts, eqns, [rename(a) for a in closed.jaxpr.outs])
 
 
-PIPELINE = (("fold_constants", fold_constants), ("simplify", simplify), ("cse", cse), ("dce", dce))
+def merge_psums(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Consecutive ``psum`` equations over one axis as one (``collectives.merge_psums``)."""
+    from .collectives import merge_psums as merge  # (collectives imports this module)
+    return merge(closed)
+
+
+PIPELINE = (("fold_constants", fold_constants), ("simplify", simplify), ("cse", cse), ("dce", dce),
+            ("merge_psums", merge_psums))
 
 
 @dataclass

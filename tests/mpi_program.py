@@ -1,7 +1,9 @@
 """The program tests/test_distributed.py runs under ``mpiexec -n 2``: ``python tests/mpi_program.py
 <check>``.  Every process checks its own results and raises on a mismatch (which aborts the job
 with a non-zero exit); process 0 prints ``OK <check> <details>`` at the end."""
+import queue
 import sys
+import threading
 import time
 
 import numpy as np
@@ -72,8 +74,24 @@ def raise_on_the_last_process() -> str:
     return "unreachable"
 
 
+def _failing_computation() -> None:
+    print(f"RAISING AT {time.time():.3f}", file=sys.stderr, flush=True)
+    raise RuntimeError("an error on one process")
+
+
+def raise_in_a_thread_of_the_last_process() -> str:
+    """A worker thread of the last process raises before it hands its result over: that process's
+    main thread waits for the result forever, the others wait in a collective."""
+    if ft.distributed.process_index() == ft.distributed.process_count() - 1:
+        results = queue.Queue()
+        threading.Thread(target=lambda: results.put(_failing_computation()), name="worker").start()
+        results.get()
+    ft.lax.psum(np.ones(3), P)
+    return "unreachable"
+
+
 CHECKS = {"collectives": [check_collectives, check_broadcast_and_shard, check_data_parallel_gradient],
-          "raise": [raise_on_the_last_process]}
+          "raise": [raise_on_the_last_process], "raise-in-thread": [raise_in_a_thread_of_the_last_process]}
 
 if __name__ == "__main__":
     ft.distributed.initialize()

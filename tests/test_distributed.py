@@ -31,9 +31,10 @@ def test_two_processes_match_vmap_over_stacked_shards_and_data_parallel_gradient
     assert "OK collectives" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("launcher", [[], ["-m", "mpi4py"]], ids=["python", "python-m-mpi4py"])
-def test_an_exception_on_one_process_ends_the_job_within_10_s(launcher):
-    proc, end = _mpiexec(*launcher, str(TESTS / "mpi_program.py"), "raise", timeout=60)
+@pytest.mark.parametrize("launcher, check", [([], "raise"), (["-m", "mpi4py"], "raise"), ([], "raise-in-thread")],
+                         ids=["python", "python-m-mpi4py", "in-a-thread"])
+def test_an_exception_on_one_process_ends_the_job_within_10_s(launcher, check):
+    proc, end = _mpiexec(*launcher, str(TESTS / "mpi_program.py"), check, timeout=60)
     assert proc.returncode != 0
     assert "RuntimeError: an error on one process" in proc.stderr
     raised = float(re.search(r"RAISING AT ([0-9.]+)", proc.stderr).group(1))
@@ -84,6 +85,34 @@ def test_psum_packs_small_arrays_into_one_message_and_reuses_free_large_outputs(
     first_id = id(first)
     del first
     assert id(ft.lax.psum(tree["big"], "processes")) == first_id  # a dropped one is
+
+
+def test_consecutive_psums_of_a_program_are_one_collective_unless_an_effect_or_a_use_is_between(monkeypatch):
+    MPI = pytest.importorskip("mpi4py.MPI", reason="the collectives' MPI path needs mpi4py")
+    comm = _TwinComm(MPI)
+    monkeypatch.setattr(ft.distributed, "communicator", lambda: comm)
+    x, y = np.arange(3.0, dtype=np.float32), np.ones(2, np.float32)
+
+    def separate(x, y):  # the loss and the gradients summed apart, as user code often does
+        return ft.lax.psum(x, "processes"), ft.lax.psum(y * 3, "processes")
+
+    def used_between(x, y):
+        return ft.lax.psum(ft.lax.psum(x, "processes")[:2] + y, "processes")
+
+    def printed_between(x, y):
+        total = ft.lax.psum(x, "processes")
+        ft.debug.print("between {}", y)
+        return total, ft.lax.psum(y, "processes")
+
+    for f, want_messages, want in [(separate, 1, (x * 2, y * 6)), (used_between, 2, (x[:2] * 4 + y * 2,)),
+                                   (printed_between, 2, (x * 2, y * 2))]:
+        psums = [e for e in ft.jit(f).lower(x, y).jaxpr.jaxpr.eqns if e.primitive.name == "psum"]
+        assert len(psums) == want_messages, f.__name__
+        comm.calls.clear()
+        got = ft.jit(f, backend="numpy")(x, y)
+        assert len(comm.calls) == want_messages, f.__name__
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_the_example_trains_the_same_on_two_processes_as_on_one():

@@ -110,7 +110,7 @@ def test_lower_exposes_optimized_ir_and_report():
     assert "exp" in text and "mul" not in text  # x*1 and +0 are simplified away
     report = lowered.report()
     names = [n for n, _ in report.counts]
-    assert names == ["input", "fold_constants", "simplify", "cse", "dce"]
+    assert names == ["input", "fold_constants", "simplify", "cse", "dce", "merge_psums"]
     assert report.counts[-1][1] < report.counts[0][1]
     assert "peak live intermediate bytes" in str(report)
     exe = lowered.compile()
