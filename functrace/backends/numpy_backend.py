@@ -119,8 +119,21 @@ def _owned(results: list, inputs) -> list:
     """Results, copied where they share memory with an input (numpy's reshape, slicing or
     identity return views): a caller's later change to its input must not change a result, and
     a pooled input buffer may be overwritten.  A result that owns its memory (no ``base``) and
-    is not an input shares nothing: the common case, cheap."""
-    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
-    return [np.array(r) if isinstance(r, np.ndarray) and (r.base is not None or any(r is x for x in arrays))
-            and any(np.may_share_memory(r, x) for x in arrays) else r
-            for r in results]
+    is not an input shares nothing: the common case, cheap.  A view is matched by the array
+    owning its memory (numpy points every view's ``base`` at that owner) against the inputs'
+    owners: one pass over the inputs, not a memory-bounds check per input (~8 us for 22)."""
+    owners = None
+    owned = []
+    for r in results:
+        if isinstance(r, np.ndarray) and (r.base is not None or any(r is x for x in inputs)):
+            owner = r if r.base is None else r.base
+            if owners is None:
+                owners = {id(x if x.base is None else x.base) for x in inputs if isinstance(x, np.ndarray)}
+            if isinstance(owner, np.ndarray) and owner.base is None:
+                shares = id(owner) in owners
+            else:  # memory owned by something else (a buffer, an mmap): check the bounds
+                shares = any(np.may_share_memory(r, x) for x in inputs if isinstance(x, np.ndarray))
+            if shares:
+                r = np.array(r)
+        owned.append(r)
+    return owned

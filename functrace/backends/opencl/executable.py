@@ -818,13 +818,15 @@ class HostExecutable:
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
 
     def __call__(self, *args):
-        arrays = iter(self.rt.host_views(*[a for a in args if isinstance(a, Array)]))  # one wait
-        ins = [next(arrays) if isinstance(a, Array) else a for a in args]
+        on_device = [a for a in args if isinstance(a, Array)]
+        if on_device:  # their host memory, after one wait for the queue (host arguments: no wait)
+            arrays = iter(self.rt.host_views(*on_device))
+            args = [next(arrays) if isinstance(a, Array) else a for a in args]
         if not self._serial_blas:
-            return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+            return [Array.from_host(self.rt, o) for o in self._exe(*args)]
         blas_threads().use(1)
         try:
-            outs = self._exe(*ins)
+            outs = self._exe(*args)
         finally:
             restore_blas_threads()
         return [Array.from_host(self.rt, o) for o in outs]
