@@ -117,3 +117,40 @@ def test_rms_norm_forward_matches_its_reference(shape, dtype):
     want = wide / np.sqrt((wide * wide).mean(-1, keepdims=True) + 1e-6) * w if shape[-1] else wide
     assert got.dtype == dtype and got.shape == shape
     np.testing.assert_allclose(got, want, rtol={np.float16: 3e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype])
+
+
+def test_host_trial_alternates_and_keeps_the_faster():
+    """The trial's bookkeeping: device and host calls alternate (device first), five of each,
+    and the fastest call of each decides."""
+    from functrace.backends.opencl.executable import HostTrial
+    trial = HostTrial(host=None)
+    for device_s, host_s in [(5, 9), (4, 3.5), (6, 8), (4.2, 7), (9, 4.1)]:
+        assert not trial.done() and not trial.host_next()
+        trial.times[False].append(device_s)
+        assert trial.host_next()
+        trial.times[True].append(host_s)
+    assert trial.done() and trial.host_wins()  # 3.5 < 4
+    trial.times[False].append(3.0)
+    assert not trial.host_wins()
+
+
+@pytest.mark.parametrize("host_wins", [False, True])
+def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
+    """On a device running kernels in the calling thread, a program with kernels is tried both
+    ways from its third call; every call's result is right, and the winner stays (the host:
+    no launches, the report says why)."""
+    from functrace.backends.opencl import executable
+    monkeypatch.setattr(executable, "_units", lambda rt: 1)
+    monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
+    x, w = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 80)).astype(np.float32)
+    f = lambda x, w: fnp.tanh(x @ w) * 2.0 + 1.0
+    jitted = ft.jit(f, backend="opencl")
+    for _ in range(2 + 2 * executable.HostTrial.CALLS + 2):
+        np.testing.assert_allclose(np.asarray(jitted(x, w)), np.tanh(x @ w) * 2.0 + 1.0, rtol=1e-5, atol=1e-5)
+    compiled = jitted.lower(x, w).compile()
+    exe = compiled.executable
+    assert exe._trial is None and (exe._on_host is not None) == host_wins
+    assert (exe.num_kernel_launches == 0) == host_wins
+    assert ("measured faster as one numpy program" in exe.report()) == host_wins
