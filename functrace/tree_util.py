@@ -95,15 +95,9 @@ def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, PyTr
     leaves: list = []
     nodes: list = []
     stack = [tree]
-    registry = _registry
     while stack:
         x = stack.pop()
-        if is_leaf is None:  # (a jitted call flattens its arguments on every call: the lookup inline)
-            h = registry.get(type(x))
-            if h is None and isinstance(x, tuple):
-                h = _node_handlers(x)
-        else:
-            h = None if is_leaf(x) else _node_handlers(x)
+        h = None if (is_leaf is not None and is_leaf(x)) else _node_handlers(x)
         if h is None:
             leaves.append(x)
             nodes.append(_LEAF)
