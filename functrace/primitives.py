@@ -621,7 +621,7 @@ def _reshape_abstract(a, *, new_sizes):
 
 
 reshape_p = linear_unary(
-    "reshape", lambda x, *, new_sizes: np.reshape(x, new_sizes), _reshape_abstract,
+    "reshape", lambda x, *, new_sizes: np.asarray(x).reshape(new_sizes), _reshape_abstract,  # (np.reshape: +1 us)
     lambda g, ans, x, *, new_sizes: reshape(g, shape_of(x)),
     lambda vals, dims, *, new_sizes: (reshape(moveaxis(vals[0], dims[0], 0),
                                               (shape_of(vals[0])[dims[0]],) + tuple(new_sizes)), 0))
@@ -634,7 +634,7 @@ def _transpose_abstract(a, *, permutation):
 
 
 transpose_p = linear_unary(
-    "transpose", lambda x, *, permutation: np.transpose(x, permutation), _transpose_abstract,
+    "transpose", lambda x, *, permutation: np.asarray(x).transpose(permutation), _transpose_abstract,
     lambda g, ans, x, *, permutation: transpose(g, tuple(int(i) for i in np.argsort(permutation))),
     lambda vals, dims, *, permutation: (transpose(moveaxis(vals[0], dims[0], 0),
                                                   (0,) + tuple(p + 1 for p in permutation)), 0))
@@ -647,7 +647,7 @@ def _squeeze_abstract(a, *, dimensions):
 
 
 squeeze_p = linear_unary(
-    "squeeze", lambda x, *, dimensions: np.squeeze(x, dimensions), _squeeze_abstract,
+    "squeeze", lambda x, *, dimensions: np.asarray(x).squeeze(dimensions), _squeeze_abstract,
     lambda g, ans, x, *, dimensions: reshape(g, shape_of(x)),
     lambda vals, dims, *, dimensions: (squeeze(moveaxis(vals[0], dims[0], 0),
                                                tuple(d + 1 for d in dimensions)), 0))
