@@ -140,7 +140,7 @@ def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
     ways from its third call; every call's result is right, and the winner stays (the host:
     no launches, the report says why)."""
     from functrace.backends.opencl import executable
-    monkeypatch.setattr(executable, "_units", lambda rt: 1)
+    monkeypatch.setattr(executable, "compute_units", lambda rt: 1)
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)

@@ -42,7 +42,7 @@ from .fusion import (
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
-from .placement import _units, elements_touched, host_reason
+from .placement import compute_units, elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
@@ -648,7 +648,7 @@ def _batch_min_eqns(rt) -> float:
     launches in 2-8 us, so two equations pay (measured: the MLP step's 31-equation loss tail 137 ->
     48 us).  A driver that hands kernels to worker threads takes 20-50 us per launch and wait,
     and there batching measured no faster even for that tail (2 threads: 2.96 vs 2.93 ms a step)."""
-    return 2 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else float("inf")
+    return 2 if compute_units(rt) <= 1 else float("inf")
 
 
 def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
@@ -1064,7 +1064,7 @@ class OpenCLExecutable:
                 restore_blas_threads()  # the user's own numpy keeps its thread count
             if not self._settled:
                 self._settle()
-            if self._calls == 2 and self._on_host is None and self.rt.is_cpu and _units(self.rt) <= 1:
+            if self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1:
                 # (from the third call: the first two compiled kernels and warmed the pools up)
                 self._trial = HostTrial(self._host_executable(None))
         if trial is not None:
