@@ -143,7 +143,7 @@ def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
     monkeypatch.setattr(executable, "compute_units", lambda rt: 1)
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
-    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)  # (a number pins placements: no trial)
     x, w = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 80)).astype(np.float32)
     f = lambda x, w: fnp.tanh(x @ w) * 2.0 + 1.0
     jitted = ft.jit(f, backend="opencl")

@@ -853,7 +853,8 @@ class HostTrial:
     """Calls alternating between a program's kernels and the same program as one numpy program,
     each timed to its results, ``CALLS`` of each; then the faster way stays (the fastest call of
     each: noise only adds time).  Run from a program's third call on a device that runs kernels
-    in the calling thread (PoCL's ``basic``, one compute unit): there kernels win nothing from
+    in the calling thread (PoCL's ``basic``, one compute unit), unless
+    ``opencl_host_step_elements`` pins the placements: there kernels win nothing from
     parallel workers, and every host step or host-BLAS product waits for the kernels before it.
     The sampling forward (1x64 tokens, d128) pinned to one core: 15 kernels between 15 BLAS
     products took 1.32 ms a call, the numpy program 1.01 ms (with 12 host steps instead of
@@ -1064,7 +1065,8 @@ class OpenCLExecutable:
                 restore_blas_threads()  # the user's own numpy keeps its thread count
             if not self._settled:
                 self._settle()
-            if self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1:
+            if (self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1
+                    and config.opencl_host_step_elements is None):  # (else placements are pinned)
                 # (from the third call: the first two compiled kernels and warmed the pools up)
                 self._trial = HostTrial(self._host_executable(None))
         if trial is not None:
