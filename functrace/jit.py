@@ -228,6 +228,7 @@ class Jitted:
         self.backend = backend
         self.static_argnums = tuple(int(i) for i in _as_tuple(static_argnums))
         self.static_argnames = tuple(_as_tuple(static_argnames))
+        self._has_statics = bool(self.static_argnums or self.static_argnames)
         try:
             self._signature = inspect.signature(fun)
         except (TypeError, ValueError):
@@ -278,7 +279,8 @@ class Jitted:
         else:
             leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         try:
-            signature = tuple(_leaf_signature(x) for x in leaves)
+            signature = tuple([(x.shape, x.dtype, False) if type(x) in _ARRAY_TYPES else _leaf_signature(x)
+                               for x in leaves])
         except (TypeError, OverflowError) as e:
             raise type(e)(f"jit of `{self.__name__}`: {e}") from None
         try:
@@ -343,6 +345,17 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if _jit_disabled():  # ft.disable_jit(): run the Python function itself, as JAX
             return self.fun(*args, **kwargs)
+        if not kwargs and not self._has_statics and all(type(a) in _ARRAY_TYPES for a in args):
+            # the common call, positional arrays of a cached signature: its key built directly,
+            # its program run as is (a cached entry closes over no tracer, takes no Python int)
+            key = (_flat_tree(len(args)), tuple([(a.shape, a.dtype, False) for a in args]), ())
+            entry = self._cache.get(key)
+            if entry is not None:
+                try:
+                    self._cache.move_to_end(key)
+                except KeyError:  # evicted by another thread meanwhile: still valid for this call
+                    pass
+                return tree_util.tree_unflatten(entry.out_tree, entry.executable()(*args))
         entry, leaves = self._entry(args, kwargs)
         for i, dtype in entry.int_ranges:
             _check_fits(self.__name__, leaves[i], dtype)

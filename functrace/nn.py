@@ -160,12 +160,22 @@ def _mean_last(a):
 
 
 def _rstd(x, eps):
-    return 1.0 / np.sqrt(_mean_last(x * x) + x.dtype.type(eps))
+    """1 / sqrt(mean(x^2) + eps) over the last axis, kept.  float32/64: the sums of squares are
+    BLAS dot products of the rows (no x*x temporary; 3-14x faster than ``sum(x * x)``)."""
+    if x.dtype.char in "fd" and x.shape[-1]:
+        ms = np.matmul(x[..., None, :], x[..., :, None])[..., 0]
+        ms /= x.dtype.type(x.shape[-1])
+    else:
+        ms = _mean_last(x * x)
+    ms += x.dtype.type(eps)
+    return np.divide(x.dtype.type(1), np.sqrt(ms, out=ms), out=ms)
 
 
 def _rms_norm_impl(x, w, *, eps):
     x = np.asarray(x)
-    return (x * _rstd(x, eps) * w).astype(x.dtype)
+    out = x * _rstd(x, eps)
+    out *= w
+    return out
 
 
 def _rms_norm_bwd_impl(x, w, g, *, eps):
@@ -364,24 +374,34 @@ def _attention_reference(q, k, v, mask, *, causal, scale):
 
 def _heads_first(a):
     """(..., T, N, H) -> (..., N, T, H): a view."""
-    return np.moveaxis(a, -2, -3)
+    return a.swapaxes(-2, -3)
 
 
 def _scores(q, k, scale):
     """Scaled logits (..., N, T, S) through ``np.matmul`` (BLAS; ``np.einsum`` loops in C: ~10x
     slower at 64 tokens, 4 heads of 32).  Forward and backward share it: with huge scores the
-    backward's P = exp(L - lse) needs the very logits whose log-sum-exp the forward saved."""
-    return np.matmul(_heads_first(q), np.swapaxes(_heads_first(k), -1, -2)) * q.dtype.type(scale)
+    backward's P = exp(L - lse) needs the very logits whose log-sum-exp the forward saved.
+    Computed as K Q^T and returned transposed (a view): the softmax then reduces over the
+    middle axis of contiguous (..., N, S, T) memory, ~3x faster than over 64-element rows."""
+    scores_t = np.matmul(_heads_first(k), _heads_first(q).swapaxes(-1, -2))
+    scores_t *= q.dtype.type(scale)
+    return scores_t.swapaxes(-1, -2)
 
 
 def _attention_impl(q, k, v, mask, *, causal, scale):
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    logits = np.where(mask, _scores(q, k, scale), q.dtype.type(-1e30))
-    m = logits.max(axis=-1, keepdims=True)
-    e = np.exp(logits - m)
-    s = e.sum(axis=-1, keepdims=True)
-    out = np.moveaxis(np.matmul(e / s, _heads_first(v)), -3, -2)
-    return [out.astype(q.dtype), (np.log(s) + m)[..., 0].astype(q.dtype)]
+    # the softmax over keys in the (..., N, S, T) layout of the scores' memory, in place (the
+    # masked select as a copy into the dropped pairs: ~2x faster than np.where)
+    logits_t = _scores(q, k, scale).swapaxes(-1, -2)
+    np.copyto(logits_t, q.dtype.type(-1e30), where=np.logical_not(np.swapaxes(mask, -1, -2)))
+    m = logits_t.max(axis=-2, keepdims=True)
+    logits_t -= m
+    e = np.exp(logits_t, out=logits_t)
+    s = e.sum(axis=-2, keepdims=True)
+    e /= s
+    out = np.empty(q.shape, q.dtype)  # (..., T, N, H), written through its heads-first view
+    np.matmul(e.swapaxes(-1, -2), _heads_first(v), out=_heads_first(out))
+    return [out, (np.log(s) + m)[..., 0, :].astype(q.dtype, copy=False)]
 
 
 def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):

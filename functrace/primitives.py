@@ -278,7 +278,16 @@ neg_p.vjp = [lambda g, ans, x: neg(g)]
 
 # integer_pow: x ** n for a static integer n.
 integer_pow_p = new_primitive("integer_pow")
-integer_pow_p.impl = lambda x, *, y: np.power(x, y, dtype=x.dtype) if y >= 0 else (1 / np.power(x, -y)).astype(x.dtype)
+
+
+def _integer_pow_impl(x, *, y):
+    """x ** y; a square as one multiply (``np.power`` costs twice as much on small arrays)."""
+    if y == 2:
+        return np.multiply(x, x)
+    return np.power(x, y, dtype=x.dtype) if y >= 0 else (1 / np.power(x, -y)).astype(x.dtype)
+
+
+integer_pow_p.impl = _integer_pow_impl
 integer_pow_p.abstract_eval = lambda a, *, y: a
 integer_pow_p.batch = lambda vals, dims, *, y: (integer_pow(vals[0], y), dims[0])
 
@@ -612,7 +621,7 @@ def _reshape_abstract(a, *, new_sizes):
 
 
 reshape_p = linear_unary(
-    "reshape", lambda x, *, new_sizes: np.reshape(x, new_sizes), _reshape_abstract,
+    "reshape", lambda x, *, new_sizes: np.asarray(x).reshape(new_sizes), _reshape_abstract,  # (np.reshape: +1 us)
     lambda g, ans, x, *, new_sizes: reshape(g, shape_of(x)),
     lambda vals, dims, *, new_sizes: (reshape(moveaxis(vals[0], dims[0], 0),
                                               (shape_of(vals[0])[dims[0]],) + tuple(new_sizes)), 0))
@@ -625,7 +634,7 @@ def _transpose_abstract(a, *, permutation):
 
 
 transpose_p = linear_unary(
-    "transpose", lambda x, *, permutation: np.transpose(x, permutation), _transpose_abstract,
+    "transpose", lambda x, *, permutation: np.asarray(x).transpose(permutation), _transpose_abstract,
     lambda g, ans, x, *, permutation: transpose(g, tuple(int(i) for i in np.argsort(permutation))),
     lambda vals, dims, *, permutation: (transpose(moveaxis(vals[0], dims[0], 0),
                                                   (0,) + tuple(p + 1 for p in permutation)), 0))
@@ -638,7 +647,7 @@ def _squeeze_abstract(a, *, dimensions):
 
 
 squeeze_p = linear_unary(
-    "squeeze", lambda x, *, dimensions: np.squeeze(x, dimensions), _squeeze_abstract,
+    "squeeze", lambda x, *, dimensions: np.asarray(x).squeeze(dimensions), _squeeze_abstract,
     lambda g, ans, x, *, dimensions: reshape(g, shape_of(x)),
     lambda vals, dims, *, dimensions: (squeeze(moveaxis(vals[0], dims[0], 0),
                                                tuple(d + 1 for d in dimensions)), 0))
@@ -829,25 +838,42 @@ def _dot_impl(x, y, *, dimension_numbers):
     """Transpose both operands to (batch, free, contract) and run one BLAS product."""
     x = np.asarray(x)
     y = np.asarray(y)
+    return _dot_plan(x.shape, y.shape, dimension_numbers)(x, y)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dot_plan(x_shape: tuple, y_shape: tuple, dimension_numbers) -> Callable:
+    """The product for operands of these shapes, its transpositions and reshapes decided once
+    (a jitted program's dot then costs its BLAS call plus ~1 us, not ~6 us of index work)."""
     (lc, rc), (lb, rb) = dimension_numbers
-    if not lb and len(lc) == 1 and x.ndim <= 2 and y.ndim <= 2:  # the common matrix/vector cases
-        xm = x if x.ndim == 1 or lc[0] == 1 else x.T
-        ym = y if y.ndim == 1 or rc[0] == 0 else y.T
-        return np.dot(xm, ym)
-    lc, rc, lb, rb, lf, rf = _dot_dims(x.ndim, y.ndim, dimension_numbers)
-    xs, ys = x.shape, y.shape
-    bshape = tuple(xs[i] for i in lb)
-    lfs = tuple(xs[i] for i in lf)
-    rfs = tuple(ys[i] for i in rf)
-    k = math.prod(xs[i] for i in lc)
+    if not lb and len(lc) == 1 and len(x_shape) <= 2 and len(y_shape) <= 2:  # matrix/vector cases
+        if len(x_shape) == 2 and lc[0] == 0:
+            return (lambda x, y: np.dot(x.T, y.T)) if len(y_shape) == 2 and rc[0] == 1 else \
+                (lambda x, y: np.dot(x.T, y))
+        return (lambda x, y: np.dot(x, y.T)) if len(y_shape) == 2 and rc[0] == 1 else np.dot
+    lc, rc, lb, rb, lf, rf = _dot_dims(len(x_shape), len(y_shape), dimension_numbers)
+    lfs = tuple(x_shape[i] for i in lf)
+    rfs = tuple(y_shape[i] for i in rf)
+    k = math.prod(x_shape[i] for i in lc)
     m, n = math.prod(lfs), math.prod(rfs)
-    if not lb:  # 2-D product: transposed operands stay views and BLAS reads them as such
-        out = np.dot(np.transpose(x, lf + lc).reshape(m, k), np.transpose(y, rc + rf).reshape(k, n))
-        return out.reshape(lfs + rfs)
-    nb = math.prod(bshape)
-    xm = np.transpose(x, lb + lf + lc).reshape(nb, m, k)
-    ym = np.transpose(y, rb + rc + rf).reshape(nb, k, n)
-    return np.matmul(xm, ym).reshape(bshape + lfs + rfs)
+    if lb:
+        bshape = tuple(x_shape[i] for i in lb)
+        x_order, x_matrix = lb + lf + lc, (math.prod(bshape), m, k)
+        y_order, y_matrix = rb + rc + rf, (math.prod(bshape), k, n)
+        product, out_shape = np.matmul, bshape + lfs + rfs
+    else:  # 2-D product: transposed operands stay views and BLAS reads them as such
+        x_order, x_matrix, y_order, y_matrix = lf + lc, (m, k), rc + rf, (k, n)
+        product, out_shape = np.dot, lfs + rfs
+    x_as_matrix = _as_matrix(x_order, x_matrix)
+    y_as_matrix = _as_matrix(y_order, y_matrix)
+    return lambda x, y: product(x_as_matrix(x), y_as_matrix(y)).reshape(out_shape)
+
+
+def _as_matrix(order: tuple, shape: tuple) -> Callable:
+    """``a`` transposed to ``order`` and reshaped to ``shape`` (no transposition when in order)."""
+    if order == tuple(range(len(order))):
+        return lambda a: a.reshape(shape)
+    return lambda a: a.transpose(order).reshape(shape)
 
 
 def _dot_abstract(a, b, *, dimension_numbers):

@@ -181,6 +181,18 @@ def test_results_do_not_alias_the_callers_arrays(backend):
     np.testing.assert_array_equal(np.asarray(outs[2]), [1.0, 2.0, 3.0])
 
 
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_results_do_not_alias_an_argument_that_is_a_view(backend):
+    """Arguments that are views (of an array the caller keeps): results viewing the same memory
+    are copies too, whichever view of it they are."""
+    base = np.arange(8.0)
+    outs = ft.jit(lambda t, u: (t[1:3], fnp.reshape(u, (2, 3)), t * 2), backend=backend)(base[2:], base[:6])
+    base[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(outs[0]), [3.0, 4.0])
+    np.testing.assert_array_equal(np.asarray(outs[1]), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(np.asarray(outs[2]), np.arange(2.0, 8.0) * 2)
+
+
 def test_python_int_argument_out_of_range_for_the_array_dtype_raises():
     """numpy raises OverflowError for ``int32_array * 2**40``; the jitted conversion must not wrap."""
     def scale(a, s):

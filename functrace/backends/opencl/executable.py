@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,7 +42,7 @@ from .fusion import (
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
-from .placement import elements_touched, host_reason
+from .placement import compute_units, elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
@@ -647,7 +648,7 @@ def _batch_min_eqns(rt) -> float:
     launches in 2-8 us, so two equations pay (measured: the MLP step's 31-equation loss tail 137 ->
     48 us).  A driver that hands kernels to worker threads takes 20-50 us per launch and wait,
     and there batching measured no faster even for that tail (2 threads: 2.96 vs 2.93 ms a step)."""
-    return 2 if int(getattr(rt.device, "max_compute_units", 1) or 1) <= 1 else float("inf")
+    return 2 if compute_units(rt) <= 1 else float("inf")
 
 
 def _batch_small_steps(plan: Plan, rt, program_outs: set) -> None:
@@ -818,13 +819,15 @@ class HostExecutable:
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
 
     def __call__(self, *args):
-        arrays = iter(self.rt.host_views(*[a for a in args if isinstance(a, Array)]))  # one wait
-        ins = [next(arrays) if isinstance(a, Array) else a for a in args]
+        on_device = [a for a in args if isinstance(a, Array)]
+        if on_device:  # their host memory, after one wait for the queue (host arguments: no wait)
+            arrays = iter(self.rt.host_views(*on_device))
+            args = [next(arrays) if isinstance(a, Array) else a for a in args]
         if not self._serial_blas:
-            return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
+            return [Array.from_host(self.rt, o) for o in self._exe(*args)]
         blas_threads().use(1)
         try:
-            outs = self._exe(*ins)
+            outs = self._exe(*args)
         finally:
             restore_blas_threads()
         return [Array.from_host(self.rt, o) for o in outs]
@@ -844,6 +847,33 @@ class HostExecutable:
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)
+
+
+class HostTrial:
+    """Calls alternating between a program's kernels and the same program as one numpy program,
+    each timed to its results, ``CALLS`` of each; then the faster way stays (the fastest call of
+    each: noise only adds time).  Run from a program's third call on a device that runs kernels
+    in the calling thread (PoCL's ``basic``, one compute unit), unless
+    ``opencl_host_step_elements`` pins the placements: there kernels win nothing from
+    parallel workers, and every host step or host-BLAS product waits for the kernels before it.
+    The sampling forward (1x64 tokens, d128) pinned to one core: 15 kernels between 15 BLAS
+    products took 1.32 ms a call, the numpy program 1.01 ms (with 12 host steps instead of
+    kernels: 1.50).  Once on the host, a matmul still undecided in auto mode stays on the BLAS."""
+
+    CALLS = 5
+
+    def __init__(self, host: HostExecutable):
+        self.host = host
+        self.times: dict = {False: [], True: []}  # on the host? -> seconds of each call
+
+    def host_next(self) -> bool:
+        return len(self.times[True]) < len(self.times[False])
+
+    def done(self) -> bool:
+        return min(len(t) for t in self.times.values()) >= self.CALLS
+
+    def host_wins(self) -> bool:
+        return min(self.times[True]) < min(self.times[False])
 
 
 def runs_only_on_host(plan: Plan) -> bool:
@@ -914,14 +944,17 @@ class OpenCLExecutable:
         self.num_host_steps = sum(s.host_equations for s in self.plan.steps)
         self._host_read_inputs = self._inputs_only_host_steps_read()
         # once every matmul has been measured: the whole program as one numpy program, if no
-        # step launches a kernel (see _settle)
+        # step launches a kernel or if it measures faster so (see _settle)
         self._settled = False
         self._on_host: HostExecutable | None = None
+        self._on_host_why = ""
+        self._trial: HostTrial | None = None
 
     @property
     def num_kernel_launches(self) -> int:
-        """Kernel launches per call (current: a matmul that auto mode moved to BLAS launches none)."""
-        return sum(s.launches for s in self.plan.steps)
+        """Kernel launches per call (current: a matmul that auto mode moved to BLAS launches none,
+        a program run as one numpy program none at all)."""
+        return 0 if self._on_host is not None else sum(s.launches for s in self.plan.steps)
 
     def _plan_releases(self) -> list:
         """For each step, the values whose buffers are free after it (their last read)."""
@@ -985,24 +1018,40 @@ class OpenCLExecutable:
         steps are then all host steps and host-BLAS matmuls runs from now on as one numpy program
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
-        backend 1.18).  Its BLAS runs on one thread when every product is too small to gain
-        from more (``SERIAL_BLAS_MACS``, as the device path's choice), else on the process's."""
+        backend 1.18)."""
         matmuls = [s.lowered.extra for s in self.plan.steps
                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
         if any(m["impl"] is None for m in matmuls):
             return  # a matmul still to be measured
         self._settled = True
+        if not self.rt.is_cpu:
+            return
         host = all(isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and s.launches == 0
                                                   and s.lowered.extra.get("impl") == "blas")
                    for s in self.plan.steps)
-        if host and self.rt.is_cpu:
-            serial = bool(matmuls) and all(m["spec"].flops // 2 < SERIAL_BLAS_MACS for m in matmuls)
-            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan, serial_blas=serial)
+        if host:
+            self._on_host = self._host_executable(self.plan)
+            self._on_host_why = "every matmul measured faster on the host BLAS: run as one numpy program"
+
+    def _host_executable(self, host_plan: Plan | None) -> HostExecutable:
+        """The program as one numpy program; its BLAS on one thread when every product is too
+        small to gain from more (``SERIAL_BLAS_MACS``, as the device path's choice)."""
+        matmuls = [s.lowered.extra["spec"] for s in self.plan.steps
+                   if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
+        serial = bool(matmuls) and all(m.flops // 2 < SERIAL_BLAS_MACS for m in matmuls)
+        return HostExecutable(self.closed, self.rt, host_plan=host_plan, serial_blas=serial)
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""
         if self._on_host is not None:
             return self._on_host(*args)
+        trial = self._trial
+        if trial is not None and trial.host_next():
+            start = time.perf_counter()
+            outs = trial.host(*args)
+            self._record(trial, True, time.perf_counter() - start)
+            return outs
+        start = time.perf_counter()
         env: dict = {}
         with self._lock:
             try:
@@ -1016,9 +1065,27 @@ class OpenCLExecutable:
                 restore_blas_threads()  # the user's own numpy keeps its thread count
             if not self._settled:
                 self._settle()
+            if (self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1
+                    and config.opencl_host_step_elements is None):  # (else placements are pinned)
+                # (from the third call: the first two compiled kernels and warmed the pools up)
+                self._trial = HostTrial(self._host_executable(None))
+        if trial is not None:
+            self.rt.finish()  # (timed to its results)
+            self._record(trial, False, time.perf_counter() - start)
         if config.debug_nans:
             self._check_nans(args, outs)
         return outs
+
+    def _record(self, trial: "HostTrial", on_host: bool, seconds: float) -> None:
+        """One timed call of the trial; at its end the faster way stays."""
+        trial.times[on_host].append(seconds)
+        if trial.done() and self._trial is trial:
+            self._trial = None
+            if trial.host_wins():
+                self._on_host = trial.host
+                self._on_host_why = (f"measured faster as one numpy program ({min(trial.times[True]) * 1e6:.0f} "
+                                     f"vs {min(trial.times[False]) * 1e6:.0f} us a call) on a device running "
+                                     f"kernels in the calling thread between host BLAS products")
 
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""
@@ -1079,7 +1146,7 @@ class OpenCLExecutable:
         lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         if self._on_host is not None:
-            lines[1] += " (every matmul measured faster on the host BLAS: run as one numpy program)"
+            lines[1] += f" ({self._on_host_why})"
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)

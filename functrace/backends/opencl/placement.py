@@ -63,10 +63,11 @@ def host_seconds(eqns) -> float:
 def kernel_seconds(rt, eqns, elements: int) -> float:
     """Estimated time of one kernel over ``elements`` work-items doing all of ``eqns``."""
     work = sum(weight(e) for e in eqns) * elements * NS_PER_WEIGHT * 1e-9
-    return launch_seconds(rt) + work / _units(rt)
+    return launch_seconds(rt) + work / compute_units(rt)
 
 
-def _units(rt) -> int:
+def compute_units(rt) -> int:
+    """The device's compute units (1: PoCL's ``basic``, kernels run in the calling thread)."""
     return max(1, int(getattr(rt.device, "max_compute_units", 1) or 1))
 
 
@@ -106,7 +107,7 @@ def host_reason(rt, eqns, elements: int) -> str | None:
     limit = config.opencl_host_step_elements
     if limit is not None:
         return f"fewer than {limit} elements (opencl_host_step_elements)" if elements < int(limit) else None
-    if _units(rt) <= 1:
+    if compute_units(rt) <= 1:
         return (f"fewer than {IN_THREAD_ELEMENTS} elements: below a kernel launch's latency"
                 if elements < IN_THREAD_ELEMENTS else None)
     if elements < MIN_KERNEL_ELEMENTS:
