@@ -413,30 +413,39 @@ def test_auto_mode_warms_kernels_up_in_the_background(monkeypatch, tmp_path):
 
 
 def test_blas_thread_choice_follows_the_times():
-    """Small products take one BLAS thread; larger ones keep the faster of all cores and one,
-    trying the other again later, less often each time it loses."""
+    """Small products take one BLAS thread; larger ones keep the count of the lower median of all
+    cores and one, trying the other again (``TRIAL`` calls) later, less often each time it loses;
+    one lucky or unlucky call decides nothing."""
     cores = mm.blas_threads().default
     small = mm._ThreadChoice(mm.SERIAL_BLAS_MACS - 1)
     assert small.counts == (1,) and all(small.pick() == 1 for _ in range(50))
     if cores == 1:
         return
+    trial = mm._ThreadChoice.TRIAL
     big = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)
     picks = []
     for _ in range(200):
         t = big.pick()
         picks.append(t)
-        big.record(t, 1.0 if t == cores else 3.0)  # all cores faster: one thread loses its tries
+        big.record(t, 1.0 if t == cores else 3.0)  # all cores faster: one thread loses its trials
     assert picks[0] == cores and big.current == cores
-    tries = [i for i, t in enumerate(picks) if t == 1]
-    assert tries[:3] == [7, 23, 55]  # after 8 calls, then 16, 32 after each loss
+    starts = [i for i, t in enumerate(picks) if t == 1 and (i == 0 or picks[i - 1] != 1)]
+    assert starts[:3] == [7, 7 + trial + 15, 7 + 2 * trial + 15 + 31]  # after 8 calls, then 16, 32
+    assert all(picks[s:s + trial] == [1] * trial for s in starts[:3])
+    lucky = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)  # one fast call on one thread in a trial: no switch
+    for k in range(20):
+        t = lucky.pick()
+        lucky.record(t, 1.0 if t == cores else (0.1 if k == 7 else 3.0))
+    assert lucky.current == cores
     slow = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)  # a loaded machine: one thread wins, and stays
     picks = []
     for _ in range(40):
         t = slow.pick()
         picks.append(t)
         slow.record(t, 5.0 if t == cores else 1.0)
-    assert picks[7] == 1 and slow.current == 1 and picks[8:15] == [1] * 7
-    for _ in range(4):  # the load goes: one thread now runs 3x slower than all cores did
+    assert picks[7:7 + trial] == [1] * trial and slow.current == 1
+    assert picks[7 + trial:7 + trial + 7] == [1] * 7
+    for _ in range(8):  # the load goes: one thread now runs 3x slower than all cores did
         slow.record(slow.pick(), 15.0)
     assert slow.current == cores
 

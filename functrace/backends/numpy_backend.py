@@ -41,6 +41,7 @@ class NumpyExecutable:
             template[slot(v)] = c
         self.in_slots = [slot(v) for v in jaxpr.in_vars]
         steps = []
+        donated = donations(jaxpr, analysis)
         for i, eqn in enumerate(jaxpr.eqns):
             ins = [slot(a) for a in eqn.inputs]
             outs = [slot(v) for v in eqn.out_vars]
@@ -53,6 +54,8 @@ class NumpyExecutable:
             steps.append((impl, eqn.params, tuple(ins), outs[0] if not eqn.primitive.multiple_results else tuple(outs),
                           eqn.primitive.multiple_results, frees))
         self.steps = steps
+        # step -> the slot of the dying operand its ufunc writes its result over (see donations)
+        self._donated = {i: slots[jaxpr.eqns[i].inputs[pos]] for i, pos in donated.items()}
         self.out_slots = [slot(a) for a in jaxpr.outs]
         # outputs that are constants of the program: returned by value (a copy per call), else a
         # caller changing one would change every later call's result (and the constant itself)
@@ -72,8 +75,9 @@ class NumpyExecutable:
         lines = [f"def run({', '.join(names[s] for s in self.in_slots)}):"]
         for k, (impl, params, ins, out, multiple, frees) in enumerate(self.steps):
             fn = f"f{k}"
+            args = [names[i] for i in ins] + ([f"out={names[self._donated[k]]}"] if k in self._donated else [])
             namespace[fn] = functools.partial(impl, **params) if params else impl
-            call = f"{fn}({', '.join(names[i] for i in ins)})"
+            call = f"{fn}({', '.join(args)})"
             target = ", ".join(names[o] for o in out) + ("," if len(out) == 1 else "") if multiple else names[out]
             lines.append(f"    {target} = {call}" if target else f"    {call}")  # (no outputs: an effect)
             dead = [names[f] for f in frees]
@@ -113,6 +117,50 @@ class NumpyExecutable:
     def report(self) -> str:
         return (f"numpy backend: {self.num_steps} equations, each run by its numpy implementation\n"
                 f"peak live intermediate bytes: {analyze(self.closed).peak_bytes}")
+
+
+# primitives whose numpy implementation returns a new array (never a view of an operand, nor the
+# operand itself): a value read only by these has no alias when its last reader runs
+_FRESH_RESULTS = {"dot_general", "reduce_sum", "reduce_max", "reduce_min"}
+
+
+def _is_ufunc_step(eqn) -> bool:
+    """An elementwise equation run by a bare numpy ufunc (which takes ``out=``), on arrays."""
+    return (getattr(eqn.primitive, "elementwise", False) and isinstance(eqn.primitive.impl, np.ufunc)
+            and not eqn.params and len(eqn.out_vars) == 1 and len(eqn.out_vars[0].aval.shape) > 0)
+
+
+def donations(jaxpr, analysis) -> dict:
+    """{equation index: operand position} of elementwise equations that may write their result
+    over a dying operand instead of a new array: the operand is an intermediate made by a ufunc
+    step or a product (a new array of its own), every reader of it makes new arrays (no view of
+    it is alive), this equation is its last use, and it has the result's shape and dtype (as every
+    operand has that dtype: no other cast).  A new array per elementwise step cost the MLP step
+    (784-512-512-10, batch 128) its allocation and the first touch of cold memory: ~6 us per
+    128x512 float32 add (20 -> 13 us), on every bias add, tanh and tanh derivative."""
+    made_fresh = set()
+    readers_fresh: dict = {}
+    for eqn in jaxpr.eqns:
+        fresh = _is_ufunc_step(eqn) or eqn.primitive.name in _FRESH_RESULTS
+        for a in eqn.inputs:
+            if type(a) is not Literal:
+                readers_fresh[a] = readers_fresh.get(a, True) and fresh
+        if fresh and len(eqn.out_vars) == 1 and len(eqn.out_vars[0].aval.shape) > 0:
+            made_fresh.add(eqn.out_vars[0])
+    outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    donated = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        if not _is_ufunc_step(eqn):
+            continue
+        out = eqn.out_vars[0].aval
+        if any(np.dtype(a.aval.dtype) != np.dtype(out.dtype) for a in eqn.inputs):
+            continue
+        for pos, a in enumerate(eqn.inputs):
+            if (type(a) is not Literal and a in made_fresh and readers_fresh[a] and a not in outs
+                    and analysis.last_use.get(a) == i and tuple(a.aval.shape) == tuple(out.shape)):
+                donated[i] = pos
+                break
+    return donated
 
 
 def _owned(results: list, inputs) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,7 +41,7 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
-from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
+from .matmul import _ThreadChoice, blas_threads, restore_blas_threads
 from .placement import elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
@@ -807,11 +808,18 @@ class HostExecutable:
     backend = "opencl"
     num_kernel_launches = 0
 
-    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, serial_blas: bool = False):
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, blas_macs: int | None = None):
         from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
-        self._serial_blas = serial_blas  # products too small to gain from BLAS threads: one
+        # ``blas_macs``, the multiply-adds of the program's largest product: its BLAS threads are
+        # chosen per call from the times of whole calls (``_ThreadChoice``: one thread when every
+        # product is small, else the faster lately of all cores and one).  A whole call, not each
+        # product: a loaded machine slows every multi-threaded product of it.  Measured on the
+        # 784-512-512-10 MLP step with other processes busy (load 4 on 2 cores): all cores gave
+        # min 2.5-3.0 ms but median 7-148 ms (a thread waits for a time slice at each product),
+        # one thread min 3.6 and median 3.7-7.9 ms.  None: the process's count, untouched.
+        self._threads = None if blas_macs is None else _ThreadChoice(blas_macs)
         self._exe = NumpyExecutable(closed)
         self.peak_bytes = analyze(closed).peak_bytes
         self.plan = host_plan  # the all-host plan this replaces (for the report), if any
@@ -820,13 +828,16 @@ class HostExecutable:
     def __call__(self, *args):
         arrays = iter(self.rt.host_views(*[a for a in args if isinstance(a, Array)]))  # one wait
         ins = [next(arrays) if isinstance(a, Array) else a for a in args]
-        if not self._serial_blas:
+        if self._threads is None:
             return [Array.from_host(self.rt, o) for o in self._exe(*ins)]
-        blas_threads().use(1)
+        threads = self._threads.pick()
+        blas_threads().use(threads)
+        start = time.perf_counter()
         try:
             outs = self._exe(*ins)
         finally:
             restore_blas_threads()
+        self._threads.record(threads, time.perf_counter() - start)
         return [Array.from_host(self.rt, o) for o in outs]
 
     def as_text(self) -> str:
@@ -985,8 +996,8 @@ class OpenCLExecutable:
         steps are then all host steps and host-BLAS matmuls runs from now on as one numpy program
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
-        backend 1.18).  Its BLAS runs on one thread when every product is too small to gain
-        from more (``SERIAL_BLAS_MACS``, as the device path's choice), else on the process's."""
+        backend 1.18).  Its BLAS threads: see ``HostExecutable`` (one thread when every product is
+        too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice)."""
         matmuls = [s.lowered.extra for s in self.plan.steps
                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
         if any(m["impl"] is None for m in matmuls):
@@ -996,8 +1007,8 @@ class OpenCLExecutable:
                                                   and s.lowered.extra.get("impl") == "blas")
                    for s in self.plan.steps)
         if host and self.rt.is_cpu:
-            serial = bool(matmuls) and all(m["spec"].flops // 2 < SERIAL_BLAS_MACS for m in matmuls)
-            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan, serial_blas=serial)
+            macs = max((m["spec"].flops // 2 for m in matmuls), default=None)
+            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan, blas_macs=macs)
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""

@@ -39,6 +39,7 @@ call of every new function that multiplies matrices.  The jitted program's sourc
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import hashlib
@@ -534,45 +535,70 @@ SERIAL_BLAS_MACS = 1 << 21  # products with fewer multiply-adds run on one BLAS 
 
 
 class _ThreadChoice:
-    """How many threads the host BLAS gets for one product shape: one, or the library's default
-    (all cores), whichever has run faster lately.  Measured on this 2-core machine: on a quiet
-    machine two threads are 1.3-1.9x faster from 4M multiply-adds up (128x512x512: 0.31 vs 0.48
-    ms), and no faster below 2M (64x128x128: 0.028 vs 0.018 ms); with other processes busy a
-    multi-threaded call waits for its slowest thread: 512^3 took 55 ms (median) on two threads
-    against 3.7 ms on one, 1024x256x256 20 vs 0.97 ms.  So the choice follows the times: an
-    average per count, the other count tried again after 8 calls, then after twice as many each
-    time it loses (up to 256: a loaded machine pays one slow call in 256); when the current
-    count's average grows past twice the other's last one, the other at once."""
+    """How many threads the host BLAS gets for one product shape (or one whole host program): one,
+    or the library's default (all cores), whichever has run faster lately.  Measured on this
+    2-core machine: on a quiet machine two threads are 1.3-1.9x faster from 4M multiply-adds up
+    (128x512x512: 0.31 vs 0.48 ms), and no faster below 2M (64x128x128: 0.028 vs 0.018 ms); with
+    other processes busy a multi-threaded call waits for its slowest thread: 512^3 took 55 ms
+    (median) on two threads against 3.7 ms on one, 1024x256x256 20 vs 0.97 ms; the MLP step
+    (784-512-512-10) at load 4: two threads min 2.5 ms but median 7-148 ms, one thread 3.6 / 3.8.
+    Under load the *fastest* two-thread calls stay fast: one lucky call must not decide, and one
+    slow call must not either.  So the choice compares medians: of the current count's last
+    ``WINDOW`` calls, and of a trial of ``TRIAL`` calls on the other count, tried after 8 calls,
+    then after twice as many each time it loses (up to 256: a loaded machine pays a trial in 256
+    calls); when the current count's median grows past twice the other's last one, the other at
+    once (the machine changed)."""
+
+    WINDOW = 7
+    TRIAL = 3
 
     def __init__(self, macs: int):
         cores = blas_threads().default
         self.counts = (cores, 1) if cores > 1 and macs >= SERIAL_BLAS_MACS else (1,)
-        self.average: dict = {}
+        self.recent: dict = {n: collections.deque(maxlen=self.WINDOW) for n in self.counts}
         self.current = self.counts[0]
         self.calls, self.interval = 0, 8
         self.next_try = self.interval
+        self.trial_left = 0  # calls of the running trial still to make on the other count
+
+    def _other(self) -> int:
+        return self.counts[-1] if self.current == self.counts[0] else self.counts[0]
 
     def pick(self) -> int:
         self.calls += 1
-        if len(self.counts) > 1 and self.calls >= self.next_try:
-            return self.counts[1] if self.current == self.counts[0] else self.counts[0]
+        if len(self.counts) > 1 and (self.trial_left or self.calls >= self.next_try):
+            if not self.trial_left:
+                self.trial_left = self.TRIAL
+                self.recent[self._other()].clear()
+            return self._other()
         return self.current
 
     def record(self, threads: int, seconds: float) -> None:
-        if threads == self.current or len(self.counts) == 1:
-            avg = self.average.get(threads)
-            self.average[threads] = avg = seconds if avg is None else 0.75 * avg + 0.25 * seconds
-            other = self.counts[-1] if threads == self.counts[0] else self.counts[0]
-            if other != threads and avg > 2 * self.average.get(other, float("inf")):
-                self.current, self.interval = other, 8  # the machine changed: back to the other
-                self.next_try = self.calls + self.interval
+        self.recent[threads].append(seconds)
+        if len(self.counts) == 1:
             return
-        if seconds < self.average.get(self.current, float("inf")):
-            self.current, self.interval = threads, 8
-            self.average[threads] = seconds
+        mine, theirs = self.recent[self.current], self.recent[self._other()]
+        if threads == self.current:
+            if len(mine) >= self.TRIAL and theirs and _median(mine) > 2 * _median(theirs):
+                self._switch()  # the machine changed: back to the other
+            return
+        self.trial_left = max(self.trial_left - 1, 0)
+        if self.trial_left:
+            return
+        if not mine or _median(theirs) < _median(mine):
+            self._switch()
         else:
             self.interval = min(2 * self.interval, 256)
+            self.next_try = self.calls + self.interval
+
+    def _switch(self) -> None:
+        self.current, self.interval = self._other(), 8
+        self.trial_left = 0
         self.next_try = self.calls + self.interval
+
+
+def _median(times) -> float:
+    return sorted(times)[len(times) // 2]
 
 
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
