@@ -134,10 +134,11 @@ def donations(jaxpr, analysis) -> dict:
     """{equation index: operand position} of elementwise equations that may write their result
     over a dying operand instead of a new array: the operand is an intermediate made by a ufunc
     step or a product (a new array of its own), every reader of it makes new arrays (no view of
-    it is alive), this equation is its last use, and it has the result's shape and dtype (as every
-    operand has that dtype: no other cast).  A new array per elementwise step cost the MLP step
-    (784-512-512-10, batch 128) its allocation and the first touch of cold memory: ~6 us per
-    128x512 float32 add (20 -> 13 us), on every bias add, tanh and tanh derivative."""
+    it is alive), this equation is its last use, and it has the result's shape and dtype, a float
+    or complex one that every operand has (the ufunc makes that dtype: no other cast).  A new
+    array per elementwise step cost the MLP step (784-512-512-10, batch 128) its allocation and
+    the first touch of cold memory: ~6 us per 128x512 float32 add (20 -> 13 us), on every bias
+    add, tanh and tanh derivative."""
     made_fresh = set()
     readers_fresh: dict = {}
     for eqn in jaxpr.eqns:
@@ -153,8 +154,9 @@ def donations(jaxpr, analysis) -> dict:
         if not _is_ufunc_step(eqn):
             continue
         out = eqn.out_vars[0].aval
-        if any(np.dtype(a.aval.dtype) != np.dtype(out.dtype) for a in eqn.inputs):
-            continue
+        if np.dtype(out.dtype).kind not in "fc" or any(np.dtype(a.aval.dtype) != np.dtype(out.dtype)
+                                                       for a in eqn.inputs):
+            continue  # (a ufunc on integers may not keep their dtype: true_divide makes floats)
         for pos, a in enumerate(eqn.inputs):
             if (type(a) is not Literal and a in made_fresh and readers_fresh[a] and a not in outs
                     and analysis.last_use.get(a) == i and tuple(a.aval.shape) == tuple(out.shape)):
