@@ -119,3 +119,24 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
         np.testing.assert_allclose(np.asarray(big(w, x)), want, rtol=1e-4, atol=1e-4)
     assert host._threads.current == 1
     assert matmul.blas_threads().current == matmul.blas_threads().default  # given back after each call
+
+
+@pytest.mark.parametrize("opencl_ms, chosen", [(0.80, "opencl"), (0.95, "blas"), (1.05, "blas")])
+def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, opencl_ms, chosen):
+    """auto mode's measured choice: OpenCL only when its time is under OPENCL_WINS_BELOW (0.9) of
+    BLAS's, on a fake clock (BLAS 1 ms on every thread count)."""
+    from functrace.backends.opencl import matmul
+    clock = [0.0]
+
+    def taking(ms):
+        def run(ctx, a, b, out, bias):
+            clock[0] += ms * 1e-3
+        return run
+    spec = types.SimpleNamespace(dtype=np.dtype(np.float32), batch=1, M=64, N=64, K=64, ta=False, tb=False,
+                                 flops=2 * 512 ** 3)
+    plan = types.SimpleNamespace(spec=spec, bias=False, act="none", threads=None,
+                                 run_opencl=taking(opencl_ms), run_blas=taking(1.0))
+    ctx = types.SimpleNamespace(queue=types.SimpleNamespace(finish=lambda: None))
+    monkeypatch.setattr(matmul, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(matmul, "_TIMINGS", {})
+    assert matmul._choose(plan, ctx, None, None, None, None) == chosen
