@@ -140,3 +140,40 @@ def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, opencl
     monkeypatch.setattr(matmul, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(matmul, "_TIMINGS", {})
     assert matmul._choose(plan, ctx, None, None, None, None) == chosen
+
+
+def test_the_numpy_backend_chooses_blas_threads_for_programs_with_large_products(monkeypatch):
+    """The numpy backend manages BLAS threads only for a program whose largest product can gain
+    from them; it moves to one thread when whole calls on all cores are slower."""
+    from functrace.backends import blas_threads as bt
+    f = lambda w, x: fnp.tanh(x @ w)
+    rng = np.random.default_rng(3)
+    small_w, small_x = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
+    exe = NumpyExecutable(ft.jit(f, backend="numpy").lower(small_w, small_x).jaxpr)
+    assert numpy_backend.largest_product(exe.closed.jaxpr) == 16 ** 3 and exe._threads is None
+    n = 160
+    w, x = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    exe = NumpyExecutable(ft.jit(f, backend="numpy").lower(w, x).jaxpr)
+    assert numpy_backend.largest_product(exe.closed.jaxpr) == n ** 3 >= bt.SERIAL_BLAS_MACS
+    cores = bt.blas_threads().default
+    if cores == 1:
+        assert exe._threads is None
+        return
+    assert exe._threads.counts == (cores, 1)
+    clock = [0.0]
+    run = exe._run
+
+    def timed_run(*args):  # all cores: 5 s of the fake clock, one thread: 1 s
+        clock[0] += 5.0 if bt.blas_threads().current == cores else 1.0
+        return run(*args)
+    monkeypatch.setattr(exe, "_run", timed_run)
+    monkeypatch.setattr(numpy_backend, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    for _ in range(8 + bt._ThreadChoice.TRIAL):
+        np.testing.assert_allclose(exe(w, x)[0], np.tanh(x @ w), rtol=1e-4, atol=1e-5)
+    assert exe._threads.current == 1 and bt.blas_threads().current == cores
+
+
+def test_attention_counts_as_a_product():
+    q = np.zeros((2, 64, 4, 32), np.float32)
+    closed = ft.jit(lambda q: ft.nn.attention(q, q, q), backend="numpy").lower(q).jaxpr
+    assert numpy_backend.largest_product(closed.jaxpr) == 2 * 64 * 4 * 32 * 64

@@ -7,6 +7,8 @@ last use.
 from __future__ import annotations
 
 import functools
+import math
+import time
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..eager import as_eager
 from ..optimize import analyze
+from .blas_threads import SERIAL_BLAS_MACS, _ThreadChoice, blas_threads, restore_blas_threads
 
 
 class NumpyExecutable:
@@ -21,7 +24,7 @@ class NumpyExecutable:
 
     backend = "numpy"
 
-    def __init__(self, closed: ClosedJaxpr):
+    def __init__(self, closed: ClosedJaxpr, choose_blas_threads: bool = True):
         jaxpr = closed.jaxpr
         self.closed = closed
         analysis = analyze(closed)
@@ -63,6 +66,11 @@ class NumpyExecutable:
         self.template = template
         self.num_steps = len(steps)
         self._run = self._generate(slots, jaxpr)
+        # a program with a product large enough to gain from BLAS threads chooses their count per
+        # call from its times (see blas_threads); others leave the process's count alone
+        self._threads = None
+        if choose_blas_threads and largest_product(jaxpr) >= SERIAL_BLAS_MACS and blas_threads().default > 1:
+            self._threads = _ThreadChoice(largest_product(jaxpr))
 
     def _generate(self, slots: dict, jaxpr):
         """Python source for the whole program: one local variable per value, one call per
@@ -90,7 +98,17 @@ class NumpyExecutable:
     num_kernel_launches = 0
 
     def __call__(self, *args):
-        results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
+        if self._threads is None:
+            results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
+        else:
+            threads = self._threads.pick()
+            blas_threads().use(threads)
+            start = time.perf_counter()
+            try:
+                results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
+            finally:
+                restore_blas_threads()
+            self._threads.record(threads, time.perf_counter() - start)
         for k in self._const_outs:
             results[k] = np.array(results[k])
         return [as_eager(r) for r in _owned(results, args)]  # eager arrays: JAX's .at (eager.py)
@@ -117,6 +135,25 @@ class NumpyExecutable:
     def report(self) -> str:
         return (f"numpy backend: {self.num_steps} equations, each run by its numpy implementation\n"
                 f"peak live intermediate bytes: {analyze(self.closed).peak_bytes}")
+
+
+def largest_product(jaxpr) -> int:
+    """Multiply-adds of the program's largest BLAS product (``dot_general``, attention's score
+    and value products), 0 if it has none: what decides whether BLAS threads can pay."""
+    largest = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lc, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.inputs[0].aval.shape
+            macs = math.prod(eqn.out_vars[0].aval.shape) * math.prod(lhs[d] for d in lc)
+        elif name in ("attention", "attention_bwd"):
+            q, k = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape
+            macs = math.prod(q) * k[-3]  # (..., T, N, H) x S keys
+        else:
+            continue
+        largest = max(largest, macs)
+    return largest
 
 
 # primitives whose numpy implementation returns a new array (never a view of an operand, nor the

@@ -20,6 +20,7 @@ from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
+from ..blas_threads import _ThreadChoice, blas_threads, restore_blas_threads
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -41,7 +42,6 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
-from .matmul import _ThreadChoice, blas_threads, restore_blas_threads
 from .placement import elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
@@ -820,7 +820,7 @@ class HostExecutable:
         # min 2.5-3.0 ms but median 7-148 ms (a thread waits for a time slice at each product),
         # one thread min 3.6 and median 3.7-7.9 ms.  None: the process's count, untouched.
         self._threads = None if blas_macs is None else _ThreadChoice(blas_macs)
-        self._exe = NumpyExecutable(closed)
+        self._exe = NumpyExecutable(closed, choose_blas_threads=False)
         self.peak_bytes = analyze(closed).peak_bytes
         self.plan = host_plan  # the all-host plan this replaces (for the report), if any
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
