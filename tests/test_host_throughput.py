@@ -8,6 +8,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends import blas_threads as bt
 from functrace.backends import numpy_backend
 from functrace.backends.numpy_backend import NumpyExecutable
 
@@ -82,7 +83,7 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
     """A program that settled on the host (every matmul on the host BLAS) picks its BLAS threads
     per call: one for small products only; else all cores until calls on them are slower than
     on one (a loaded machine), measured on whole calls."""
-    from functrace.backends.opencl import executable, get_runtime, matmul
+    from functrace.backends.opencl import executable, get_runtime
     rt = get_runtime()
     if rt is None or not rt.is_cpu:
         pytest.skip("no OpenCL CPU device: programs do not settle on the host")
@@ -101,7 +102,7 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
     big = ft.jit(f, backend="opencl")
     big(w, x)
     host = big.lower(w, x).compile().executable._on_host
-    cores = matmul.blas_threads().default
+    cores = bt.blas_threads().default
     if cores == 1:
         assert host._threads.counts == (1,)
         return
@@ -110,15 +111,15 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
     run = host._exe
 
     def timed_run(*args):  # calls on all cores take 5 s of the fake clock, on one thread 1 s
-        clock[0] += 5.0 if matmul.blas_threads().current == cores else 1.0
+        clock[0] += 5.0 if bt.blas_threads().current == cores else 1.0
         return run(*args)
     monkeypatch.setattr(host, "_exe", timed_run)
     monkeypatch.setattr(executable, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     want = np.tanh(x @ w) * 2 + 1
-    for _ in range(8 + matmul._ThreadChoice.TRIAL):
+    for _ in range(8 + bt.ThreadChoice.TRIAL):
         np.testing.assert_allclose(np.asarray(big(w, x)), want, rtol=1e-4, atol=1e-4)
     assert host._threads.current == 1
-    assert matmul.blas_threads().current == matmul.blas_threads().default  # given back after each call
+    assert bt.blas_threads().current == bt.blas_threads().default  # given back after each call
 
 
 @pytest.mark.parametrize("opencl_ms, chosen", [(0.80, "opencl"), (0.95, "blas"), (1.05, "blas")])
@@ -145,7 +146,6 @@ def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, opencl
 def test_the_numpy_backend_chooses_blas_threads_for_programs_with_large_products(monkeypatch):
     """The numpy backend manages BLAS threads only for a program whose largest product can gain
     from them; it moves to one thread when whole calls on all cores are slower."""
-    from functrace.backends import blas_threads as bt
     f = lambda w, x: fnp.tanh(x @ w)
     rng = np.random.default_rng(3)
     small_w, small_x = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
@@ -168,7 +168,7 @@ def test_the_numpy_backend_chooses_blas_threads_for_programs_with_large_products
         return run(*args)
     monkeypatch.setattr(exe, "_run", timed_run)
     monkeypatch.setattr(numpy_backend, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    for _ in range(8 + bt._ThreadChoice.TRIAL):
+    for _ in range(8 + bt.ThreadChoice.TRIAL):
         np.testing.assert_allclose(exe(w, x)[0], np.tanh(x @ w), rtol=1e-4, atol=1e-5)
     assert exe._threads.current == 1 and bt.blas_threads().current == cores
 

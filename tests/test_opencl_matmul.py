@@ -12,6 +12,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends import blas_threads as bt
 from functrace.backends.opencl import runtime as cl_runtime
 
 rt = cl_runtime.get_runtime()
@@ -416,13 +417,13 @@ def test_blas_thread_choice_follows_the_times():
     """Small products take one BLAS thread; larger ones keep the count of the lower median of all
     cores and one, trying the other again (``TRIAL`` calls) later, less often each time it loses;
     one lucky or unlucky call decides nothing."""
-    cores = mm.blas_threads().default
-    small = mm._ThreadChoice(mm.SERIAL_BLAS_MACS - 1)
+    cores = bt.blas_threads().default
+    small = bt.ThreadChoice(bt.SERIAL_BLAS_MACS - 1)
     assert small.counts == (1,) and all(small.pick() == 1 for _ in range(50))
     if cores == 1:
         return
-    trial = mm._ThreadChoice.TRIAL
-    big = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)
+    trial = bt.ThreadChoice.TRIAL
+    big = bt.ThreadChoice(bt.SERIAL_BLAS_MACS)
     picks = []
     for _ in range(200):
         t = big.pick()
@@ -432,12 +433,12 @@ def test_blas_thread_choice_follows_the_times():
     starts = [i for i, t in enumerate(picks) if t == 1 and (i == 0 or picks[i - 1] != 1)]
     assert starts[:3] == [7, 7 + trial + 15, 7 + 2 * trial + 15 + 31]  # after 8 calls, then 16, 32
     assert all(picks[s:s + trial] == [1] * trial for s in starts[:3])
-    lucky = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)  # one fast call on one thread in a trial: no switch
+    lucky = bt.ThreadChoice(bt.SERIAL_BLAS_MACS)  # one fast call on one thread in a trial: no switch
     for k in range(20):
         t = lucky.pick()
         lucky.record(t, 1.0 if t == cores else (0.1 if k == 7 else 3.0))
     assert lucky.current == cores
-    slow = mm._ThreadChoice(mm.SERIAL_BLAS_MACS)  # a loaded machine: one thread wins, and stays
+    slow = bt.ThreadChoice(bt.SERIAL_BLAS_MACS)  # a loaded machine: one thread wins, and stays
     picks = []
     for _ in range(40):
         t = slow.pick()

@@ -5,7 +5,7 @@ numpy's BLAS (OpenBLAS) starts one thread per core.  On a quiet machine two thre
 for its slowest thread at every product (tens of ms where one thread takes a few).  Programs
 with large products (the numpy backend's, a program settled on the host, each host-BLAS matmul
 of an OpenCL program) therefore choose per call between all cores and one from the times they
-measure (``_ThreadChoice``), through threadpoolctl, and give the process's count back after.
+measure (``ThreadChoice``), through threadpoolctl, and give the process's count back after.
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def restore_blas_threads() -> None:
 SERIAL_BLAS_MACS = 1 << 21  # products with fewer multiply-adds run on one BLAS thread
 
 
-class _ThreadChoice:
+class ThreadChoice:
     """How many threads the host BLAS gets for one product shape (or one whole host program): one,
     or the library's default (all cores), whichever has run faster lately.  Measured on this
     2-core machine: on a quiet machine two threads are 1.3-1.9x faster from 4M multiply-adds up
@@ -122,8 +122,8 @@ def _median(times) -> float:
     return sorted(times)[len(times) // 2]
 
 
-class _FixedThreads:
-    """A ``_ThreadChoice`` that always picks one count."""
+class FixedThreads:
+    """A ``ThreadChoice`` that always picks one count."""
 
     def __init__(self, threads: int):
         self.threads = threads

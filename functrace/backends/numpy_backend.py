@@ -16,7 +16,7 @@ from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..eager import as_eager
 from ..optimize import analyze
-from .blas_threads import SERIAL_BLAS_MACS, _ThreadChoice, blas_threads, restore_blas_threads
+from .blas_threads import SERIAL_BLAS_MACS, ThreadChoice, blas_threads, restore_blas_threads
 
 
 class NumpyExecutable:
@@ -70,7 +70,7 @@ class NumpyExecutable:
         # call from its times (see blas_threads); others leave the process's count alone
         self._threads = None
         if choose_blas_threads and largest_product(jaxpr) >= SERIAL_BLAS_MACS and blas_threads().default > 1:
-            self._threads = _ThreadChoice(largest_product(jaxpr))
+            self._threads = ThreadChoice(largest_product(jaxpr))
 
     def _generate(self, slots: dict, jaxpr):
         """Python source for the whole program: one local variable per value, one call per

@@ -20,7 +20,7 @@ from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
-from ..blas_threads import _ThreadChoice, blas_threads, restore_blas_threads
+from ..blas_threads import ThreadChoice, blas_threads, restore_blas_threads
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -813,13 +813,13 @@ class HostExecutable:
         self.closed = closed
         self.rt = rt
         # ``blas_macs``, the multiply-adds of the program's largest product: its BLAS threads are
-        # chosen per call from the times of whole calls (``_ThreadChoice``: one thread when every
+        # chosen per call from the times of whole calls (``ThreadChoice``: one thread when every
         # product is small, else the faster lately of all cores and one).  A whole call, not each
         # product: a loaded machine slows every multi-threaded product of it.  Measured on the
         # 784-512-512-10 MLP step with other processes busy (load 4 on 2 cores): all cores gave
         # min 2.5-3.0 ms but median 7-148 ms (a thread waits for a time slice at each product),
         # one thread min 3.6 and median 3.7-7.9 ms.  None: the process's count, untouched.
-        self._threads = None if blas_macs is None else _ThreadChoice(blas_macs)
+        self._threads = None if blas_macs is None else ThreadChoice(blas_macs)
         self._exe = NumpyExecutable(closed, choose_blas_threads=False)
         self.peak_bytes = analyze(closed).peak_bytes
         self.plan = host_plan  # the all-host plan this replaces (for the report), if any

@@ -22,7 +22,7 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
   for the 784-512-512-10 MLP step).  On other devices always OpenCL.
 * the host BLAS runs on one thread for small products, else on whichever of all cores and one
-  ran faster lately (``_ThreadChoice``; threadpoolctl sets the count, and gives the process's
+  ran faster lately (``ThreadChoice``; threadpoolctl sets the count, and gives the process's
   own back after each call).
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
@@ -53,7 +53,7 @@ import numpy as np
 
 from ... import primitives as P
 from ...config import config
-from ..blas_threads import SERIAL_BLAS_MACS, _FixedThreads, _ThreadChoice, blas_threads, restore_blas_threads  # noqa: F401
+from ..blas_threads import FixedThreads, ThreadChoice, blas_threads
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
@@ -333,7 +333,7 @@ class _Plan:
         self.spec = s
         self.bias = bias
         self.act = act
-        self.threads = None  # host BLAS: its _ThreadChoice, made at the first call
+        self.threads = None  # host BLAS: its ThreadChoice, made at the first call
         i32, i64 = np.int32, np.int64
         sfx = SFX[s.dtype]
         tn = 2 * VW[s.dtype]
@@ -457,9 +457,9 @@ class _Plan:
 
     def _blas(self, A, B, C, bias) -> None:
         """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data,
-        the BLAS on as many threads as ``_ThreadChoice`` says."""
+        the BLAS on as many threads as ``ThreadChoice`` says."""
         if self.threads is None:
-            self.threads = _ThreadChoice(self.spec.flops // 2)
+            self.threads = ThreadChoice(self.spec.flops // 2)
         threads = self.threads.pick()
         blas_threads().use(threads)
         t0 = time.perf_counter()
@@ -494,7 +494,7 @@ OPENCL_WINS_BELOW = 0.9      # auto mode: the kernels must take under this fract
 
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     """Time the OpenCL kernels (built and launched once already: ``_kernels_ready``) and the host
-    BLAS (on each thread count ``_ThreadChoice`` may give it; the faster becomes its choice) on
+    BLAS (on each thread count ``ThreadChoice`` may give it; the faster becomes its choice) on
     these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS`` (at most
     5 each), and return OpenCL if it ran in under ``OPENCL_WINS_BELOW`` of BLAS's time.  The
     margin: a decision is made once (and kept on disk), often on a busy machine, where the
@@ -514,7 +514,7 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         return time.perf_counter() - t0
 
     if plan.threads is None:
-        plan.threads = _ThreadChoice(plan.spec.flops // 2)
+        plan.threads = ThreadChoice(plan.spec.flops // 2)
     counts = plan.threads.counts  # the BLAS on each thread count it may get: on a loaded machine
     blas = {n: functools.partial(_blas_on, plan, n) for n in counts}  # one thread may win by far
     first = [timed(plan.run_opencl)] + [timed(run) for run in blas.values()]
@@ -532,7 +532,7 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
 
 def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
     """``plan.run_blas`` with the host BLAS on ``threads`` threads (for ``_choose``)."""
-    choice, plan.threads = plan.threads, _FixedThreads(threads)
+    choice, plan.threads = plan.threads, FixedThreads(threads)
     try:
         plan.run_blas(ctx, a, b, out, bias)
     finally:
