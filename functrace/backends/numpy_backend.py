@@ -68,9 +68,8 @@ class NumpyExecutable:
         self._run = self._generate(slots, jaxpr)
         # a program with a product large enough to gain from BLAS threads chooses their count per
         # call from its times (see blas_threads); others leave the process's count alone
-        self._threads = None
-        if choose_blas_threads and largest_product(jaxpr) >= SERIAL_BLAS_MACS and blas_threads().default > 1:
-            self._threads = ThreadChoice(largest_product(jaxpr))
+        macs = largest_product(jaxpr) if choose_blas_threads else 0
+        self._threads = ThreadChoice(macs) if macs >= SERIAL_BLAS_MACS and blas_threads().default > 1 else None
 
     def _generate(self, slots: dict, jaxpr):
         """Python source for the whole program: one local variable per value, one call per
