@@ -177,3 +177,44 @@ def test_attention_counts_as_a_product():
     q = np.zeros((2, 64, 4, 32), np.float32)
     closed = ft.jit(lambda q: ft.nn.attention(q, q, q), backend="numpy").lower(q).jaxpr
     assert numpy_backend.largest_product(closed.jaxpr) == 2 * 64 * 4 * 32 * 64
+
+
+@pytest.mark.parametrize("host_ms, device_ms, settles", [(1.0, 2.0, True), (2.0, 1.0, False)])
+def test_a_host_trial_keeps_the_faster_of_the_settled_host_program_and_the_device_path(
+        monkeypatch, host_ms, device_ms, settles):
+    """A program of host steps and matmuls, some of which auto mode put on OpenCL, alternates
+    its next calls between the device path and the host program, and keeps the lower median."""
+    from functrace.backends.opencl import executable
+    clock = [0.0]
+
+    def taking(ms, name):
+        def run(*args):
+            clock[0] += ms * 1e-3
+            return [name]
+        return run
+    host = taking(host_ms, "host")
+    exe = types.SimpleNamespace(_call_on_device=taking(device_ms, "device"), _trial=None, _on_host=None,
+                                rt=types.SimpleNamespace(queue=types.SimpleNamespace(finish=lambda: None)))
+    monkeypatch.setattr(executable, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    exe._trial = trial = executable.HostTrial(host)
+    outs = [trial.call(exe, ())[0] for _ in range(executable.HostTrial.CALLS)]
+    assert outs == ["device", "host"] * (executable.HostTrial.CALLS // 2)
+    assert exe._trial is None and (exe._on_host is host) == settles
+
+
+def test_no_host_trial_for_kernels_the_user_forced(monkeypatch):
+    """matmul='opencl' keeps its kernels: the program does not try the host instead."""
+    from functrace.backends.opencl import get_runtime
+    rt = get_runtime()
+    if rt is None or not rt.is_cpu:
+        pytest.skip("no OpenCL CPU device")
+    monkeypatch.setattr(ft.config, "matmul", "opencl")
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**9)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    rng = np.random.default_rng(4)
+    w, x = rng.standard_normal((24, 16)).astype(np.float32), rng.standard_normal((8, 24)).astype(np.float32)
+    f = ft.jit(lambda w, x: fnp.tanh(x @ w) * 2.0 + 1.0, backend="opencl")
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(w, x)), np.tanh(x @ w) * 2 + 1, rtol=1e-4, atol=1e-5)
+    exe = f.lower(w, x).compile().executable
+    assert exe._settled and exe._trial is None and exe._on_host is None and exe.num_kernel_launches > 0

@@ -204,7 +204,9 @@ def test_any_layout_runs_as_kernels(monkeypatch):
                 np.testing.assert_allclose(np.asarray(f(x, y)), want, rtol=tol, atol=tol)
             line = labels(exe)[0]
             matmul = next(s.lowered.extra["plan"] for s in exe.plan.steps if hasattr(s, "lowered"))
-            assert exe.num_kernel_launches == (0 if "host BLAS" in line else matmul.launches) + copies, line
+            # on the host BLAS the program is a matmul alone: it settles on the host (numpy takes the
+            # permuted operands as they are), no copy kernel either
+            assert exe.num_kernel_launches == (0 if "host BLAS" in line else matmul.launches + copies), line
 
 
 def _launch_ctx():

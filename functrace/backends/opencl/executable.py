@@ -857,6 +857,45 @@ class HostExecutable:
         return "\n".join(lines)
 
 
+class HostTrial:
+    """Whether a program of host steps and matmuls, some of which auto mode put on OpenCL, runs
+    faster settled on the host with every product on BLAS (``_settle``): the next ``CALLS``
+    calls alternate between the two, and the host program is kept if its median is lower.  Each
+    matmul's choice weighs the product alone; the program pays for a kernel with device buffers,
+    a sync at each host step, and launches.  Measured on the MLP step (784-512-512-10, load ~3):
+    512x128 . 128x512 went to OpenCL (0.49 vs 0.63 ms), and the step took 3.1-4.2 ms on the
+    device path against 2.6 ms for the same program on the numpy backend."""
+
+    CALLS = 10
+
+    def __init__(self, host: HostExecutable):
+        self.host = host
+        self.times: dict = {True: [], False: []}
+        self.calls = 0
+
+    def call(self, exe: "OpenCLExecutable", args) -> list:
+        """One call of ``exe`` during the trial, on the host every other time; the last one
+        ends the trial (``exe._trial``) and keeps the host program if it won."""
+        self.calls += 1
+        on_host = self.calls % 2 == 0
+        start = time.perf_counter()
+        if on_host:
+            outs = self.host(*args)
+        else:
+            outs = exe._call_on_device(args)
+            exe.rt.queue.finish()  # (the host program's time includes its results)
+        self.times[on_host].append(time.perf_counter() - start)
+        if self.calls >= self.CALLS:
+            exe._trial = None
+            if self.host_won():
+                exe._on_host = self.host
+        return outs
+
+    def host_won(self) -> bool:
+        median = lambda ts: sorted(ts)[len(ts) // 2]
+        return bool(self.times[True]) and median(self.times[True]) < median(self.times[False])
+
+
 def runs_only_on_host(plan: Plan) -> bool:
     """Has ``plan`` no kernel step (no launch now, none a measurement could switch to later)?"""
     return bool(plan.steps) and all(isinstance(s, HostSegment) for s in plan.steps)
@@ -928,11 +967,13 @@ class OpenCLExecutable:
         # step launches a kernel (see _settle)
         self._settled = False
         self._on_host: HostExecutable | None = None
+        self._trial: HostTrial | None = None
 
     @property
     def num_kernel_launches(self) -> int:
-        """Kernel launches per call (current: a matmul that auto mode moved to BLAS launches none)."""
-        return sum(s.launches for s in self.plan.steps)
+        """Kernel launches per call (current: a matmul that auto mode moved to BLAS launches none,
+        a program settled on the host none at all)."""
+        return 0 if self._on_host is not None else sum(s.launches for s in self.plan.steps)
 
     def _plan_releases(self) -> list:
         """For each step, the values whose buffers are free after it (their last read)."""
@@ -997,23 +1038,32 @@ class OpenCLExecutable:
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
         backend 1.18).  Its BLAS threads: see ``HostExecutable`` (one thread when every product is
-        too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice)."""
+        too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice).  When
+        some of those matmuls chose OpenCL, the next calls compare the two (``HostTrial``)."""
         matmuls = [s.lowered.extra for s in self.plan.steps
                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
         if any(m["impl"] is None for m in matmuls):
             return  # a matmul still to be measured
         self._settled = True
-        host = all(isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and s.launches == 0
-                                                  and s.lowered.extra.get("impl") == "blas")
-                   for s in self.plan.steps)
-        if host and self.rt.is_cpu:
-            macs = max((m["spec"].flops // 2 for m in matmuls), default=None)
-            self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan, blas_macs=macs)
+        host_or_matmul = lambda s: isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and "impl" in s.lowered.extra)
+        if not self.rt.is_cpu or not all(host_or_matmul(s) for s in self.plan.steps):
+            return
+        macs = max((m["spec"].flops // 2 for m in matmuls), default=None)
+        host = HostExecutable(self.closed, self.rt, host_plan=self.plan, blas_macs=macs)
+        if all(m["impl"] == "blas" for m in matmuls):
+            self._on_host = host
+        elif all(m["impl"] == "blas" or m.get("auto") for m in matmuls):  # (not a kernel the user forced)
+            self._trial = HostTrial(host)
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""
         if self._on_host is not None:
             return self._on_host(*args)
+        if self._trial is not None:
+            return self._trial.call(self, args)
+        return self._call_on_device(args)
+
+    def _call_on_device(self, args) -> list:
         env: dict = {}
         with self._lock:
             try:
@@ -1090,7 +1140,8 @@ class OpenCLExecutable:
         lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         if self._on_host is not None:
-            lines[1] += " (every matmul measured faster on the host BLAS: run as one numpy program)"
+            lines[1] += (" (every matmul on the host BLAS, measured faster per product or for the whole "
+                         "program: run as one numpy program; below, each product's own measurement)")
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)

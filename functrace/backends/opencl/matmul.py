@@ -647,7 +647,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
     lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl != "opencl" else plan.launches,
-                      label="", extra={"spec": spec, "plan": plan, "impl": impl})
+                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu})
     lowered.label = _label(plan, impl, _how(plan, impl, m == "auto" and is_cpu))
 
     def decide(ctx, a, b, out, bias_arr) -> bool:
