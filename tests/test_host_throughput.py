@@ -122,10 +122,12 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
     assert bt.blas_threads().current == bt.blas_threads().default  # given back after each call
 
 
-@pytest.mark.parametrize("opencl_ms, chosen", [(0.80, "opencl"), (0.95, "blas"), (1.05, "blas")])
-def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, opencl_ms, chosen):
+@pytest.mark.parametrize("units, opencl_ms, chosen", [(2, 0.80, "opencl"), (2, 0.95, "blas"), (2, 1.05, "blas"),
+                                                      (1, 0.95, "opencl"), (1, 1.05, "blas")])
+def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, units, opencl_ms, chosen):
     """auto mode's measured choice: OpenCL only when its time is under OPENCL_WINS_BELOW (0.9) of
-    BLAS's, on a fake clock (BLAS 1 ms on every thread count)."""
+    BLAS's on a device with worker threads, the faster on one running kernels in the calling
+    thread; on a fake clock (BLAS 1 ms on every thread count)."""
     from functrace.backends.opencl import matmul
     clock = [0.0]
 
@@ -137,7 +139,8 @@ def test_the_kernels_must_beat_blas_by_a_margin_to_be_chosen(monkeypatch, opencl
                                  flops=2 * 512 ** 3)
     plan = types.SimpleNamespace(spec=spec, bias=False, act="none", threads=None,
                                  run_opencl=taking(opencl_ms), run_blas=taking(1.0))
-    ctx = types.SimpleNamespace(queue=types.SimpleNamespace(finish=lambda: None))
+    ctx = types.SimpleNamespace(queue=types.SimpleNamespace(finish=lambda: None),
+                                rt=types.SimpleNamespace(device=types.SimpleNamespace(max_compute_units=units)))
     monkeypatch.setattr(matmul, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(matmul, "_TIMINGS", {})
     assert matmul._choose(plan, ctx, None, None, None, None) == chosen

@@ -504,7 +504,10 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     while PoCL's workers cannot.  Measured: the MLP step (784-512-512-10) at load 4 decided
     512x128 . 128x512 for OpenCL (0.682 vs 0.8 ms; quiet, BLAS is 0.31 ms), so the whole step
     stayed on the device path.  It costs a few percent on shapes where the kernel is a little
-    faster (128x512x512: 0.668 ms OpenCL vs 0.692 ms BLAS, BLAS kept)."""
+    faster (128x512x512: 0.668 ms OpenCL vs 0.692 ms BLAS, BLAS kept).  Not on a driver running
+    kernels in the calling thread (one compute unit, PoCL's ``basic``): one thread for both, no
+    settling (its small steps are batched kernels), and a kernel there saves the BLAS step's
+    wait and buffer maps (the pinned MLP step: ~0.1 ms slower with the margin)."""
     q = ctx.queue
 
     def timed(fn):
@@ -527,7 +530,8 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     best = min(counts, key=lambda n: min(t_blas[n]))
     plan.threads.current = best
     _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
-    return "opencl" if min(t_cl) < OPENCL_WINS_BELOW * min(t_blas[best]) else "blas"
+    in_thread = int(getattr(ctx.rt.device, "max_compute_units", 1) or 1) <= 1
+    return "opencl" if min(t_cl) < (1.0 if in_thread else OPENCL_WINS_BELOW) * min(t_blas[best]) else "blas"
 
 
 def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
