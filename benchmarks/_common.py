@@ -97,6 +97,24 @@ def best_of(fn, repeat: int = 7, warmup: int = 1, warmup_seconds: float = 0.0) -
     return best
 
 
+def call_times(fn, repeat: int = 7, warmup: int = 1) -> list:
+    """Seconds of each of ``repeat`` calls after ``warmup`` calls: the fastest says what a path
+    can do, the median what a user waits on a busy machine (see bench_under_load.py)."""
+    import time
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def median(times: list) -> float:
+    return sorted(times)[len(times) // 2]
+
+
 def torch_or_none(threads: str):
     """PyTorch limited to ``threads`` intra-op threads, or None when it is not installed."""
     try:

@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_of, setup  # noqa: E402
+from _common import call_times, median, setup  # noqa: E402
 
 THREADS = setup()
 
@@ -100,22 +100,46 @@ def main():
     except ImportError:
         pass
 
+    contenders["its products alone (host BLAS)"] = products_alone(params, x)
+
     # interleave: several rounds, each timing every contender once
     results = {k: [] for k in contenders}
     for _ in range(5):
         for name, fn in contenders.items():
-            results[name].append(best_of(fn, repeat=7, warmup=2))
+            results[name] += call_times(fn, repeat=7, warmup=2)
     base = min(results["functrace jit (numpy backend)"])
-    print(f"MLP {SIZES} batch {BATCH} float32, {THREADS} thread(s); time per value_and_grad step")
+    print(f"MLP {SIZES} batch {BATCH} float32, {THREADS} thread(s); time per value_and_grad step "
+          f"(fastest of {len(results[name])} calls; median)")
     for name, ts in results.items():
         t = min(ts)
-        print(f"  {name:<32} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace jit")
+        print(f"  {name:<32} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace jit   median {median(ts) * 1e3:8.2f} ms")
     lowered = step.lower(params, x, y)
     fwd = ft.jit(loss).lower(params, x, y)
     n_fwd, n_step = len(fwd.jaxpr.eqns), len(lowered.jaxpr.eqns)
     print(f"  optimized IR: forward {n_fwd} equations, value_and_grad step {n_step} "
           f"({n_step / n_fwd:.2f}x forward); saved for backward: "
           f"{len(lowered.report().analysis.saved_for_backward)} values")
+
+
+def products_alone(params, x):
+    """The step's matrix products and nothing else, as numpy's BLAS runs them (same shapes and
+    transposed layouts, the process's BLAS threads): the floor of any step built on this BLAS
+    (the forward's three products, then per layer the weight's derivative h^T g and, above the
+    first, the input's g W^T)."""
+    hs = [x]
+    for p in params[:-1]:
+        hs.append(np.tanh(hs[-1] @ p["w"]))
+    gs = [np.ones((BATCH, n), np.float32) for n in SIZES[1:]]
+
+    def run():
+        h = x
+        for p in params:
+            h = h @ p["w"]
+        for k in reversed(range(len(params))):
+            np.dot(hs[k].T, gs[k])
+            if k:
+                np.dot(gs[k], params[k]["w"].T)
+    return run
 
 
 def make_loss_torch(torch):

@@ -8,7 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_of, setup, torch_or_none  # noqa: E402
+from _common import call_times, median, setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -104,12 +104,13 @@ def main():
     results = {k: [] for k in contenders}
     for _ in range(3):
         for k, fn in contenders.items():
-            results[k].append(best_of(fn))
+            results[k] += call_times(fn)
     base = min(results["functrace opencl"])
-    print(f"transformer block fwd+bwd (B={B}, T={T}, D={D}, heads={H}, SwiGLU {F}), float32, {THREADS} thread(s)")
+    print(f"transformer block fwd+bwd (B={B}, T={T}, D={D}, heads={H}, SwiGLU {F}), float32, {THREADS} thread(s) "
+          f"(fastest of {len(results[k])} calls; median)")
     for k, ts in results.items():
         t = min(ts)
-        print(f"  {k:<18} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace opencl")
+        print(f"  {k:<18} {t * 1e3:8.2f} ms   {t / base:6.2f}x of functrace opencl   median {median(ts) * 1e3:8.2f} ms")
     exe = step_cl.lower(dp, dx).compile()
     print(f"  opencl: {exe.num_kernel_launches} kernel launches per step")
 

@@ -416,17 +416,25 @@ def _attention_bwd_impl(q, k, v, mask, out, lse, g, *, causal, scale):
     lse = lse[..., None]
     # masked pairs: exp(-1e30 - lse), 0 (NaN in a NaN row); bias after lse (lse + bias is lse again)
     p = np.exp(logits - lse - _dead_row_bias(logits, lse, neg)).astype(q.dtype)
-    dv = np.einsum("...nts,...tnh->...snh", p, g)
-    dp = np.einsum("...tnh,...snh->...nts", g, v)
+    # the products as batched BLAS calls over (..., N) on heads-first views (np.einsum loops in
+    # C: b4 T256 4 heads of 64, 122 -> 19 ms, most of the numpy transformer block's fwd+bwd)
+    g_h = _heads_first(g)
+    dv = _heads_last(np.matmul(np.swapaxes(p, -1, -2), g_h))
+    dp = np.matmul(g_h, np.swapaxes(_heads_first(v), -1, -2))
     # the reference's sum_j P_j dP_j (the flash shortcut g . out is equal where all is finite, but
     # not at an inf: inf - inf is NaN in one and -inf in the other; fuzzer seed 9000 program 3265)
     delta = np.sum(p * dp, axis=-1, keepdims=True)
     # select, not just p = 0: a NaN in dp - delta must not reach masked pairs (0 * NaN = NaN),
     # as the reference's where(mask, logits, -1e30) has an exactly zero derivative there
     ds = np.where(mask, p * (dp - delta) * q.dtype.type(scale), 0).astype(q.dtype)
-    dq = np.einsum("...nts,...snh->...tnh", ds, k)
-    dk = np.einsum("...nts,...tnh->...snh", ds, q)
-    return [dq.astype(q.dtype), dk.astype(q.dtype), dv.astype(q.dtype)]
+    dq = _heads_last(np.matmul(ds, _heads_first(k)))
+    dk = _heads_last(np.matmul(np.swapaxes(ds, -1, -2), _heads_first(q)))
+    return [dq, dk, dv]
+
+
+def _heads_last(a):
+    """(..., N, T, H) -> (..., T, N, H), C-contiguous (the layout of the inputs it is a derivative of)."""
+    return np.ascontiguousarray(np.moveaxis(a, -3, -2))
 
 
 def _dead_row_bias(logits, lse, neg):

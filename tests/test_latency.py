@@ -121,17 +121,17 @@ def test_rms_norm_forward_matches_its_reference(shape, dtype):
 
 def test_host_trial_alternates_and_keeps_the_faster():
     """The trial's bookkeeping: device and host calls alternate (device first), five of each,
-    and the fastest call of each decides."""
+    and the median call of each decides."""
     from functrace.backends.opencl.executable import HostTrial
-    trial = HostTrial(host=None)
-    for device_s, host_s in [(5, 9), (4, 3.5), (6, 8), (4.2, 7), (9, 4.1)]:
+    trial = HostTrial(host=None, why="a test")
+    for device_s, host_s in [(5, 9), (4, 3.5), (6, 3), (4.2, 4), (9, 4.1)]:
         assert not trial.done() and not trial.host_next()
         trial.times[False].append(device_s)
         assert trial.host_next()
         trial.times[True].append(host_s)
-    assert trial.done() and trial.host_wins()  # 3.5 < 4
-    trial.times[False].append(3.0)
-    assert not trial.host_wins()
+    assert trial.done() and trial.host_wins()  # medians: 4 < 5
+    trial.times[False][:] = [3.0, 3.0, 3.0, 5.0, 9.0]
+    assert not trial.host_wins()  # 4 > 3
 
 
 @pytest.mark.parametrize("host_wins", [False, True])

@@ -20,6 +20,7 @@ from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
+from ..blas_threads import ThreadChoice, blas_threads, restore_blas_threads
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -41,7 +42,6 @@ from .fusion import (
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
-from .matmul import SERIAL_BLAS_MACS, blas_threads, restore_blas_threads
 from .placement import compute_units, elements_touched, host_reason
 from .runtime import Array, CompileProgress, Runtime
 
@@ -808,12 +808,19 @@ class HostExecutable:
     backend = "opencl"
     num_kernel_launches = 0
 
-    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, serial_blas: bool = False):
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, blas_macs: int | None = None):
         from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
-        self._serial_blas = serial_blas  # products too small to gain from BLAS threads: one
-        self._exe = NumpyExecutable(closed)
+        # ``blas_macs``, the multiply-adds of the program's largest product: its BLAS threads are
+        # chosen per call from the times of whole calls (``ThreadChoice``: one thread when every
+        # product is small, else the faster lately of all cores and one).  A whole call, not each
+        # product: a loaded machine slows every multi-threaded product of it.  Measured on the
+        # 784-512-512-10 MLP step with other processes busy (load 4 on 2 cores): all cores gave
+        # min 2.5-3.0 ms but median 7-148 ms (a thread waits for a time slice at each product),
+        # one thread min 3.6 and median 3.7-7.9 ms.  None: the process's count, untouched.
+        self._threads = None if blas_macs is None else ThreadChoice(blas_macs)
+        self._exe = NumpyExecutable(closed, choose_blas_threads=False)
         self.peak_bytes = analyze(closed).peak_bytes
         self.plan = host_plan  # the all-host plan this replaces (for the report), if any
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
@@ -823,13 +830,16 @@ class HostExecutable:
         if on_device:  # their host memory, after one wait for the queue (host arguments: no wait)
             arrays = iter(self.rt.host_views(*on_device))
             args = [next(arrays) if isinstance(a, Array) else a for a in args]
-        if not self._serial_blas:
+        if self._threads is None:
             return [Array.from_host(self.rt, o) for o in self._exe(*args)]
-        blas_threads().use(1)
+        threads = self._threads.pick()
+        blas_threads().use(threads)
+        start = time.perf_counter()
         try:
             outs = self._exe(*args)
         finally:
             restore_blas_threads()
+        self._threads.record(threads, time.perf_counter() - start)
         return [Array.from_host(self.rt, o) for o in outs]
 
     def as_text(self) -> str:
@@ -850,20 +860,27 @@ class HostExecutable:
 
 
 class HostTrial:
-    """Calls alternating between a program's kernels and the same program as one numpy program,
-    each timed to its results, ``CALLS`` of each; then the faster way stays (the fastest call of
-    each: noise only adds time).  Run from a program's third call on a device that runs kernels
-    in the calling thread (PoCL's ``basic``, one compute unit), unless
-    ``opencl_host_step_elements`` pins the placements: there kernels win nothing from
-    parallel workers, and every host step or host-BLAS product waits for the kernels before it.
-    The sampling forward (1x64 tokens, d128) pinned to one core: 15 kernels between 15 BLAS
-    products took 1.32 ms a call, the numpy program 1.01 ms (with 12 host steps instead of
-    kernels: 1.50).  Once on the host, a matmul still undecided in auto mode stays on the BLAS."""
+    """Calls alternating between a program's device path and the same program as one numpy
+    program, each timed to its results, ``CALLS`` of each; then the way with the lower median
+    stays.  Two kinds of program start one (``why`` says which, for the report):
+
+    * on a device that runs kernels in the calling thread (PoCL's ``basic``, one compute unit),
+      any program from its third call, unless ``opencl_host_step_elements`` pins the placements:
+      kernels there win nothing from parallel workers, and every host step or host-BLAS product
+      waits for the kernels before it.  The sampling forward (1x64 tokens, d128) pinned to one
+      core: 15 kernels between 15 BLAS products took 1.32 ms a call, the numpy program 1.01 ms.
+      Once on the host, a matmul still undecided in auto mode stays on the BLAS;
+    * a program of host steps and matmuls some of which auto mode put on OpenCL (``_settle``):
+      each matmul's choice weighs the product alone, while the program pays for a kernel with
+      device buffers, a wait at each host step, and launches.  The MLP step (784-512-512-10,
+      load ~3): 512x128 . 128x512 went to OpenCL (0.49 vs 0.63 ms), and the step took 3.1-4.2 ms
+      on the device path against 2.6 ms as one numpy program."""
 
     CALLS = 5
 
-    def __init__(self, host: HostExecutable):
+    def __init__(self, host: HostExecutable, why: str):
         self.host = host
+        self.why = why
         self.times: dict = {False: [], True: []}  # on the host? -> seconds of each call
 
     def host_next(self) -> bool:
@@ -872,8 +889,12 @@ class HostTrial:
     def done(self) -> bool:
         return min(len(t) for t in self.times.values()) >= self.CALLS
 
+    def median(self, on_host: bool) -> float:
+        ts = sorted(self.times[on_host])
+        return ts[len(ts) // 2]
+
     def host_wins(self) -> bool:
-        return min(self.times[True]) < min(self.times[False])
+        return self.median(True) < self.median(False)
 
 
 def runs_only_on_host(plan: Plan) -> bool:
@@ -1018,28 +1039,30 @@ class OpenCLExecutable:
         steps are then all host steps and host-BLAS matmuls runs from now on as one numpy program
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
-        backend 1.18)."""
+        backend 1.18).  Its BLAS threads: see ``HostExecutable`` (one thread when every product is
+        too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice).  When
+        some of those matmuls chose OpenCL, the next calls compare the two (``HostTrial``)."""
         matmuls = [s.lowered.extra for s in self.plan.steps
                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
         if any(m["impl"] is None for m in matmuls):
             return  # a matmul still to be measured
         self._settled = True
-        if not self.rt.is_cpu:
+        host_or_matmul = lambda s: isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and "impl" in s.lowered.extra)
+        if not self.rt.is_cpu or not all(host_or_matmul(s) for s in self.plan.steps):
             return
-        host = all(isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and s.launches == 0
-                                                  and s.lowered.extra.get("impl") == "blas")
-                   for s in self.plan.steps)
-        if host:
+        if all(m["impl"] == "blas" for m in matmuls):
             self._on_host = self._host_executable(self.plan)
             self._on_host_why = "every matmul measured faster on the host BLAS: run as one numpy program"
+        elif all(m["impl"] == "blas" or m.get("auto") for m in matmuls):  # (not a kernel the user forced)
+            self._trial = HostTrial(self._host_executable(self.plan),
+                                    "host steps and matmuls, some measured faster as kernels alone")
 
     def _host_executable(self, host_plan: Plan | None) -> HostExecutable:
-        """The program as one numpy program; its BLAS on one thread when every product is too
-        small to gain from more (``SERIAL_BLAS_MACS``, as the device path's choice)."""
-        matmuls = [s.lowered.extra["spec"] for s in self.plan.steps
-                   if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
-        serial = bool(matmuls) and all(m.flops // 2 < SERIAL_BLAS_MACS for m in matmuls)
-        return HostExecutable(self.closed, self.rt, host_plan=host_plan, serial_blas=serial)
+        """The program as one numpy program; its BLAS threads chosen per call from the size of
+        its largest product (see ``HostExecutable``)."""
+        macs = max((s.lowered.extra["spec"].flops // 2 for s in self.plan.steps
+                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra), default=None)
+        return HostExecutable(self.closed, self.rt, host_plan=host_plan, blas_macs=macs)
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""
@@ -1068,7 +1091,8 @@ class OpenCLExecutable:
             if (self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1
                     and config.opencl_host_step_elements is None):  # (else placements are pinned)
                 # (from the third call: the first two compiled kernels and warmed the pools up)
-                self._trial = HostTrial(self._host_executable(None))
+                self._trial = HostTrial(self._host_executable(None), "a device running kernels in the calling "
+                                        "thread between host BLAS products")
         if trial is not None:
             self.rt.finish()  # (timed to its results)
             self._record(trial, False, time.perf_counter() - start)
@@ -1083,9 +1107,8 @@ class OpenCLExecutable:
             self._trial = None
             if trial.host_wins():
                 self._on_host = trial.host
-                self._on_host_why = (f"measured faster as one numpy program ({min(trial.times[True]) * 1e6:.0f} "
-                                     f"vs {min(trial.times[False]) * 1e6:.0f} us a call) on a device running "
-                                     f"kernels in the calling thread between host BLAS products")
+                self._on_host_why = (f"measured faster as one numpy program: median {trial.median(True) * 1e6:.0f} "
+                                     f"vs {trial.median(False) * 1e6:.0f} us a call ({trial.why})")
 
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""

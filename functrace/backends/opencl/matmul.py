@@ -22,7 +22,7 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
   for the 784-512-512-10 MLP step).  On other devices always OpenCL.
 * the host BLAS runs on one thread for small products, else on whichever of all cores and one
-  ran faster lately (``_ThreadChoice``; threadpoolctl sets the count, and gives the process's
+  ran faster lately (``ThreadChoice``; threadpoolctl sets the count, and gives the process's
   own back after each call).
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
@@ -53,6 +53,7 @@ import numpy as np
 
 from ... import primitives as P
 from ...config import config
+from ..blas_threads import FixedThreads, ThreadChoice, blas_threads
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
@@ -336,7 +337,7 @@ class _Plan:
         self.spec = s
         self.bias = bias
         self.act = act
-        self.threads = None  # host BLAS: its _ThreadChoice, made at the first call
+        self.threads = None  # host BLAS: its ThreadChoice, made at the first call
         i32, i64 = np.int32, np.int64
         sfx = SFX[s.dtype]
         tn = 2 * VW[s.dtype]
@@ -460,9 +461,9 @@ class _Plan:
 
     def _blas(self, A, B, C, bias) -> None:
         """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data,
-        the BLAS on as many threads as ``_ThreadChoice`` says."""
+        the BLAS on as many threads as ``ThreadChoice`` says."""
         if self.threads is None:
-            self.threads = _ThreadChoice(self.spec.flops // 2)
+            self.threads = ThreadChoice(self.spec.flops // 2)
         threads = self.threads.pick()
         blas_threads().use(threads)
         t0 = time.perf_counter()
@@ -489,103 +490,28 @@ class _Plan:
 
 
 MEASURE_SECONDS = 0.03       # auto mode: about how long the interleaved timing runs of a shape take
+OPENCL_WINS_BELOW = 0.9      # auto mode: the kernels must take under this fraction of BLAS's time (_choose)
 
 
 # --------------------------------------------------------------------------- host BLAS threads
 
 
-class _BlasThreads:
-    """The host BLAS's thread count, set through threadpoolctl (None when it or a BLAS it knows is
-    missing: the library then keeps its own count).  ``use(n)`` sets it only when it changes;
-    ``restore()`` gives back the count the process had (the user's own numpy calls keep it)."""
-
-    def __init__(self):
-        try:
-            from threadpoolctl import ThreadpoolController
-            self.libraries = ThreadpoolController().select(user_api="blas").lib_controllers
-        except Exception:  # not installed, or a BLAS it cannot drive
-            self.libraries = []
-        self.default = max((lib.num_threads or 1 for lib in self.libraries), default=1)
-        self.current = self.default
-
-    def use(self, threads: int) -> None:
-        if threads != self.current and self.libraries:
-            for lib in self.libraries:
-                lib.set_num_threads(threads)
-            self.current = threads
-
-    def restore(self) -> None:
-        self.use(self.default)
-
-
-_blas_threads: _BlasThreads | None = None
-
-
-def blas_threads() -> _BlasThreads:
-    global _blas_threads
-    if _blas_threads is None:
-        _blas_threads = _BlasThreads()
-    return _blas_threads
-
-
-def restore_blas_threads() -> None:
-    """After a program's host BLAS calls: the process's own thread count again (cheap if unchanged)."""
-    if _blas_threads is not None and _blas_threads.current != _blas_threads.default:
-        _blas_threads.restore()
-
-
-SERIAL_BLAS_MACS = 1 << 21  # products with fewer multiply-adds run on one BLAS thread
-
-
-class _ThreadChoice:
-    """How many threads the host BLAS gets for one product shape: one, or the library's default
-    (all cores), whichever has run faster lately.  Measured on this 2-core machine: on a quiet
-    machine two threads are 1.3-1.9x faster from 4M multiply-adds up (128x512x512: 0.31 vs 0.48
-    ms), and no faster below 2M (64x128x128: 0.028 vs 0.018 ms); with other processes busy a
-    multi-threaded call waits for its slowest thread: 512^3 took 55 ms (median) on two threads
-    against 3.7 ms on one, 1024x256x256 20 vs 0.97 ms.  So the choice follows the times: an
-    average per count, the other count tried again after 8 calls, then after twice as many each
-    time it loses (up to 256: a loaded machine pays one slow call in 256); when the current
-    count's average grows past twice the other's last one, the other at once."""
-
-    def __init__(self, macs: int):
-        cores = blas_threads().default
-        self.counts = (cores, 1) if cores > 1 and macs >= SERIAL_BLAS_MACS else (1,)
-        self.average: dict = {}
-        self.current = self.counts[0]
-        self.calls, self.interval = 0, 8
-        self.next_try = self.interval
-
-    def pick(self) -> int:
-        self.calls += 1
-        if len(self.counts) > 1 and self.calls >= self.next_try:
-            return self.counts[1] if self.current == self.counts[0] else self.counts[0]
-        return self.current
-
-    def record(self, threads: int, seconds: float) -> None:
-        if threads == self.current or len(self.counts) == 1:
-            avg = self.average.get(threads)
-            self.average[threads] = avg = seconds if avg is None else 0.75 * avg + 0.25 * seconds
-            other = self.counts[-1] if threads == self.counts[0] else self.counts[0]
-            if other != threads and avg > 2 * self.average.get(other, float("inf")):
-                self.current, self.interval = other, 8  # the machine changed: back to the other
-                self.next_try = self.calls + self.interval
-            return
-        if seconds < self.average.get(self.current, float("inf")):
-            self.current, self.interval = threads, 8
-            self.average[threads] = seconds
-        else:
-            self.interval = min(2 * self.interval, 256)
-        self.next_try = self.calls + self.interval
-
-
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     """Time the OpenCL kernels (built and launched once already: ``_kernels_ready``) and the host
-    BLAS (on each thread count ``_ThreadChoice`` may give it; the faster becomes its choice) on
+    BLAS (on each thread count ``ThreadChoice`` may give it; the faster becomes its choice) on
     these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS`` (at most
-    5 each), and return the faster.  (A 5% handicap for OpenCL
-    used to absorb noise; with the kernel within a few percent of BLAS at common shapes it kept
-    the slower one: measured 0.668 ms OpenCL vs 0.692 ms BLAS at 128x512x512, BLAS kept.)"""
+    5 each), and return OpenCL if it ran in under ``OPENCL_WINS_BELOW`` of BLAS's time.  The
+    margin: a decision is made once (and kept on disk), often on a busy machine, where the
+    interleaved times of a shape scatter by tens of percent; and BLAS keeps what a kernel loses:
+    a program whose products all run on BLAS settles on the host (no buffers, syncs or launches:
+    ``OpenCLExecutable._settle``), and BLAS chooses its threads per call as the load changes
+    while PoCL's workers cannot.  Measured: the MLP step (784-512-512-10) at load 4 decided
+    512x128 . 128x512 for OpenCL (0.682 vs 0.8 ms; quiet, BLAS is 0.31 ms), so the whole step
+    stayed on the device path.  It costs a few percent on shapes where the kernel is a little
+    faster (128x512x512: 0.668 ms OpenCL vs 0.692 ms BLAS, BLAS kept).  Not on a driver running
+    kernels in the calling thread (one compute unit, PoCL's ``basic``): one thread for both, no
+    settling (its small steps are batched kernels), and a kernel there saves the BLAS step's
+    wait and buffer maps (the pinned MLP step: ~0.1 ms slower with the margin)."""
     q = ctx.queue
 
     def timed(fn):
@@ -595,7 +521,7 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         return time.perf_counter() - t0
 
     if plan.threads is None:
-        plan.threads = _ThreadChoice(plan.spec.flops // 2)
+        plan.threads = ThreadChoice(plan.spec.flops // 2)
     counts = plan.threads.counts  # the BLAS on each thread count it may get: on a loaded machine
     blas = {n: functools.partial(_blas_on, plan, n) for n in counts}  # one thread may win by far
     first = [timed(plan.run_opencl)] + [timed(run) for run in blas.values()]
@@ -608,30 +534,17 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     best = min(counts, key=lambda n: min(t_blas[n]))
     plan.threads.current = best
     _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
-    # a tie goes to BLAS: the host's own library, and no kernel build in later processes
-    return "opencl" if min(t_cl) < min(t_blas[best]) else "blas"
+    in_thread = int(getattr(ctx.rt.device, "max_compute_units", 1) or 1) <= 1
+    return "opencl" if min(t_cl) < (1.0 if in_thread else OPENCL_WINS_BELOW) * min(t_blas[best]) else "blas"
 
 
 def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
     """``plan.run_blas`` with the host BLAS on ``threads`` threads (for ``_choose``)."""
-    choice, plan.threads = plan.threads, _FixedThreads(threads)
+    choice, plan.threads = plan.threads, FixedThreads(threads)
     try:
         plan.run_blas(ctx, a, b, out, bias)
     finally:
         plan.threads = choice
-
-
-class _FixedThreads:
-    """A ``_ThreadChoice`` that always picks one count."""
-
-    def __init__(self, threads: int):
-        self.threads = threads
-
-    def pick(self) -> int:
-        return self.threads
-
-    def record(self, threads: int, seconds: float) -> None:
-        pass
 
 
 # the host BLAS's thread budget: decisions measured under another one do not hold
@@ -742,7 +655,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
     lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl != "opencl" else plan.launches,
-                      label="", extra={"spec": spec, "plan": plan, "impl": impl})
+                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu})
     lowered.label = _label(plan, impl, _how(plan, impl, m == "auto" and is_cpu))
 
     def decide(ctx, a, b, out, bias_arr) -> bool:
