@@ -194,6 +194,30 @@ def test_a_program_of_host_steps_and_host_blas_matmuls_settles_on_the_host(monke
     np.testing.assert_array_equal(np.asarray(out), want)
 
 
+@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="no OpenCL CPU device on this machine")
+def test_unmeasured_products_among_host_steps_settle_on_the_host_at_once(monkeypatch):
+    """In auto mode, a program whose every other step runs on the host keeps its not yet measured
+    products on the BLAS and runs as one numpy program from its second call: no measurement, no
+    kernel warm-up.  A product alone (no host step) is still measured (test_opencl_matmul)."""
+    from functrace.backends.opencl import matmul as mm
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**9)
+    monkeypatch.setattr(ft.config, "matmul", "auto")
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+        monkeypatch.setattr(mm, table, {})
+    monkeypatch.setattr(mm, "_load_decisions", lambda rt: None)  # (none from the disk cache either)
+    rng = np.random.default_rng(6)
+    w, x = rng.standard_normal((40, 56)).astype(np.float32), rng.standard_normal((11, 40)).astype(np.float32)
+    f = lambda w, x: fnp.tanh(x @ w) * 2.0 + 1.0
+    jitted = ft.jit(f, backend="opencl")
+    want = ft.jit(f, backend="numpy")(w, x)
+    for _ in range(mm.MEASURE_AT_RUN + 2):
+        np.testing.assert_allclose(np.asarray(jitted(w, x)), want, rtol=1e-6)
+    exe = jitted.lower(w, x).compile().executable
+    assert exe._on_host is not None and exe.num_kernel_launches == 0
+    assert "every other step runs on the host" in exe.report()
+    assert not mm._DECISIONS and not mm._WARM and sum(mm._RUNS.values()) == 1  # only the first call's
+
+
 def test_a_long_chain_on_few_elements_stays_on_the_host():
     """Run time alone would make a 1,000-step chain on 4 elements one kernel (one launch beats
     6,000 numpy calls), but each kernel compiles at its first launch: below MIN_KERNEL_ELEMENTS a

@@ -1041,13 +1041,26 @@ class OpenCLExecutable:
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
         backend 1.18).  Its BLAS threads: see ``HostExecutable`` (one thread when every product is
         too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice).  When
-        some of those matmuls chose OpenCL, the next calls compare the two (``HostTrial``)."""
+        some of those matmuls chose OpenCL, the next calls compare the two (``HostTrial``).
+        Products not yet measured, among steps that all run on the host, stay on the BLAS: the
+        program settles after its first call, and no kernel is built for them.  (It ran the
+        device path with host BLAS until the measurement, ~9% slower, and the measurement waits
+        for a background compile: the sampling forward at the defaults settled only after ~9 s,
+        ~1,200 calls; and a kernel among host steps pays buffers and waits its product's own
+        timing does not see, which HostTrial found losing for the MLP step.)"""
         matmuls = [s.lowered.extra for s in self.plan.steps
                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
-        if any(m["impl"] is None for m in matmuls):
-            return  # a matmul still to be measured
-        self._settled = True
         host_or_matmul = lambda s: isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and "impl" in s.lowered.extra)
+        around_host = (self.rt.is_cpu and all(host_or_matmul(s) for s in self.plan.steps)
+                       and any(isinstance(s, HostSegment) for s in self.plan.steps))
+        if any(m["impl"] is None for m in matmuls):
+            if not around_host:
+                return  # a matmul still to be measured
+            self._settled = True
+            self._on_host = self._host_executable(self.plan)
+            self._on_host_why = "every other step runs on the host: its products on the host BLAS, one numpy program"
+            return
+        self._settled = True
         if not self.rt.is_cpu or not all(host_or_matmul(s) for s in self.plan.steps):
             return
         if all(m["impl"] == "blas" for m in matmuls):
