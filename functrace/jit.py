@@ -291,14 +291,20 @@ class Jitted:
                             f"{[type(v).__name__ for _, v in statics]}") from None
         return key, leaves, static_pos, statics, in_tree
 
-    def _entry(self, args: tuple, kwargs: dict):
-        key, leaves, static_pos, statics, in_tree = self._key(args, kwargs)
+    def _cached(self, key) -> "_Entry | None":
+        """The cached program of ``key``, made the most recently used; None if not cached."""
         entry = self._cache.get(key)
         if entry is not None:
             try:
                 self._cache.move_to_end(key)
             except KeyError:  # evicted by another thread meanwhile: still valid for this call
                 pass
+        return entry
+
+    def _entry(self, args: tuple, kwargs: dict):
+        key, leaves, static_pos, statics, in_tree = self._key(args, kwargs)
+        entry = self._cached(key)
+        if entry is not None:
             return entry, leaves
         with self._lock:
             tracing = self._tracing.setdefault(key, threading.RLock())  # reentrant: a recursive trace
@@ -349,12 +355,8 @@ class Jitted:
             # the common call, positional arrays of a cached signature: its key built directly,
             # its program run as is (a cached entry closes over no tracer, takes no Python int)
             key = (_flat_tree(len(args)), tuple([(a.shape, a.dtype, False) for a in args]), ())
-            entry = self._cache.get(key)
+            entry = self._cached(key)
             if entry is not None:
-                try:
-                    self._cache.move_to_end(key)
-                except KeyError:  # evicted by another thread meanwhile: still valid for this call
-                    pass
                 return tree_util.tree_unflatten(entry.out_tree, entry.executable()(*args))
         entry, leaves = self._entry(args, kwargs)
         for i, dtype in entry.int_ranges:
