@@ -57,13 +57,14 @@ class _TwinComm:
     """A stand-in communicator of two processes holding the same values: records each Allreduce."""
 
     def __init__(self, MPI):
-        self.MPI, self.calls = MPI, []
+        self.MPI, self.calls, self.in_place = MPI, [], []
 
     def Get_size(self):
         return 2
 
     def Allreduce(self, send, recv, op):
         self.calls.append(recv.nbytes)
+        self.in_place.append(send is self.MPI.IN_PLACE)
         recv[...] = (recv if send is self.MPI.IN_PLACE else send) * 2
 
 
@@ -85,6 +86,29 @@ def test_psum_packs_small_arrays_into_one_message_and_reuses_free_large_outputs(
     first_id = id(first)
     del first
     assert id(ft.lax.psum(tree["big"], "processes")) == first_id  # a dropped one is
+
+
+def test_a_large_psum_operand_that_dies_there_is_reduced_in_place(monkeypatch):
+    """In a compiled numpy program, a large psum operand made by the program and read by nothing
+    else is reduced in place; an argument, an output or a value still used later is not."""
+    MPI = pytest.importorskip("mpi4py.MPI", reason="the collectives' MPI path needs mpi4py")
+    comm = _TwinComm(MPI)
+    monkeypatch.setattr(ft.distributed, "communicator", lambda: comm)
+    big = np.arange(2.0**16, dtype=np.float32)
+    kept = big.copy()
+    cases = [(lambda x: ft.lax.psum(x * 2.0 + 1.0, "processes"), True, lambda x: (x * 2 + 1) * 2),
+             (lambda x: ft.lax.psum(x, "processes"), False, lambda x: x * 2),  # the caller's argument
+             (lambda x: (lambda h: (ft.lax.psum(h, "processes"), h))(x * 2.0), False,  # h is also returned
+              lambda x: (x * 4, x * 2)),
+             (lambda x: (lambda h: ft.lax.psum(h, "processes") + h)(x * 2.0), False, lambda x: x * 6)]  # used after
+    for f, in_place, want in cases:
+        comm.in_place.clear()
+        got = ft.jit(f, backend="numpy")(big)
+        assert comm.in_place == [in_place]
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want(kept) if isinstance(want(kept), tuple)
+                        else (want(kept),)):
+            np.testing.assert_array_equal(np.asarray(g), w)
+        np.testing.assert_array_equal(big, kept)
 
 
 def test_consecutive_psums_of_a_program_are_one_collective_unless_an_effect_or_a_use_is_between(monkeypatch):
