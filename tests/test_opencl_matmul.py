@@ -478,3 +478,21 @@ def test_a_long_compile_prints_one_progress_line(monkeypatch, capsys):
         time.sleep(0.2)  # the timer thread prints
         err = capsys.readouterr().err
         assert (err.count("functrace: compiling") == 1) == verbose, err
+
+
+def test_auto_mode_does_not_measure_under_mpi(monkeypatch):
+    """With more than one MPI process, a product auto mode has not decided yet stays on the host
+    BLAS without a measurement or a warm-up (each process would measure on its own)."""
+    if not rt.is_cpu:
+        pytest.skip("auto mode measures on CPU devices only")
+    monkeypatch.setattr(ft.config, "matmul", "auto")
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+        monkeypatch.setattr(mm, table, {})
+    monkeypatch.setattr(mm, "_load_decisions", lambda rt: None)
+    monkeypatch.setattr(ft.distributed, "process_count", lambda: 2)
+    a, b = np.ones((40, 24), np.float32), np.ones((24, 32), np.float32)
+    f = ft.jit(lambda a, b: a @ b, backend="opencl")
+    for _ in range(mm.MEASURE_AT_RUN + 1):
+        np.testing.assert_array_equal(np.asarray(f(a, b)), a @ b)
+    assert not mm._RUNS and not mm._WARM and not mm._DECISIONS
+    assert "not measured under MPI" in f.lower(a, b).compile().report()

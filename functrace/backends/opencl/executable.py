@@ -1065,7 +1065,7 @@ class OpenCLExecutable:
             return
         if all(m["impl"] == "blas" for m in matmuls):
             self._on_host = self._host_executable(self.plan)
-            self._on_host_why = "every matmul measured faster on the host BLAS: run as one numpy program"
+            self._on_host_why = "every matmul on the host BLAS (each line below says why): run as one numpy program"
         elif all(m["impl"] == "blas" or m.get("auto") for m in matmuls):  # (not a kernel the user forced)
             self._trial = HostTrial(self._host_executable(self.plan),
                                     "host steps and matmuls, some measured faster as kernels alone")

@@ -20,7 +20,8 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   cached per shape and dtype in memory and on disk; the step's report label says which one runs.
   Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
-  for the 784-512-512-10 MLP step).  On other devices always OpenCL.
+  for the 784-512-512-10 MLP step).  On other devices always OpenCL.  Under MPI (more than one
+  process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
 * the host BLAS runs on one thread for small products, else on whichever of all cores and one
   ran faster lately (``ThreadChoice``; threadpoolctl sets the count, and gives the process's
   own back after each call).
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import distributed
 from ... import primitives as P
 from ...config import config
 from ..blas_threads import FixedThreads, ThreadChoice, blas_threads
@@ -647,6 +649,15 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     else:
         _load_decisions(rt)
         impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
+    # Under MPI (more than one process) an undecided product stays on the host BLAS: each process
+    # would measure on its own (the measurements include waiting for the others, so processes can
+    # choose differently and the slower one holds back every collective), and the background
+    # compiles compete with the processes for the cores they run on.  The 2-process MLP step
+    # (benchmarks/bench_distributed.py, PoCL basic device): 4.8-11.7 ms a step in auto mode, both
+    # processes at CPU/wall 0.5-1.0; 4.76-4.88 ms and 1.0 with matmul="blas".
+    under_mpi = impl is None and m == "auto" and is_cpu and distributed.process_count() > 1
+    if under_mpi:
+        impl = "blas"
     state = {"impl": impl}
     if impl == "opencl" and rt is not None:
         shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
@@ -656,7 +667,8 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl != "opencl" else plan.launches,
                       label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu})
-    lowered.label = _label(plan, impl, _how(plan, impl, m == "auto" and is_cpu))
+    lowered.label = _label(plan, impl, ", not measured under MPI (each process would measure on its own)"
+                           if under_mpi else _how(plan, impl, m == "auto" and is_cpu))
 
     def decide(ctx, a, b, out, bias_arr) -> bool:
         """Auto mode, undecided shape: count the run; at ``MEASURE_AT_RUN`` measure (the
