@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup, torch_or_none  # noqa: E402
+from _common import call_times, median, setup, torch_or_none  # noqa: E402
 
 THREADS = setup()
 
@@ -72,14 +71,8 @@ def chain20(x):
 
 
 def bench(fn, repeat=200):
-    for _ in range(10):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    """Median seconds of ``repeat`` calls after ten warm-up calls."""
+    return median(call_times(fn, repeat=repeat, warmup=10))
 
 
 class FirstCall(NamedTuple):
