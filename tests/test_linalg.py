@@ -321,3 +321,20 @@ def test_direct_routines_leave_their_operands_unchanged():
     LA.cholesky(s)
     for before, after in zip(saved, [a, b, s]):
         np.testing.assert_array_equal(before, after)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_named_results_are_pytrees_that_transformations_return(backend):
+    """slogdet / eigh / svd / qr return named tuples (as numpy and JAX): a jitted or vmapped
+    function may return them whole, and the fields keep their names."""
+    a = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 0.0], [0.0, 0.0, 1.0]])
+    eigh = ft.jit(LA.eigh, backend=backend)(a)
+    np.testing.assert_allclose(np.asarray(eigh.eigenvalues), np.linalg.eigvalsh(a), rtol=1e-12)
+    svd = ft.jit(LA.svd, backend=backend)(a)
+    np.testing.assert_allclose(np.asarray(svd.S), np.linalg.svd(a)[1], rtol=1e-12)
+    qr = ft.jit(LA.qr, backend=backend)(a)
+    np.testing.assert_allclose(np.asarray(qr.Q) @ np.asarray(qr.R), a, atol=1e-12)
+    sign, logdet = ft.vmap(LA.slogdet)(np.stack([a, 2 * a]))
+    np.testing.assert_allclose(np.asarray(logdet), np.log([5.0, 40.0]), rtol=1e-12)
+    assert list(np.asarray(sign)) == [1.0, 1.0]
+    assert type(LA.slogdet(a))._fields == ("sign", "logabsdet")

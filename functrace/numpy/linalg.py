@@ -29,6 +29,9 @@ batches and jits through them.
 * On OpenCL these primitives run as host steps (``host_step_reason`` below, shown by
   ``report()``): LAPACK on the host is what numpy offers, and is fast on CPU devices.
 """
+from typing import Any as _Any
+from typing import NamedTuple as _NamedTuple
+
 import numpy as _np
 
 from .. import primitives as _P
@@ -695,14 +698,11 @@ def slogdet(a):
     return _SlogdetResult(sign, logdet)
 
 
-class _SlogdetResult(tuple):
-    """(sign, logabsdet), with the field names of numpy's result."""
-
-    def __new__(cls, sign, logabsdet):
-        return super().__new__(cls, (sign, logabsdet))
-
-    sign = property(lambda self: self[0])
-    logabsdet = property(lambda self: self[1])
+class _SlogdetResult(_NamedTuple):
+    """(sign, logabsdet), with the field names of numpy's result (a NamedTuple, as JAX's: a pytree
+    that jit, grad and vmap return)."""
+    sign: _Any
+    logabsdet: _Any
 
 
 def cholesky(a, *, upper: bool = False):
@@ -727,12 +727,9 @@ def eigh(a, UPLO: str = "L", symmetrize_input: bool = True):
     return _EighResult(w, v)
 
 
-class _EighResult(tuple):
-    def __new__(cls, eigenvalues, eigenvectors):
-        return super().__new__(cls, (eigenvalues, eigenvectors))
-
-    eigenvalues = property(lambda self: self[0])
-    eigenvectors = property(lambda self: self[1])
+class _EighResult(_NamedTuple):
+    eigenvalues: _Any
+    eigenvectors: _Any
 
 
 def eig(a):
@@ -764,13 +761,10 @@ def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool 
     return _SVDResult(*out) if compute_uv else out[0]
 
 
-class _SVDResult(tuple):
-    def __new__(cls, U, S, Vh):
-        return super().__new__(cls, (U, S, Vh))
-
-    U = property(lambda self: self[0])
-    S = property(lambda self: self[1])
-    Vh = property(lambda self: self[2])
+class _SVDResult(_NamedTuple):
+    U: _Any
+    S: _Any
+    Vh: _Any
 
 
 def svdvals(x):
@@ -786,12 +780,9 @@ def qr(a, mode: str = "reduced"):
     return r if mode == "r" else _QRResult(q, r)
 
 
-class _QRResult(tuple):
-    def __new__(cls, Q, R):
-        return super().__new__(cls, (Q, R))
-
-    Q = property(lambda self: self[0])
-    R = property(lambda self: self[1])
+class _QRResult(_NamedTuple):
+    Q: _Any
+    R: _Any
 
 
 def _pinv_cutoff(s, shape, rtol):
