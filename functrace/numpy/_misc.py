@@ -254,14 +254,19 @@ def _trim(full, n: int, m: int, mode: str):
     raise ValueError(f"mode must be one of 'full', 'same' or 'valid', got {mode!r}")
 
 
-def correlate(a, v, mode="valid"):
-    """The cross-correlation of two 1-D sequences (numpy's definition, modes 'valid', 'same', 'full')."""
+def _sequences(name: str, a, v) -> tuple:
+    """(a, v, len(a), len(v)) promoted to one dtype: two non-empty 1-D sequences, or a ValueError."""
     a, v = _fnp._promote(_fnp._to_array(a), _fnp._to_array(v))
     if a.ndim != 1 or v.ndim != 1:
-        raise ValueError("correlate: object too deep for desired array (inputs must be 1-D)")
+        raise ValueError(f"{name}: object too deep for desired array (inputs must be 1-D)")
     if a.shape[0] == 0 or v.shape[0] == 0:
-        raise ValueError("correlate: inputs cannot be empty")
-    n, m = a.shape[0], v.shape[0]
+        raise ValueError(f"{name}: inputs cannot be empty")
+    return a, v, a.shape[0], v.shape[0]
+
+
+def correlate(a, v, mode="valid"):
+    """The cross-correlation of two 1-D sequences (numpy's definition, modes 'valid', 'same', 'full')."""
+    a, v, n, m = _sequences("correlate", a, v)
     if n >= m:
         full = _correlate_full(a, v)
     else:  # numpy: the roles swap, the output reversed
@@ -271,12 +276,7 @@ def correlate(a, v, mode="valid"):
 
 def convolve(a, v, mode="full"):
     """The discrete linear convolution of two 1-D sequences."""
-    a, v = _fnp._promote(_fnp._to_array(a), _fnp._to_array(v))
-    if a.ndim != 1 or v.ndim != 1:
-        raise ValueError("convolve: inputs must be 1-D")
-    if a.shape[0] == 0 or v.shape[0] == 0:
-        raise ValueError("convolve: inputs cannot be empty")
-    n, m = a.shape[0], v.shape[0]
+    a, v, n, m = _sequences("convolve", a, v)
     big, small = (a, v) if n >= m else (v, a)
     return _trim(_correlate_full(big, _fnp.flip(small)), n, m, mode)
 
