@@ -30,15 +30,11 @@ from .errors import ConcretizationError, TracerArrayConversionError, UnexpectedT
 # --------------------------------------------------------------------------- avals
 
 
-class ShapedArray:
-    """Abstract value: what a tracer knows about an array without its contents."""
+class HasShape:
+    """``ndim`` and ``size`` of anything with a ``shape`` tuple (abstract values, shape structs,
+    device arrays)."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
-
-    def __init__(self, shape: tuple, dtype: np.dtype, weak_type: bool = False):
-        self.shape = shape
-        self.dtype = dtype
-        self.weak_type = weak_type
+    __slots__ = ()
 
     @property
     def ndim(self) -> int:
@@ -47,6 +43,17 @@ class ShapedArray:
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+
+class ShapedArray(HasShape):
+    """Abstract value: what a tracer knows about an array without its contents."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape: tuple, dtype: np.dtype, weak_type: bool = False):
+        self.shape = shape
+        self.dtype = dtype
+        self.weak_type = weak_type
 
     def str_short(self) -> str:
         return f"{_DTYPE_SHORT.get(self.dtype, self.dtype.name)}[{','.join(map(str, self.shape))}]"

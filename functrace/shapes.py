@@ -7,11 +7,11 @@ from typing import Any, Callable
 import numpy as np
 
 from . import tree_util
-from .core import ShapedArray, get_aval
+from .core import HasShape, ShapedArray, get_aval
 from .staging import trace_to_jaxpr
 
 
-class ShapeDtypeStruct:
+class ShapeDtypeStruct(HasShape):
     """A shape and a dtype standing for an array (an argument of ``eval_shape`` or
     ``pure_callback``'s declared result)."""
 
@@ -20,14 +20,6 @@ class ShapeDtypeStruct:
     def __init__(self, shape, dtype):
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype) == (other.shape, other.dtype)

@@ -34,6 +34,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ...config import config
+from ...core import HasShape
 from ...jit import register_array_type
 
 _state: dict = {}
@@ -735,7 +736,7 @@ class Kernel:
         return event
 
 
-class Array:
+class Array(HasShape):
     """An array in device memory (what OpenCL-jitted functions return).  ``np.asarray(a)``
     copies it to the host; passing it back to a jitted function uses the buffer in place."""
 
@@ -773,14 +774,6 @@ class Array:
         elif self.runtime.unified:
             self.runtime.finish()
         return self._host
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __array__(self, dtype=None, copy=None):
         if self._host is not None:
