@@ -13,12 +13,13 @@ from functrace.backends.opencl import runtime as cl_runtime
 rt = cl_runtime.get_runtime()
 
 
-def device(units: int, latency: float):
-    return SimpleNamespace(is_cpu=True, device=SimpleNamespace(max_compute_units=units), _launch_seconds=latency)
+def device(units: int, wait: float, dispatch: float = 3e-6):
+    return SimpleNamespace(is_cpu=True, device=SimpleNamespace(max_compute_units=units),
+                           _launch_costs=placement.LaunchCosts(dispatch, wait))
 
 
-PTHREAD = device(2, 30e-6)   # PoCL's pthread device on 2 cores: a launch and wait ~30 us
-BASIC = device(1, 5e-6)      # a driver running kernels in the calling thread
+PTHREAD = device(2, 70e-6)   # PoCL's pthread device on 2 cores: a launch and wait 30-110 us
+BASIC = device(1, 2e-6)      # a driver running kernels in the calling thread
 
 
 def chain(x):
@@ -45,24 +46,36 @@ def test_transcendental_chain_of_100k_is_a_kernel_one_add_is_not():
     assert not placement.host_is_cheaper(PTHREAD, add(1_000_000), 1_000_000)    # enough work for two cores
 
 
-def test_the_device_latency_moves_the_crossover():
-    """An add crosses over at ~470K elements on the pthread device (with its margin for the hand-off
-    to worker threads); the chain on 10K elements is a kernel there, on the host with a 10x slower
-    launch; an in-thread driver keeps its element count (and batches the small steps)."""
-    def crossover(dev):
-        n = 1024
-        while placement.host_is_cheaper(dev, eqns_of(lambda x: x + 1.0, n), n):
-            n *= 2
-        return n
-    assert crossover(PTHREAD) == 524288 and crossover(BASIC) == placement.IN_THREAD_ELEMENTS
-    chain_10k = eqns_of(chain, 10_000)
-    assert not placement.host_is_cheaper(PTHREAD, chain_10k, 10_000)
-    assert placement.host_is_cheaper(device(2, 300e-6), chain_10k, 10_000)  # a slow launch
+def crossover(dev, f=lambda x: x + 1.0, after_kernel=False):
+    """The smallest power of two of elements at which ``f`` becomes a kernel."""
+    n = 1024
+    while placement.host_is_cheaper(dev, eqns_of(f, n), n, after_kernel):
+        n *= 2
+    return n
 
 
-def test_weights_rank_operations():
-    w = {name: placement.OP_WEIGHTS.get(name, 1) for name in ("add", "div", "exp", "tanh", "pow")}
-    assert w["add"] < w["div"] < w["exp"] == w["tanh"] < w["pow"]
+def test_the_device_wait_moves_the_crossover():
+    """An add becomes a kernel at ~1M elements on the pthread device after a host step (the
+    kernel's launch pays the wait), from MIN_KERNEL_ELEMENTS after a kernel (the host step would
+    wait for the queue instead); the chain on 30K elements is a kernel with a 10 us wait, on the host with a 70 us
+    one; an in-thread driver keeps its element count (and batches the small steps)."""
+    assert crossover(PTHREAD) == 1 << 20 and crossover(BASIC) == placement.IN_THREAD_ELEMENTS
+    assert crossover(PTHREAD, after_kernel=True) == placement.MIN_KERNEL_ELEMENTS
+    chain_30k = eqns_of(chain, 30_000)
+    assert placement.host_is_cheaper(PTHREAD, chain_30k, 30_000)
+    assert not placement.host_is_cheaper(device(2, 10e-6), chain_30k, 30_000)
+
+
+def test_host_and_kernel_costs_are_separate_per_operation_and_width():
+    """numpy's float32 tan is fast and PoCL's slow; tanh is the other way round on 100K elements;
+    float64 sin costs numpy 10x its float32 (a kernel at a tenth of the elements)."""
+    assert placement.host_is_cheaper(PTHREAD, eqns_of(fnp.tan, 100_000), 100_000)
+    chain_of = lambda op: (lambda x: op(op(op(x * 0.9) * 0.9) * 0.9))
+    assert not placement.host_is_cheaper(PTHREAD, eqns_of(chain_of(fnp.tanh), 300_000), 300_000)
+    assert placement.host_is_cheaper(PTHREAD, eqns_of(chain_of(fnp.tan), 300_000), 300_000)
+    f64 = lambda n: ft.make_jaxpr(chain_of(fnp.sin))(np.zeros(n, np.float64)).jaxpr.eqns
+    assert not placement.host_is_cheaper(PTHREAD, f64(30_000), 30_000)
+    assert placement.host_is_cheaper(PTHREAD, eqns_of(chain_of(fnp.sin), 30_000), 30_000)
 
 
 def test_the_element_option_replaces_the_estimate(monkeypatch):
@@ -76,30 +89,30 @@ def test_the_element_option_replaces_the_estimate(monkeypatch):
 @pytest.mark.skipif(rt is None or not rt.is_cpu, reason="needs an OpenCL CPU device")
 def test_the_planner_fuses_the_chain_and_leaves_one_add_on_the_host(monkeypatch):
     """Through ``jit``: the chain on 100K float32 is one kernel, no host step; a lone add on 20K
-    elements (beside a big kernel, so the program is not small) runs on the host, with the
-    estimate in the report."""
-    monkeypatch.setattr(rt, "_launch_seconds", 30e-6, raising=False)
+    elements beside it (so the program is not small) runs on the host when it comes first, with
+    the estimate in the report, and as a kernel when it follows the chain's kernel."""
+    monkeypatch.setattr(rt, "_launch_costs", PTHREAD._launch_costs, raising=False)
     x = np.linspace(-2, 2, 100_000, dtype=np.float32)
     f = ft.jit(chain, backend="opencl")
     exe = f.lower(x).compile().executable
     assert exe.num_host_steps == 0 and exe.num_kernel_launches == 1
     np.testing.assert_allclose(np.asarray(f(x)), ft.jit(chain, backend="numpy")(x), rtol=2e-6, atol=2e-6)
     y = np.linspace(0, 1, 20_000, dtype=np.float32)
-    g = ft.jit(lambda x, y: (chain(x), y + 1.0), backend="opencl")
+    g = ft.jit(lambda x, y: (y + 1.0, chain(x)), backend="opencl")
     exe = g.lower(x, y).compile().executable
     assert exe.num_host_steps == 1 and "cheaper on the host: estimated" in exe.report()
-    np.testing.assert_allclose(np.asarray(g(x, y)[1]), y + 1.0)
+    np.testing.assert_allclose(np.asarray(g(x, y)[0]), y + 1.0)
+    after = ft.jit(lambda x, y: (chain(x), y + 1.0), backend="opencl")
+    assert after.lower(x, y).compile().executable.num_kernel_launches == 2
 
 
 @pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
-def test_launch_latency_is_measured_once_and_cached(monkeypatch, tmp_path):
-    monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
-    monkeypatch.setattr(rt, "_launch_seconds", None, raising=False)
-    seconds = placement.launch_seconds(rt)
-    assert 0 < seconds < 0.05
-    monkeypatch.setattr(rt, "_launch_seconds", None)
+def test_launch_costs_are_measured_once_per_process(monkeypatch):
+    monkeypatch.setattr(rt, "_launch_costs", None, raising=False)
+    costs = placement.launch_costs(rt)
+    assert 0 <= costs.dispatch < 0.01 and 0 < costs.dispatch + costs.wait < 0.05
     monkeypatch.setattr(placement, "_measure_launch", lambda rt: pytest.fail("measured again"))
-    assert placement.launch_seconds(rt) == seconds  # from the disk cache
+    assert placement.launch_costs(rt) is costs
 
 
 def _no_device_buffers(monkeypatch):

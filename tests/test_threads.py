@@ -77,10 +77,11 @@ def _inputs(device_put: bool) -> list:
 
 
 @pytest.mark.skipif(cl_runtime.get_runtime() is None, reason="no usable OpenCL device on this machine")
-def test_one_opencl_function_shared_by_eight_threads():
+def test_one_opencl_function_shared_by_eight_threads(monkeypatch):
     # one cl.Kernel per kernel, its arguments set then launched: interleaved threads launched with
     # each other's arguments (2-17 wrong results of 2400) or a freed buffer (PoCL aborted), and a
     # finish() in one thread let go of the inputs other threads' queued kernels still read
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 1024)  # (kernels, whatever the estimate)
     f = ft.jit(mixed_program, backend="opencl")
     assert f.lower(*_inputs(False)[0]).compile().num_kernel_launches > 0
     assert_same_in_every_thread(f, _inputs(True), calls=50)

@@ -20,7 +20,7 @@ from ...config import config
 from ...core import ClosedJaxpr
 from ...optimize import shape_size
 from .lowerings import Lowered, OnHost, device_inputs, register
-from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_seconds
+from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs
 
 
 def _compile(closed):
@@ -70,7 +70,7 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
     compiled) run no kernel (the driven loop would only add its per-iteration overhead to the same
     numpy work), or when numpy's estimated time for one iteration's equations is under
     ``WORKER_MARGIN`` times a driven iteration's (its launches and ``copies`` row copies, at least
-    one, each a launch's latency, plus the arithmetic shared by the compute units).
+    one, and a wait for the device, plus the arithmetic shared by the compute units).
     ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
     count for the body's largest value (as for any step)."""
     if rt is None or not rt.is_cpu:
@@ -88,7 +88,8 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
         return OnHost(f"{name} as one numpy loop: its body runs no kernel, so driving it from the host "
                       f"would only add per-iteration overhead")
     launches = max(1, sum(p.num_kernel_launches for p in programs) + copies)
-    driven = kernel_seconds(rt, eqns, elements) + (launches - 1) * launch_seconds(rt)
+    costs = launch_costs(rt)  # (the host waits for each iteration's kernels)
+    driven = kernel_seconds(rt, eqns, elements) + (launches - 1) * costs.dispatch + costs.wait
     host = host_seconds(eqns)
     if host < WORKER_MARGIN * driven:
         return OnHost(f"{name} as one numpy loop: an iteration is estimated at {host * 1e6:.0f} us in numpy "

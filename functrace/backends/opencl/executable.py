@@ -515,7 +515,8 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
                 steps = [HostStep(item, lowered.reason)]
             elif lowered is None:
                 steps = [HostStep(item, _dtype_reason(rt, [item]))]
-            elif item.primitive.name in _DATA_MOVES and (why := host_reason(rt, [item], _touched(item))):
+            elif item.primitive.name in _DATA_MOVES and (why := host_reason(rt, [item], _touched(item),
+                                                                               _after_kernel(plan))):
                 steps = [HostStep(item, why)]
             else:
                 steps = _lowered_steps(plan, item, lowered)
@@ -538,6 +539,14 @@ def _touched(eqn) -> int:
     if eqn.primitive.name == "attention":  # lse (..., N, T) times the S keys of k (..., S, N, H)
         return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
     return elements_touched(eqn)
+
+
+def _after_kernel(plan: Plan) -> bool:
+    """Does the program's last step so far launch a kernel (a matmul only once decided for one)?"""
+    last = plan.steps[-1] if plan.steps else None
+    if isinstance(last, LoweredStep):
+        return last.lowered.extra.get("impl", "opencl") == "opencl"
+    return isinstance(last, (KernelStep, ReduceStep))
 
 
 def _lowered_steps(plan: Plan, eqn, lowered) -> list:
@@ -585,7 +594,7 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
         source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
     else:
         source = lambda: reduction_kernel(name, item, g, accesses, chunks, vec)[0]
-    if chunks > 1 and (why := host_reason(rt, eqns, shape_size(x.aval.shape))):  # two launches: not batched
+    if chunks > 1 and (why := host_reason(rt, eqns, shape_size(x.aval.shape), _after_kernel(plan))):  # two launches: not batched
         return [HostStep(e, why) for e in eqns], False
     finish = None
     if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
@@ -631,7 +640,7 @@ def _kernel_steps(plan: Plan, rt, step, source: Callable[[], str], elements: int
     worth a launch of its own on a CPU device, held back for ``_batch_small_steps`` -- or, on a
     driver that does not batch small steps, host steps at once (the kernel source, a third of the
     compile time of a deep chain of small steps, is then never generated)."""
-    why = host_reason(rt, step.eqns, elements)
+    why = host_reason(rt, step.eqns, elements, _after_kernel(plan))
     if why is None:
         step.name = plan.add_kernel(step.name, source())
     elif _batch_min_eqns(rt) == float("inf"):
@@ -826,12 +835,12 @@ class HostExecutable:
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
 
     def __call__(self, *args):
-        on_device = [a for a in args if isinstance(a, Array)]
-        if on_device:  # their host memory, after one wait for the queue (host arguments: no wait)
-            arrays = iter(self.rt.host_views(*on_device))
-            args = [next(arrays) if isinstance(a, Array) else a for a in args]
+        if any(type(a) is Array for a in args):  # their host memory, after one wait for the queue
+            self.rt.finish()  # (host arguments: no wait)
+            args = [(a._host if a._host is not None else a.host_view()) if type(a) is Array else a for a in args]
         if self._threads is None:
-            return [Array.from_host(self.rt, o) for o in self._exe(*args)]
+            rt = self.rt
+            return [Array.from_host(rt, o) for o in self._exe(*args)]
         threads = self._threads.pick()
         blas_threads().use(threads)
         start = time.perf_counter()

@@ -1,52 +1,76 @@
 """Host step or kernel: a cost estimate for a step on a CPU device (issue 15).
 
 On a driver handing kernels to worker threads (PoCL's ``pthread``, the default), a step (a fused
-elementwise group, a reduction with the group it absorbs, a layout copy) runs as a kernel
-unless numpy on the host is estimated cheaper (the kernel's estimate times ``WORKER_MARGIN``):
+elementwise group, a reduction with the group it absorbs, a layout copy, a hand-written lowering)
+runs as a kernel unless numpy on the host is estimated cheaper (the kernel's estimate times
+``WORKER_MARGIN``):
 
-* host: per equation ``HOST_STEP_SECONDS`` (numpy's call) plus ``elements x (1 + weight) x
-  NS_PER_WEIGHT`` (one pass over memory per equation, then its arithmetic);
-* kernel: the device's launch latency (a launch and a wait, :func:`launch_seconds`, measured
-  once per device and thread budget and kept in the disk cache) plus the arithmetic of the whole
-  fused group over the step's elements, shared by the device's compute units.
+* host: per equation ``HOST_STEP_SECONDS`` (numpy's call) plus its elements times numpy's cost
+  per element of that operation (``OP_COSTS``);
+* kernel: a dispatch, plus the arithmetic of the whole fused group (``OP_COSTS``' kernel column)
+  shared by the device's compute units;
+* a wait for the device (a worker waking, the queue draining: :func:`launch_costs`, measured once
+  per process) is charged to whichever side breaks a run: a kernel after a host step (someone
+  waits for it), or a host step after a kernel (it waits for the queue).  Kernels enqueued
+  back to back cost 2-6 us each on PoCL 3.1; one launch and its wait 30-110 us.
 
-Weights are per element, relative to an add: a transcendental costs about eight adds in numpy's
-SIMD loops and in PoCL's vector code alike (``OP_WEIGHTS``).  Calibrated on a 2-core Skylake
-(PoCL 3.1 ``pthread``, launch + wait ~30 us): a 14-operation chain of 7 transcendentals on 100K
-float32 is estimated at 0.97 ms on the host (measured 1.0-1.35 ms) and 0.41 ms as one kernel
-(measured 0.33 ms), so it runs as a kernel, where the element count alone (under 131072) had
-put it on the host; one add crosses over at ~470K elements with ``WORKER_MARGIN`` (the element
-rule: 131072).
+Costs are per element and per operation, separately for numpy and for kernels, float32 and
+float64: the two differ by up to 40x either way (numpy's float32 ``tan`` is 20x faster than
+PoCL's, its ``erf`` 35x slower), so one weight for both sides misplaced steps.  Calibrated on a
+2-core Skylake (numpy 2.4, PoCL 3.1 ``pthread``): issue 15's 14-operation chain is estimated at
+61 us on the host and 79 us as one kernel on 10K float32 (measured 46 and 117 us: host), and at
+0.45 ms and 0.18 ms on 100K (measured 0.34 and 0.15-0.19 ms: kernel).
 ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
 count (tests pin placements with it); a driver running kernels in the calling thread keeps the
 element count ``IN_THREAD_ELEMENTS``.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import time
+from typing import NamedTuple
 
 from ...config import config
 from ...optimize import shape_size
 
-HOST_STEP_SECONDS = 3e-6  # numpy's cost of one call on a small array, inside a host segment
-NS_PER_WEIGHT = 0.12      # per element and unit of weight (an add's arithmetic, or a pass over memory)
+HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside a host segment
 
-_CHEAP = 1
-OP_WEIGHTS = {
-    **dict.fromkeys(("div", "sqrt", "rsqrt", "integer_pow"), 2),
-    "rms_norm": 4,  # (a hand-written kernel) squares, a row mean, rsqrt, two products
-    "attention": 16,  # (per logit) two products of head size, exp, max, sum, a division
-    **dict.fromkeys(("rem", "floor_div"), 4),
-    **dict.fromkeys(("exp", "log", "expm1", "log1p", "logistic", "tanh", "sin", "cos", "erf"), 8),
-    **dict.fromkeys(("tan", "pow", "atan2"), 16),
+# ns per element: (host float32, host float64, kernel float32, kernel float64).  Host: numpy's
+# ufunc on in-cache data, as a host step runs it; kernel: one compute unit's arithmetic inside a
+# fused kernel.  Measured with ``python benchmarks/calibrate_placement.py`` (numpy 2.4, PoCL 3.1
+# pthread, Skylake-AVX512); rms_norm per element, attention per logit (queries x keys per head,
+# head size 32) from timing the two backends on them.  Unlisted: ``CHEAP_COSTS``.
+OP_COSTS = {
+    "div": (0.21, 0.59, 0.18, 0.67),
+    "select": (4.9, 6.3, 0.04, 0.03),  # numpy's where on an unpredictable mask (a sorted one: 0.7)
+    "sqrt": (0.23, 0.93, 0.22, 0.95),
+    "rsqrt": (0.59, 2.07, 0.46, 1.69),
+    "integer_pow": (1.13, 2.85, 0.04, 0.02),
+    "exp": (0.46, 0.62, 0.27, 0.97),
+    "log": (0.40, 0.84, 0.38, 1.83),
+    "log1p": (0.49, 1.15, 0.49, 1.88),
+    "expm1": (0.26, 1.08, 1.29, 3.39),
+    "tanh": (0.38, 1.50, 0.50, 2.59),
+    "logistic": (1.02, 2.39, 0.36, 1.18),
+    "sin": (0.56, 5.71, 0.28, 3.93),
+    "cos": (1.04, 5.09, 0.35, 4.00),
+    "tan": (0.47, 1.36, 20.3, 4.21),
+    "erf": (87.2, 87.3, 2.45, 7.08),
+    "pow": (1.08, 4.93, 10.3, 143.0),
+    "atan2": (0.84, 2.48, 1.07, 3.10),
+    "rem": (11.8, 11.4, 2.17, 18.4),
+    "floor_div": (16.9, 17.1, 2.56, 20.8),
+    "rms_norm": (1.2, 2.4, 1.0, 2.0),
+    "attention": (4.5, 9.0, 2.9, 5.8),
 }
+CHEAP_COSTS = (0.2, 0.3, 0.05, 0.1)  # adds, products, compares, converts, reductions, copies
 
 
-def weight(eqn) -> int:
-    """Relative cost per element of one equation (an add is 1)."""
-    return OP_WEIGHTS.get(eqn.primitive.name, _CHEAP)
+def op_costs(eqn) -> tuple:
+    """``OP_COSTS``' row for this equation, its float64 columns when any operand is 8 bytes wide."""
+    wide = any(getattr(v.aval.dtype, "itemsize", 4) >= 8 for v in list(eqn.out_vars) + list(eqn.inputs)
+               if hasattr(v, "aval"))
+    costs = OP_COSTS.get(eqn.primitive.name, CHEAP_COSTS)
+    return (costs[1], costs[3]) if wide else (costs[0], costs[2])
 
 
 def elements_touched(eqn) -> int:
@@ -57,13 +81,14 @@ def elements_touched(eqn) -> int:
 
 def host_seconds(eqns) -> float:
     """Estimated time of these equations as numpy calls on the host."""
-    return sum(HOST_STEP_SECONDS + elements_touched(e) * (1 + weight(e)) * NS_PER_WEIGHT * 1e-9 for e in eqns)
+    return sum(HOST_STEP_SECONDS + elements_touched(e) * op_costs(e)[0] * 1e-9 for e in eqns)
 
 
 def kernel_seconds(rt, eqns, elements: int) -> float:
-    """Estimated time of one kernel over ``elements`` work-items doing all of ``eqns``."""
-    work = sum(weight(e) for e in eqns) * elements * NS_PER_WEIGHT * 1e-9
-    return launch_seconds(rt) + work / compute_units(rt)
+    """Estimated time of one kernel over ``elements`` work-items doing all of ``eqns``, enqueued
+    after another kernel (no wait: see ``launch_costs``)."""
+    work = sum(op_costs(e)[1] for e in eqns) * elements * 1e-9
+    return launch_costs(rt).dispatch + work / compute_units(rt)
 
 
 def compute_units(rt) -> int:
@@ -75,12 +100,11 @@ def compute_units(rt) -> int:
 # estimated this much cheaper than the host to launch.  Its launch waits for a worker to wake,
 # and for a core when other processes keep them busy, where numpy runs at once in this thread:
 # measured with 7 other processes busy on 2 cores, the MLP step's 65536-element three-operation
-# kernel took 4.7-9.2 ms (launch to finish, median of 30) against an estimate of 30 us.  Fewer
-# launches are the robust choice on a shared machine; on a quiet one those groups were measured
-# no faster as kernels either (2.46 vs 2.26-2.30 ms a step), and they stay on the host here (56
-# us estimated in numpy, 2 x 30 us as kernels), while the 14-operation chain on 100K elements
-# (0.97 ms vs 2 x 0.41 ms) still runs as one kernel.
-WORKER_MARGIN = 2.0
+# kernel took 4.7-9.2 ms (launch to finish, median of 30); that group stays on the host on any
+# estimate (44 us in numpy vs 6 us of arithmetic and a 65-130 us wait as a kernel).  2.0 (with
+# estimates that overrated numpy's transcendentals 2-3x) put issue 15's chain on 100K elements
+# on the host whenever the wait measured over ~125 us: 2.4x slower than its kernel.
+WORKER_MARGIN = 1.5
 
 
 # A driver running kernels in the calling thread (one compute unit, PoCL's ``basic``): steps
@@ -99,9 +123,11 @@ IN_THREAD_ELEMENTS = 4096
 MIN_KERNEL_ELEMENTS = 1024
 
 
-def host_reason(rt, eqns, elements: int) -> str | None:
+def host_reason(rt, eqns, elements: int, after_kernel: bool = False) -> str | None:
     """Why this step (``eqns`` fused over ``elements``) runs on the host -- the report's words --
-    or None when it is a kernel.  CPU devices only: elsewhere every step is a kernel."""
+    or None when it is a kernel.  ``after_kernel``: the step before it in the program launches a
+    kernel (the device's wait then falls on a host step, else on a kernel).  CPU devices only:
+    elsewhere every step is a kernel."""
     if rt is None or not rt.is_cpu:
         return None
     limit = config.opencl_host_step_elements
@@ -113,66 +139,67 @@ def host_reason(rt, eqns, elements: int) -> str | None:
     if elements < MIN_KERNEL_ELEMENTS:
         return f"fewer than {MIN_KERNEL_ELEMENTS} elements: a kernel's first-launch compile would cost more"
     host, kernel = host_seconds(eqns), kernel_seconds(rt, eqns, elements)
+    wait = launch_costs(rt).wait
+    host, kernel = (host + wait, kernel) if after_kernel else (host, kernel + wait)
     if host >= WORKER_MARGIN * kernel:
         return None
     return (f"cheaper on the host: estimated {host * 1e6:.0f} us in numpy vs {kernel * 1e6:.0f} us as a "
             f"kernel, which must win by {WORKER_MARGIN:g}x on a driver that hands kernels to worker threads")
 
 
-def host_is_cheaper(rt, eqns, elements: int) -> bool:
+def host_is_cheaper(rt, eqns, elements: int, after_kernel: bool = False) -> bool:
     """Should this step run on the host?  (``host_reason`` says why.)"""
-    return host_reason(rt, eqns, elements) is not None
+    return host_reason(rt, eqns, elements, after_kernel) is not None
 
 
-# ------------------------------------------------------------------------- launch latency
+# ------------------------------------------------------------------------- launch costs
+
+class LaunchCosts(NamedTuple):
+    """A CPU device's per-kernel costs beyond its arithmetic, in seconds."""
+    dispatch: float  # one more kernel enqueued behind others
+    wait: float      # a launch on an idle device and the wait for it, beyond a dispatch
+
 
 _LAUNCH_PROBE = "__kernel void ft_launch_probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
-_THREAD_VARIABLES = ("POCL_MAX_PTHREAD_COUNT", "POCL_DEVICES", "OMP_NUM_THREADS")
 
 
-def _latency_key(rt) -> str:
-    """Per device, driver thread settings and cores this process may use."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"launch-latency (median of 20)|{rt.fingerprint}|" + "|".join(os.environ.get(v, "") for v in _THREAD_VARIABLES) + f"|{cores}"
+def launch_costs(rt) -> LaunchCosts:
+    """``rt``'s launch costs, measured once per process (~25 ms, the probe's binary from the disk
+    cache): not kept on disk, as they move with the machine's load and state -- a value cached
+    under load (18 us) put a 10K-element chain on a quiet machine's device, where a launch and
+    wait took 65-110 us, 2.6x slower than numpy."""
+    cached = getattr(rt, "_launch_costs", None)
+    if cached is None:
+        cached = rt._launch_costs = _measure_launch(rt)
+    return cached
 
 
-def launch_seconds(rt) -> float:
-    """One launch of a tiny kernel and the wait for it on ``rt`` (the median of 20, after one
-    that compiles it: the fastest was 8 us on PoCL's pthread device where launches inside a
-    program cost 20-50 us): measured once per process, or read from the disk cache where an
-    earlier process with the same device and thread settings measured it (~50 ms on a fresh
-    cache)."""
-    cached = getattr(rt, "_launch_seconds", None)
-    if cached is not None:
-        return cached
-    from .runtime import cache_dir, read_entry, write_entry
-    key = _latency_key(rt)
-    path = os.path.join(cache_dir(), "launch-" + hashlib.sha256(key.encode()).hexdigest()[:16] + ".txt")
-    payload = read_entry(path, key)
-    try:
-        seconds = float(payload.decode()) if payload is not None else None
-    except ValueError:
-        seconds = None
-    if seconds is None:
-        seconds = _measure_launch(rt)
-        try:
-            write_entry(path, key, repr(seconds).encode())
-        except OSError:
-            pass  # a cache we cannot write only costs the measurement again
-    rt._launch_seconds = seconds
-    return seconds
+def _median(values: list) -> float:
+    return sorted(values)[len(values) // 2]
 
 
-def _measure_launch(rt) -> float:
+def _measure_launch(rt) -> LaunchCosts:
+    """Medians of one launch + wait (15 times) and of 21 back to back (5 times), each after 1 ms
+    of other work in this thread, as between the calls of a training loop: PoCL's workers spin a
+    while after a kernel, then sleep (one launch + wait measured 30-65 us right after others,
+    110 us after 1 ms, 166 us after 10 ms)."""
     import numpy as np
     kernel = rt.cl.Kernel(rt.program(_LAUNCH_PROBE), "ft_launch_probe")
     buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
                        hostbuf=np.zeros(64, np.float32))
     queue = rt.cl.CommandQueue(rt.context)
-    times = []
-    for _ in range(21):
-        t0 = time.perf_counter()
-        kernel(queue, (64,), None, buf)
+
+    def timed(launches: int) -> float:
+        pause = time.perf_counter() + 1e-3
+        while time.perf_counter() < pause:
+            pass
+        start = time.perf_counter()
+        for _ in range(launches):
+            kernel(queue, (64,), None, buf)
         queue.finish()
-        times.append(time.perf_counter() - t0)
-    return sorted(times[1:])[10]  # (the first compiles the work-group function)
+        return time.perf_counter() - start
+
+    timed(1)  # (compiles the work-group function)
+    one = _median([timed(1) for _ in range(15)])
+    dispatch = max(0.0, (_median([timed(21) for _ in range(5)]) - one) / 20)
+    return LaunchCosts(dispatch, max(0.0, one - dispatch))
