@@ -543,10 +543,7 @@ def _touched(eqn) -> int:
 
 def _after_kernel(plan: Plan) -> bool:
     """Does the program's last step so far launch a kernel (a matmul only once decided for one)?"""
-    last = plan.steps[-1] if plan.steps else None
-    if isinstance(last, LoweredStep):
-        return last.lowered.extra.get("impl", "opencl") == "opencl"
-    return isinstance(last, (KernelStep, ReduceStep))
+    return bool(plan.steps) and plan.steps[-1].launches > 0
 
 
 def _lowered_steps(plan: Plan, eqn, lowered) -> list:
@@ -793,18 +790,34 @@ PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
 #endif
 """
 
-def is_small(closed: ClosedJaxpr) -> bool:
-    """Is the whole program's work (elements produced by all its equations) so small that, on a
-    CPU device, launching kernels (2-8 us each on a driver running them in the calling thread,
-    20-50 us with a wait on PoCL's pthread device; see ``placement``) costs more than
-    running it on the host?"""
+def work_elements(closed: ClosedJaxpr) -> int | None:
+    """Elements produced by all the program's equations; None when it has sub-programs (loops may
+    run them many times)."""
     total = 0
     for eqn in closed.jaxpr.eqns:
         if eqn.params and any(isinstance(v, ClosedJaxpr) for v in eqn.params.values()):
-            return False  # sub-programs (loops) may run many times
+            return None
         for v in eqn.out_vars:
             total += shape_size(v.aval.shape)
-    return total < config.opencl_small_program_elements
+    return total
+
+
+def is_small(closed: ClosedJaxpr) -> bool:
+    """Is the whole program's work (``work_elements``) so small that, on a CPU device, launching
+    kernels (2-8 us each on a driver running them in the calling thread, 30-110 us with a wait on
+    PoCL's pthread device; see ``placement``) costs more than running it on the host?"""
+    work = work_elements(closed)
+    return work is not None and work < config.opencl_small_program_elements
+
+
+# A program with a kernel on a CPU device handing kernels to worker threads is timed both ways
+# (``HostTrial``) when its work is under this many elements: each step's placement is estimated
+# alone, and the device's wait moves with its state (a launch and wait measured 23-110 us between
+# processes), so a program near the estimate's crossover may be faster as one numpy program -- the
+# sampling forward (1x64 tokens) with its two attentions as kernels took 1.32 ms a call, as one
+# numpy program 0.95.  The bound keeps the trial's slower calls cheap (the five numpy calls of a
+# transformer step at 50M elements of work would cost ~0.3 s).
+TRIAL_ELEMENTS = 1 << 22
 
 
 class HostExecutable:
@@ -879,6 +892,8 @@ class HostTrial:
       waits for the kernels before it.  The sampling forward (1x64 tokens, d128) pinned to one
       core: 15 kernels between 15 BLAS products took 1.32 ms a call, the numpy program 1.01 ms.
       Once on the host, a matmul still undecided in auto mode stays on the BLAS;
+    * on a device handing kernels to worker threads, a program with a kernel and under
+      ``TRIAL_ELEMENTS`` of work, from its third call (placements not pinned, as above);
     * a program of host steps and matmuls some of which auto mode put on OpenCL (``_settle``):
       each matmul's choice weighs the product alone, while the program pays for a kernel with
       device buffers, a wait at each host step, and launches.  The MLP step (784-512-512-10,
@@ -1110,17 +1125,28 @@ class OpenCLExecutable:
                 restore_blas_threads()  # the user's own numpy keeps its thread count
             if not self._settled:
                 self._settle()
-            if (self._calls == 2 and self._on_host is None and self.rt.is_cpu and compute_units(self.rt) <= 1
-                    and config.opencl_host_step_elements is None):  # (else placements are pinned)
+            if self._calls == 2 and self._on_host is None and self._trial is None and (why := self._trial_reason()):
                 # (from the third call: the first two compiled kernels and warmed the pools up)
-                self._trial = HostTrial(self._host_executable(None), "a device running kernels in the calling "
-                                        "thread between host BLAS products")
+                self._trial = HostTrial(self._host_executable(None), why)
         if trial is not None:
             self.rt.finish()  # (timed to its results)
             self._record(trial, False, time.perf_counter() - start)
         if config.debug_nans:
             self._check_nans(args, outs)
         return outs
+
+    def _trial_reason(self) -> str | None:
+        """Why this program is timed as one numpy program from its third call (``HostTrial``), or
+        None: on a CPU device whose placements are not pinned, any program when kernels run in
+        the calling thread, else one with a kernel and under ``TRIAL_ELEMENTS`` of work."""
+        if not self.rt.is_cpu or config.opencl_host_step_elements is not None:
+            return None
+        if compute_units(self.rt) <= 1:
+            return "a device running kernels in the calling thread between host BLAS products"
+        work = work_elements(self.closed)
+        if work is None or work >= TRIAL_ELEMENTS or not any(s.launches for s in self.plan.steps):
+            return None
+        return f"kernels placed one step at a time, {work} elements of work"
 
     def _record(self, trial: "HostTrial", on_host: bool, seconds: float) -> None:
         """One timed call of the trial; at its end the faster way stays."""
