@@ -15,7 +15,8 @@ class Config:
                  # on CPU devices, programs with less work than this (elements) run on the host
                  "opencl_small_program_elements": 16384,
                  # ... and, inside larger programs, kernels over fewer elements than this (None: by
-                 # the device's launch latency, see backends/opencl/executable.host_step_elements)
+                 # a cost estimate, see backends/opencl/placement; a number also pins placements:
+                 # no timed trial against one numpy program)
                  "opencl_host_step_elements": None,
                  # a test mode: every device buffer sits between guard regions of canary bytes
                  # (NaN for floats), checked after each kernel launch (see backends/opencl/runtime)

@@ -1,5 +1,5 @@
 """Host step or kernel on a CPU device: the decisions of the cost estimate (``placement``), not
-timings.  A fake runtime fixes the device (compute units, launch latency)."""
+timings.  A fake runtime fixes the device (compute units, launch costs)."""
 from types import SimpleNamespace
 
 import numpy as np
