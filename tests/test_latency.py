@@ -8,6 +8,7 @@ import functrace as ft
 import functrace.numpy as fnp
 from functrace import nn, primitives
 from functrace.backends import numpy_backend
+from functrace.backends.opencl import runtime as cl_runtime
 from functrace.core import eval_jaxpr
 
 RNG = np.random.default_rng(15)
@@ -154,3 +155,41 @@ def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
     assert exe._trial is None and (exe._on_host is not None) == host_wins
     assert (exe.num_kernel_launches == 0) == host_wins
     assert ("measured faster as one numpy program" in exe.report()) == host_wins
+
+
+@pytest.mark.skipif(cl_runtime.get_runtime() is None or not cl_runtime.get_runtime().is_cpu,
+                    reason="needs an OpenCL CPU device")
+@pytest.mark.parametrize("host_wins", [False, True])
+def test_worker_device_program_with_kernels_is_tried_under_trial_elements(monkeypatch, host_wins):
+    """On a device handing kernels to worker threads, a program with a kernel and under
+    TRIAL_ELEMENTS of work is tried both ways from its third call and the winner stays; a larger
+    one, or one whose placements are pinned, is not tried."""
+    from functrace.backends.opencl import executable, placement
+    rt = cl_runtime.get_runtime()
+    monkeypatch.setattr(executable, "compute_units", lambda rt: 2)
+    monkeypatch.setattr(placement, "compute_units", lambda rt: 2)
+    monkeypatch.setattr(rt, "_launch_costs", placement.LaunchCosts(0.0, 0.0), raising=False)  # kernels
+    monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
+    x = RNG.standard_normal(50_000).astype(np.float32)
+    f = lambda x: fnp.tanh(fnp.sin(x) * 1.5) + fnp.exp(-x * x)
+    want = np.tanh(np.sin(x) * 1.5) + np.exp(-x * x)
+
+    def run(calls):
+        jitted = ft.jit(f, backend="opencl")
+        for _ in range(calls):
+            np.testing.assert_allclose(np.asarray(jitted(x)), want, rtol=1e-5, atol=1e-6)
+        return jitted.lower(x).compile().executable
+
+    exe = run(2 + 2 * executable.HostTrial.CALLS + 1)
+    assert exe._trial is None and (exe._on_host is not None) == host_wins
+    assert ("measured faster as one numpy program" in exe.report()) == host_wins
+    assert "kernels placed one step at a time" in exe._trial_reason()
+    monkeypatch.setattr(executable, "TRIAL_ELEMENTS", 100_000)  # the program's work is 6 x 50K elements
+    exe = run(3)
+    assert exe._trial_reason() is None and exe._trial is None and exe.num_kernel_launches == 1
+    monkeypatch.setattr(executable, "TRIAL_ELEMENTS", 1 << 22)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 1024)  # pinned
+    exe = run(3)
+    assert exe._trial_reason() is None and exe._trial is None
