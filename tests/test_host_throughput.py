@@ -108,12 +108,12 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
         return
     assert host._threads.counts == (cores, 1) and host._threads.current == cores
     clock = [0.0]
-    run = host._exe
+    run = host._exe.run_arrays
 
     def timed_run(*args):  # calls on all cores take 5 s of the fake clock, on one thread 1 s
         clock[0] += 5.0 if bt.blas_threads().current == cores else 1.0
         return run(*args)
-    monkeypatch.setattr(host, "_exe", timed_run)
+    monkeypatch.setattr(host._exe, "run_arrays", timed_run)
     monkeypatch.setattr(executable, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     want = np.tanh(x @ w) * 2 + 1
     for _ in range(8 + bt.ThreadChoice.TRIAL):
@@ -184,18 +184,18 @@ def test_attention_counts_as_a_product():
 
 @pytest.mark.parametrize("host_ms, device_ms, settles", [(1.0, 2.0, True), (2.0, 1.0, False)])
 def test_a_host_trial_keeps_the_faster_of_the_settled_host_program_and_the_device_path(host_ms, device_ms, settles):
-    """A program of host steps and matmuls, some of which auto mode put on OpenCL, alternates
-    its next calls between the device path and the host program, and keeps the lower median
-    (one lucky call of the slower way decides nothing)."""
+    """A program of host steps and matmuls, some of which auto mode put on OpenCL, times its
+    next calls on the device path, then as the host program, and keeps the lower median (one
+    lucky call of the slower way decides nothing)."""
     from functrace.backends.opencl import executable
     host = object()
     exe = types.SimpleNamespace(_trial=None, _on_host=None, _on_host_why="")
     exe._trial = trial = executable.HostTrial(host, "a test")
-    for k in range(executable.HostTrial.CALLS):
-        lucky = 0.1 if k == 0 else 1.0  # the slower way's one fast call
-        executable.OpenCLExecutable._record(exe, trial, False, device_ms * 1e-3 * (lucky if not settles else 1))
-        assert trial.host_next()
-        executable.OpenCLExecutable._record(exe, trial, True, host_ms * 1e-3 * (lucky if settles else 1))
+    for on_host, ms, slower in ((False, device_ms, not settles), (True, host_ms, settles)):
+        for k in range(executable.HostTrial.CALLS):
+            assert trial.host_next() == on_host
+            lucky = 0.1 if k == 0 and slower else 1.0  # the slower way's one fast call
+            executable.OpenCLExecutable._record(exe, trial, on_host, ms * 1e-3 * lucky)
     assert exe._trial is None and (exe._on_host is host) == settles
     assert ("median" in exe._on_host_why and "a test" in exe._on_host_why) == settles
 

@@ -120,17 +120,18 @@ def test_rms_norm_forward_matches_its_reference(shape, dtype):
     np.testing.assert_allclose(got, want, rtol={np.float16: 3e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype])
 
 
-def test_host_trial_alternates_and_keeps_the_faster():
-    """The trial's bookkeeping: device and host calls alternate (device first), five of each,
-    and the median call of each decides."""
+def test_host_trial_runs_each_way_in_a_block_and_keeps_the_faster():
+    """The trial's bookkeeping: five device calls, then five host calls, and the median call of
+    each decides."""
     from functrace.backends.opencl.executable import HostTrial
     trial = HostTrial(host=None, why="a test")
-    for device_s, host_s in [(5, 9), (4, 3.5), (6, 3), (4.2, 4), (9, 4.1)]:
+    for device_s in (5, 4, 6, 4.2, 9):
         assert not trial.done() and not trial.host_next()
         trial.times[False].append(device_s)
-        assert trial.host_next()
+    for host_s in (9, 3.5, 3, 4, 4.1):
+        assert not trial.done() and trial.host_next()
         trial.times[True].append(host_s)
-    assert trial.done() and trial.host_wins()  # medians: 4 < 5
+    assert trial.done() and not trial.host_next() and trial.host_wins()  # medians: 4 < 5
     trial.times[False][:] = [3.0, 3.0, 3.0, 5.0, 9.0]
     assert not trial.host_wins()  # 4 > 3
 

@@ -111,6 +111,10 @@ class NumpyExecutable:
     num_kernel_launches = 0
 
     def __call__(self, *args):
+        return [as_eager(r) for r in self.run_arrays(*args)]  # eager arrays: JAX's .at (eager.py)
+
+    def run_arrays(self, *args) -> list:
+        """The results as plain ndarrays, none sharing an argument's memory (see ``_owned``)."""
         if self._threads is None:
             results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
         else:
@@ -124,7 +128,7 @@ class NumpyExecutable:
             self._threads.record(threads, time.perf_counter() - start)
         for k in self._copied_outs:
             results[k] = np.array(results[k])
-        return [as_eager(r) for r in _owned(results, args)]  # eager arrays: JAX's .at (eager.py)
+        return _owned(results, args)
 
     def _run_checking_nans(self, args):
         """The slow path of ``debug_nans``: check every step's outputs."""

@@ -853,12 +853,12 @@ class HostExecutable:
             args = [(a._host if a._host is not None else a.host_view()) if type(a) is Array else a for a in args]
         if self._threads is None:
             rt = self.rt
-            return [Array.from_host(rt, o) for o in self._exe(*args)]
+            return [Array.from_host(rt, o) for o in self._exe.run_arrays(*args)]
         threads = self._threads.pick()
         blas_threads().use(threads)
         start = time.perf_counter()
         try:
-            outs = self._exe(*args)
+            outs = self._exe.run_arrays(*args)
         finally:
             restore_blas_threads()
         self._threads.record(threads, time.perf_counter() - start)
@@ -882,9 +882,12 @@ class HostExecutable:
 
 
 class HostTrial:
-    """Calls alternating between a program's device path and the same program as one numpy
-    program, each timed to its results, ``CALLS`` of each; then the way with the lower median
-    stays.  Two kinds of program start one (``why`` says which, for the report):
+    """``CALLS`` calls of a program's device path, then ``CALLS`` of the same program as one
+    numpy program, each timed to its results; then the way with the lower median stays.  In
+    blocks, not alternating: after a numpy call PoCL's worker threads have gone to sleep, and
+    waking them made the next kernel call pay 0.1-0.2 ms (issue 15's chain on 100K elements:
+    0.15 ms a call in a loop of kernel calls, ~0.4 alternating with numpy calls, which then won
+    at 0.37).  Two kinds of program start one (``why`` says which, for the report):
 
     * on a device that runs kernels in the calling thread (PoCL's ``basic``, one compute unit),
       any program from its third call, unless ``opencl_host_step_elements`` pins the placements:
@@ -908,7 +911,7 @@ class HostTrial:
         self.times: dict = {False: [], True: []}  # on the host? -> seconds of each call
 
     def host_next(self) -> bool:
-        return len(self.times[True]) < len(self.times[False])
+        return len(self.times[False]) >= self.CALLS > len(self.times[True])
 
     def done(self) -> bool:
         return min(len(t) for t in self.times.values()) >= self.CALLS
@@ -994,6 +997,7 @@ class OpenCLExecutable:
         self._on_host: HostExecutable | None = None
         self._on_host_why = ""
         self._trial: HostTrial | None = None
+        self._placements_pinned = config.opencl_host_step_elements is not None  # (when planned)
 
     @property
     def num_kernel_launches(self) -> int:
@@ -1139,7 +1143,7 @@ class OpenCLExecutable:
         """Why this program is timed as one numpy program from its third call (``HostTrial``), or
         None: on a CPU device whose placements are not pinned, any program when kernels run in
         the calling thread, else one with a kernel and under ``TRIAL_ELEMENTS`` of work."""
-        if not self.rt.is_cpu or config.opencl_host_step_elements is not None:
+        if not self.rt.is_cpu or self._placements_pinned:
             return None
         if compute_units(self.rt) <= 1:
             return "a device running kernels in the calling thread between host BLAS products"
