@@ -262,3 +262,16 @@ def test_fused_groups_stop_growing_at_max_group_eqns(monkeypatch):
     compiled = ft.jit(long_chain).lower(x).compile()
     assert compiled.num_host_steps == 0 and 6 <= compiled.num_kernel_launches <= 8  # 600 equations
     np.testing.assert_allclose(np.asarray(compiled(x)), ft.jit(long_chain, backend="numpy")(x), rtol=1e-5)
+
+
+@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="needs an OpenCL CPU device")
+def test_a_step_after_host_steps_pays_the_wait(monkeypatch):
+    """A small group after a host step is not 'after a kernel' (a host step launches nothing):
+    the MLP loss's 1280-element tail after its row max stays on the host (it became a chain of
+    kernels when host steps counted as launches)."""
+    monkeypatch.setattr(rt, "_launch_costs", PTHREAD._launch_costs, raising=False)
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
+    x = np.random.default_rng(3).standard_normal((128, 10)).astype(np.float32)
+    f = lambda x: fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)), axis=1)
+    exe = ft.jit(f, backend="opencl").lower(x).compile().executable
+    assert sum(s.launches for s in exe.plan.steps) == 0

@@ -169,6 +169,7 @@ class HostStep(Step):
 
     eqn: object
     reason: str  # why it runs on the host (for the report)
+    launches = 0
 
     reads = property(lambda self: [a for a in self.eqn.inputs if type(a) is not Literal])
     writes = property(lambda self: list(self.eqn.out_vars))
