@@ -134,6 +134,11 @@ def test_host_trial_runs_each_way_in_a_block_and_keeps_the_faster():
     assert trial.done() and not trial.host_next() and trial.host_wins()  # medians: 4 < 5
     trial.times[False][:] = [3.0, 3.0, 3.0, 5.0, 9.0]
     assert not trial.host_wins()  # 4 > 3
+    trial.times[False][:] = [4.5] * 5
+    assert trial.host_wins()  # 4 < 4.5
+    margin = HostTrial(None, "a margin", 1.2)
+    margin.times = {False: [4.5] * 5, True: [4.0] * 5}
+    assert not margin.host_wins()  # 4 x 1.2 > 4.5
 
 
 @pytest.mark.parametrize("host_wins", [False, True])
@@ -186,11 +191,12 @@ def test_worker_device_program_with_kernels_is_tried_under_trial_elements(monkey
     exe = run(2 + 2 * executable.HostTrial.CALLS + 1)
     assert exe._trial is None and (exe._on_host is not None) == host_wins
     assert ("measured faster as one numpy program" in exe.report()) == host_wins
-    assert "kernels placed one step at a time" in exe._trial_reason()
+    trial = exe._new_trial()
+    assert "kernels placed one step at a time" in trial.why and trial.margin == executable.TRIAL_MARGIN
     monkeypatch.setattr(executable, "TRIAL_ELEMENTS", 100_000)  # the program's work is 6 x 50K elements
     exe = run(3)
-    assert exe._trial_reason() is None and exe._trial is None and exe.num_kernel_launches == 1
+    assert exe._new_trial() is None and exe._trial is None and exe.num_kernel_launches == 1
     monkeypatch.setattr(executable, "TRIAL_ELEMENTS", 1 << 22)
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 1024)  # pinned
     exe = run(3)
-    assert exe._trial_reason() is None and exe._trial is None
+    assert exe._new_trial() is None and exe._trial is None

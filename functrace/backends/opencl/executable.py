@@ -817,8 +817,12 @@ def is_small(closed: ClosedJaxpr) -> bool:
 # processes), so a program near the estimate's crossover may be faster as one numpy program -- the
 # sampling forward (1x64 tokens) with its two attentions as kernels took 1.32 ms a call, as one
 # numpy program 0.95.  The bound keeps the trial's slower calls cheap (the five numpy calls of a
-# transformer step at 50M elements of work would cost ~0.3 s).
+# transformer step at 50M elements of work would cost ~0.3 s).  The numpy program must win by
+# ``TRIAL_MARGIN`` there: PoCL's kernel calls are bimodal early in a process (issue 15's chain on
+# 100K elements: 150-180 or 270-540 us a call, numpy 370-380), and five calls in a slow phase
+# (median 424 us) replaced a kernel that runs at 150-310 us once warm.
 TRIAL_ELEMENTS = 1 << 22
+TRIAL_MARGIN = 1.2
 
 
 class HostExecutable:
@@ -906,9 +910,10 @@ class HostTrial:
 
     CALLS = 5
 
-    def __init__(self, host: HostExecutable, why: str):
+    def __init__(self, host: HostExecutable, why: str, margin: float = 1.0):
         self.host = host
         self.why = why
+        self.margin = margin  # the host's median times this must be under the device path's
         self.times: dict = {False: [], True: []}  # on the host? -> seconds of each call
 
     def host_next(self) -> bool:
@@ -922,7 +927,7 @@ class HostTrial:
         return ts[len(ts) // 2]
 
     def host_wins(self) -> bool:
-        return self.median(True) < self.median(False)
+        return self.median(True) * self.margin < self.median(False)
 
 
 def runs_only_on_host(plan: Plan) -> bool:
@@ -1130,9 +1135,9 @@ class OpenCLExecutable:
                 restore_blas_threads()  # the user's own numpy keeps its thread count
             if not self._settled:
                 self._settle()
-            if self._calls == 2 and self._on_host is None and self._trial is None and (why := self._trial_reason()):
+            if self._calls == 2 and self._on_host is None and self._trial is None:
                 # (from the third call: the first two compiled kernels and warmed the pools up)
-                self._trial = HostTrial(self._host_executable(None), why)
+                self._trial = self._new_trial()
         if trial is not None:
             self.rt.finish()  # (timed to its results)
             self._record(trial, False, time.perf_counter() - start)
@@ -1140,18 +1145,21 @@ class OpenCLExecutable:
             self._check_nans(args, outs)
         return outs
 
-    def _trial_reason(self) -> str | None:
-        """Why this program is timed as one numpy program from its third call (``HostTrial``), or
-        None: on a CPU device whose placements are not pinned, any program when kernels run in
-        the calling thread, else one with a kernel and under ``TRIAL_ELEMENTS`` of work."""
+    def _new_trial(self) -> HostTrial | None:
+        """The trial of this program as one numpy program from its third call, or None: on a
+        CPU device whose placements are not pinned, any program when kernels run in the calling
+        thread, else one with a kernel and under ``TRIAL_ELEMENTS`` of work."""
         if not self.rt.is_cpu or self._placements_pinned:
             return None
         if compute_units(self.rt) <= 1:
-            return "a device running kernels in the calling thread between host BLAS products"
+            return HostTrial(self._host_executable(None), "a device running kernels in the calling thread "
+                                                          "between host BLAS products")
         work = work_elements(self.closed)
         if work is None or work >= TRIAL_ELEMENTS or not any(s.launches for s in self.plan.steps):
             return None
-        return f"kernels placed one step at a time, {work} elements of work"
+        return HostTrial(self._host_executable(None), f"kernels placed one step at a time, {work} elements "
+                                                      f"of work; the numpy program must win by {TRIAL_MARGIN:g}x",
+                         TRIAL_MARGIN)
 
     def _record(self, trial: "HostTrial", on_host: bool, seconds: float) -> None:
         """One timed call of the trial; at its end the faster way stays."""
