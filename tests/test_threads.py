@@ -155,10 +155,11 @@ def test_concurrent_first_calls_trace_and_compile_each_signature_once(backend, m
 
 
 @pytest.mark.skipif(cl_runtime.get_runtime() is None, reason="no usable OpenCL device on this machine")
-def test_launches_of_one_executable_never_interleave():
+def test_launches_of_one_executable_never_interleave(monkeypatch):
     """A kernel's arguments are set, then it is launched: two calls in between would launch with
     each other's buffers.  Here each launch yields the GIL between the two."""
     import time
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", 1024)  # (kernels, whatever the estimate)
     exe = ft.jit(mixed_program, backend="opencl").lower(*_inputs(False)[0]).compile().executable
     inside, most = [0], [0]
 
