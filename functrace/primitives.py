@@ -281,9 +281,17 @@ integer_pow_p = new_primitive("integer_pow")
 
 
 def _integer_pow_impl(x, *, y):
-    """x ** y; a square as one multiply (``np.power`` costs twice as much on small arrays)."""
-    if y == 2:
-        return np.multiply(x, x)
+    """x ** y; for 2 <= |y| <= 16 a chain of multiplies, as the OpenCL kernel computes it (in
+    float32 for float16, rounded once at the end): ``np.power`` took 3x the time of x * x * x
+    on 100K float32, and rounds differently."""
+    n = abs(y)
+    if 2 <= n <= 16:
+        x = np.asarray(x)
+        wide = x.astype(np.float32) if x.dtype == np.float16 else x
+        acc = np.asarray(np.multiply(wide, wide))  # (a 0-d operand: numpy returns a scalar)
+        for _ in range(n - 2):
+            np.multiply(acc, wide, out=acc)
+        return (acc if y > 0 else 1 / acc).astype(x.dtype, copy=False)
     return np.power(x, y, dtype=x.dtype) if y >= 0 else (1 / np.power(x, -y)).astype(x.dtype)
 
 
