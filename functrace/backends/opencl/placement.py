@@ -17,9 +17,11 @@ runs as a kernel unless numpy on the host is estimated cheaper (the kernel's est
 Costs are per element and per operation, separately for numpy and for kernels, float32 and
 float64: the two differ by up to 40x either way (numpy's float32 ``tan`` is 20x faster than
 PoCL's, its ``erf`` 35x slower), so one weight for both sides misplaced steps.  Calibrated on a
-2-core Skylake (numpy 2.4, PoCL 3.1 ``pthread``): issue 15's 14-operation chain is estimated at
-61 us on the host and 79 us as one kernel on 10K float32 (measured 46 and 117 us: host), and at
-0.45 ms and 0.18 ms on 100K (measured 0.34 and 0.15-0.19 ms: kernel).
+2-core Skylake (numpy 2.4, PoCL 3.1 ``pthread``), with a 65 us wait: issue 15's 14-operation
+chain is estimated at 68 us on the host and 80 us as one kernel on 10K float32 (measured 46 and
+105-117 us: host), and at 0.49 ms and 0.19 ms on 100K (measured 0.36 and 0.15-0.29 ms: kernel).
+A wait measured under ~35 us puts the 10K chain on the device; ``OpenCLExecutable``'s timed
+trial then brings such small programs back to numpy.
 ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
 count (tests pin placements with it); a driver running kernels in the calling thread keeps the
 element count ``IN_THREAD_ELEMENTS``.
