@@ -269,7 +269,7 @@ class Jitted:
     def _key(self, args: tuple, kwargs: dict):
         """(cache key: argument tree, leaf shapes/dtypes and static values; the dynamic leaves;
         the static positions and values; the argument tree) of a call."""
-        if kwargs or self.static_argnums or self.static_argnames:
+        if kwargs or self._has_statics:
             static_pos, statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         else:  # the common call: positional, nothing static
             static_pos, statics, dyn_args, dyn_kwargs = (), (), args, {}

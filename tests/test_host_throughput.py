@@ -21,7 +21,7 @@ def _donated(f, *args) -> list:
 
 
 def _no_donations(monkeypatch, f, *args) -> list:
-    monkeypatch.setattr(numpy_backend, "donations", lambda jaxpr, analysis: {})
+    monkeypatch.setattr(numpy_backend, "donations", lambda jaxpr, analysis, fresh: {})
     flat = ft.tree_util.tree_leaves(args)
     return NumpyExecutable(ft.jit(f, backend="numpy").lower(*args).jaxpr)(*flat)
 
@@ -83,7 +83,7 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
     """A program that settled on the host (every matmul on the host BLAS) picks its BLAS threads
     per call: one for small products only; else all cores until calls on them are slower than
     on one (a loaded machine), measured on whole calls."""
-    from functrace.backends.opencl import executable, get_runtime
+    from functrace.backends.opencl import get_runtime
     rt = get_runtime()
     if rt is None or not rt.is_cpu:
         pytest.skip("no OpenCL CPU device: programs do not settle on the host")
@@ -114,7 +114,7 @@ def test_a_settled_host_program_chooses_its_blas_threads_from_whole_calls(monkey
         clock[0] += 5.0 if bt.blas_threads().current == cores else 1.0
         return run(*args)
     monkeypatch.setattr(host._exe, "run_arrays", timed_run)
-    monkeypatch.setattr(executable, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(bt, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))  # (whole calls timed there)
     want = np.tanh(x @ w) * 2 + 1
     for _ in range(8 + bt.ThreadChoice.TRIAL):
         np.testing.assert_allclose(np.asarray(big(w, x)), want, rtol=1e-4, atol=1e-4)
@@ -170,7 +170,7 @@ def test_the_numpy_backend_chooses_blas_threads_for_programs_with_large_products
         clock[0] += 5.0 if bt.blas_threads().current == cores else 1.0
         return run(*args)
     monkeypatch.setattr(exe, "_run", timed_run)
-    monkeypatch.setattr(numpy_backend, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(bt, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))  # (whole calls timed there)
     for _ in range(8 + bt.ThreadChoice.TRIAL):
         np.testing.assert_allclose(exe(w, x)[0], np.tanh(x @ w), rtol=1e-4, atol=1e-5)
     assert exe._threads.current == 1 and bt.blas_threads().current == cores

@@ -10,6 +10,7 @@ measure (``ThreadChoice``), through threadpoolctl, and give the process's count 
 from __future__ import annotations
 
 import collections
+import time
 
 
 class _BlasThreads:
@@ -53,6 +54,20 @@ def restore_blas_threads() -> None:
 
 
 SERIAL_BLAS_MACS = 1 << 21  # products with fewer multiply-adds run on one BLAS thread
+
+
+def run_on_chosen_threads(choice, run, *args):
+    """``run(*args)`` with the host BLAS on the thread count ``choice`` (a ``ThreadChoice``) picks,
+    the call's time recorded for it, and the process's own count given back after."""
+    threads = choice.pick()
+    blas_threads().use(threads)
+    start = time.perf_counter()
+    try:
+        result = run(*args)
+    finally:
+        restore_blas_threads()
+    choice.record(threads, time.perf_counter() - start)
+    return result
 
 
 class ThreadChoice:

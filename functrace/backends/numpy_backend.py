@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..eager import as_eager
 from ..optimize import analyze
-from .blas_threads import SERIAL_BLAS_MACS, ThreadChoice, blas_threads, restore_blas_threads
+from .blas_threads import SERIAL_BLAS_MACS, ThreadChoice, blas_threads, run_on_chosen_threads
 
 
 class NumpyExecutable:
@@ -44,8 +44,9 @@ class NumpyExecutable:
             template[slot(v)] = c
         self.in_slots = [slot(v) for v in jaxpr.in_vars]
         steps = []
-        donated = donations(jaxpr, analysis)
-        in_place = in_place_operands(jaxpr, analysis)
+        fresh = _freshness(jaxpr)
+        donated = donations(jaxpr, analysis, fresh)
+        in_place = in_place_operands(jaxpr, analysis, fresh)
         for i, eqn in enumerate(jaxpr.eqns):
             ins = [slot(a) for a in eqn.inputs]
             outs = [slot(v) for v in eqn.out_vars]
@@ -115,22 +116,16 @@ class NumpyExecutable:
 
     def run_arrays(self, *args) -> list:
         """The results as plain ndarrays, none sharing an argument's memory (see ``_owned``)."""
+        run = self._run_checking_nans if config.debug_nans else self._run
         if self._threads is None:
-            results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
+            results = run(*args)
         else:
-            threads = self._threads.pick()
-            blas_threads().use(threads)
-            start = time.perf_counter()
-            try:
-                results = self._run_checking_nans(args) if config.debug_nans else self._run(*args)
-            finally:
-                restore_blas_threads()
-            self._threads.record(threads, time.perf_counter() - start)
+            results = run_on_chosen_threads(self._threads, run, *args)
         for k in self._copied_outs:
             results[k] = np.array(results[k])
         return _owned(results, args)
 
-    def _run_checking_nans(self, args):
+    def _run_checking_nans(self, *args):
         """The slow path of ``debug_nans``: check every step's outputs."""
         env = list(self.template)
         for s, a in zip(self.in_slots, args):
@@ -233,7 +228,7 @@ def _is_ufunc_step(eqn) -> bool:
             and not eqn.params and len(eqn.out_vars) == 1 and len(eqn.out_vars[0].aval.shape) > 0)
 
 
-def donations(jaxpr, analysis) -> dict:
+def donations(jaxpr, analysis, fresh: "_Freshness") -> dict:
     """{equation index: operand position} of elementwise equations that may write their result
     over a dying operand instead of a new array: the operand is an intermediate made by a ufunc
     step or a product (a new array of its own), every reader of it makes new arrays (no view of
@@ -242,8 +237,7 @@ def donations(jaxpr, analysis) -> dict:
     array per elementwise step cost the MLP step (784-512-512-10, batch 128) its allocation and
     the first touch of cold memory: ~6 us per 128x512 float32 add (20 -> 13 us), on every bias
     add, tanh and tanh derivative."""
-    made_fresh, other_readers = _freshness(jaxpr)
-    outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    made_fresh, other_readers, outs = fresh
     donated = {}
     for i, eqn in enumerate(jaxpr.eqns):
         if not _is_ufunc_step(eqn):
@@ -260,9 +254,14 @@ def donations(jaxpr, analysis) -> dict:
     return donated
 
 
-def _freshness(jaxpr) -> tuple:
-    """(values made as new arrays of their own by a ufunc step or a product, {value: indices of
-    the equations reading it that may keep a view of it or return it})."""
+class _Freshness(NamedTuple):
+    """Which values of a program an equation may write over (``donations``, ``in_place_operands``)."""
+    made_fresh: set  # values made as new arrays of their own by a ufunc step or a product
+    other_readers: dict  # value -> indices of the equations reading it that may keep a view or return it
+    outs: set  # the program's outputs
+
+
+def _freshness(jaxpr) -> _Freshness:
     made_fresh = set()
     other_readers: dict = {}
     for i, eqn in enumerate(jaxpr.eqns):
@@ -274,18 +273,17 @@ def _freshness(jaxpr) -> tuple:
                     other_readers[a].append(i)
         if fresh and len(eqn.out_vars) == 1 and len(eqn.out_vars[0].aval.shape) > 0:
             made_fresh.add(eqn.out_vars[0])
-    return made_fresh, other_readers
+    return _Freshness(made_fresh, other_readers, {a for a in jaxpr.outs if type(a) is not Literal})
 
 
-def in_place_operands(jaxpr, analysis) -> dict:
+def in_place_operands(jaxpr, analysis, fresh: _Freshness) -> dict:
     """{equation index: operand positions} of collectives that may reduce those operands in place
     (``reduces_in_place`` primitives, e.g. psum): operands made as new arrays by a ufunc step or a
     product, read once by this equation, their last use, by no other equation that could keep a
     view, not outputs.  A data-parallel step's gradients reach ``pmean`` this way: the 2-process MLP
     step (benchmarks/bench_distributed.py, numpy backend) spent 0.53-0.65 ms per step in Allreduce
     in place against 0.73-0.91 ms out of place, 4.74-4.78 vs 5.00 ms a step."""
-    made_fresh, other_readers = _freshness(jaxpr)
-    outs = {a for a in jaxpr.outs if type(a) is not Literal}
+    made_fresh, other_readers, outs = fresh
     found = {}
     for i, eqn in enumerate(jaxpr.eqns):
         if not getattr(eqn.primitive, "reduces_in_place", False):

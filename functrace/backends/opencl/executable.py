@@ -20,7 +20,7 @@ from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
-from ..blas_threads import ThreadChoice, blas_threads, restore_blas_threads
+from ..blas_threads import ThreadChoice, restore_blas_threads, run_on_chosen_threads
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -857,16 +857,9 @@ class HostExecutable:
             self.rt.finish()  # (host arguments: no wait)
             args = [(a._host if a._host is not None else a.host_view()) if type(a) is Array else a for a in args]
         if self._threads is None:
-            rt = self.rt
-            return [Array.from_host(rt, o) for o in self._exe.run_arrays(*args)]
-        threads = self._threads.pick()
-        blas_threads().use(threads)
-        start = time.perf_counter()
-        try:
             outs = self._exe.run_arrays(*args)
-        finally:
-            restore_blas_threads()
-        self._threads.record(threads, time.perf_counter() - start)
+        else:
+            outs = run_on_chosen_threads(self._threads, self._exe.run_arrays, *args)
         return [Array.from_host(self.rt, o) for o in outs]
 
     def as_text(self) -> str:
@@ -928,6 +921,14 @@ class HostTrial:
 
     def host_wins(self) -> bool:
         return self.median(True) * self.margin < self.median(False)
+
+
+def _matmul_state(step) -> dict | None:
+    """A matmul step's state (its implementation, ``impl``, decided now or by auto mode later;
+    its spec), or None for any other step."""
+    if isinstance(step, LoweredStep) and "impl" in step.lowered.extra:
+        return step.lowered.extra
+    return None
 
 
 def runs_only_on_host(plan: Plan) -> bool:
@@ -1082,11 +1083,10 @@ class OpenCLExecutable:
         for a background compile: the sampling forward at the defaults settled only after ~9 s,
         ~1,200 calls; and a kernel among host steps pays buffers and waits its product's own
         timing does not see, which HostTrial found losing for the MLP step.)"""
-        matmuls = [s.lowered.extra for s in self.plan.steps
-                   if isinstance(s, LoweredStep) and "impl" in s.lowered.extra]
-        host_or_matmul = lambda s: isinstance(s, HostSegment) or (isinstance(s, LoweredStep) and "impl" in s.lowered.extra)
-        around_host = (self.rt.is_cpu and all(host_or_matmul(s) for s in self.plan.steps)
-                       and any(isinstance(s, HostSegment) for s in self.plan.steps))
+        matmuls = self._matmuls()
+        host_and_matmuls = self.rt.is_cpu and all(isinstance(s, HostSegment) or _matmul_state(s) is not None
+                                                  for s in self.plan.steps)
+        around_host = host_and_matmuls and any(isinstance(s, HostSegment) for s in self.plan.steps)
         if any(m["impl"] is None for m in matmuls):
             if not around_host:
                 return  # a matmul still to be measured
@@ -1095,7 +1095,7 @@ class OpenCLExecutable:
             self._on_host_why = "every other step runs on the host: its products on the host BLAS, one numpy program"
             return
         self._settled = True
-        if not self.rt.is_cpu or not all(host_or_matmul(s) for s in self.plan.steps):
+        if not host_and_matmuls:
             return
         if all(m["impl"] == "blas" for m in matmuls):
             self._on_host = self._host_executable(self.plan)
@@ -1104,11 +1104,14 @@ class OpenCLExecutable:
             self._trial = HostTrial(self._host_executable(self.plan),
                                     "host steps and matmuls, some measured faster as kernels alone")
 
+    def _matmuls(self) -> list:
+        """The state (``lowered.extra``) of each of the program's matmul steps."""
+        return [m for m in map(_matmul_state, self.plan.steps) if m is not None]
+
     def _host_executable(self, host_plan: Plan | None) -> HostExecutable:
         """The program as one numpy program; its BLAS threads chosen per call from the size of
         its largest product (see ``HostExecutable``)."""
-        macs = max((s.lowered.extra["spec"].flops // 2 for s in self.plan.steps
-                    if isinstance(s, LoweredStep) and "impl" in s.lowered.extra), default=None)
+        macs = max((m["spec"].flops // 2 for m in self._matmuls()), default=None)
         return HostExecutable(self.closed, self.rt, host_plan=host_plan, blas_macs=macs)
 
     def __call__(self, *args):

@@ -59,6 +59,7 @@ from ..blas_threads import FixedThreads, ThreadChoice, blas_threads
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
+from .placement import compute_units
 
 TM = 8                      # rows per micro-tile (matmul.cl MM_TM)
 VW = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}   # vector width; TN = 2 * VW columns
@@ -370,7 +371,7 @@ class _Plan:
         # split further when that leaves too few work-items for the device's compute units.
         mcb, ncb = max(1, BLOCK_M // TM), max(1, BLOCK_N // tn)
         kc = s.K if s.K <= ONE_CHUNK_K else BLOCK_K
-        units = max(1, int(getattr(rt.device, "max_compute_units", 1) or 1)) if rt is not None else 1
+        units = compute_units(rt) if rt is not None else 1
         want = 4 * units
         while s.batch * _cdiv(mb, mcb) * _cdiv(nbk, ncb) < want and (mcb > 1 or ncb > 1):
             if ncb >= mcb and ncb > 1:
@@ -536,7 +537,7 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     best = min(counts, key=lambda n: min(t_blas[n]))
     plan.threads.current = best
     _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
-    in_thread = int(getattr(ctx.rt.device, "max_compute_units", 1) or 1) <= 1
+    in_thread = compute_units(ctx.rt) <= 1
     return "opencl" if min(t_cl) < (1.0 if in_thread else OPENCL_WINS_BELOW) * min(t_blas[best]) else "blas"
 
 

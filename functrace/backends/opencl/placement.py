@@ -28,6 +28,7 @@ element count ``IN_THREAD_ELEMENTS``.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import NamedTuple
 
@@ -176,10 +177,6 @@ def launch_costs(rt) -> LaunchCosts:
     return cached
 
 
-def _median(values: list) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _measure_launch(rt) -> LaunchCosts:
     """Medians of one launch + wait (15 times) and of 21 back to back (5 times), each after 1 ms
     of other work in this thread, as between the calls of a training loop: PoCL's workers spin a
@@ -202,6 +199,6 @@ def _measure_launch(rt) -> LaunchCosts:
         return time.perf_counter() - start
 
     timed(1)  # (compiles the work-group function)
-    one = _median([timed(1) for _ in range(15)])
-    dispatch = max(0.0, (_median([timed(21) for _ in range(5)]) - one) / 20)
+    one = statistics.median([timed(1) for _ in range(15)])
+    dispatch = max(0.0, (statistics.median([timed(21) for _ in range(5)]) - one) / 20)
     return LaunchCosts(dispatch, max(0.0, one - dispatch))

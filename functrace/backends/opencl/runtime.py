@@ -758,10 +758,7 @@ class Array(HasShape):
             value = np.asarray(value)
         if not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
-        arr = cls.__new__(cls)  # (the fields as __init__ sets them, without its conversions: a
-        arr.runtime, arr._buffer, arr._host = runtime, None, value  # small program's call wraps
-        arr.shape, arr.dtype = value.shape, value.dtype  # every result, ~1 us each through __init__)
-        return arr
+        return cls(runtime, None, value.shape, value.dtype, value)
 
     @property
     def buffer(self):
