@@ -20,8 +20,23 @@ from typing import Any, Callable, NamedTuple, Union
 import numpy as np
 
 from . import numpy as fnp
+from . import optim_losses as losses
 from .core import Tracer
 from .errors import user_frame_description
+from .optim_losses import (  # noqa: F401  (optax's losses, as optax.<name> and optax.losses.<name>)
+    cosine_distance,
+    cosine_similarity,
+    hinge_loss,
+    huber_loss,
+    kl_divergence,
+    l2_loss,
+    log_cosh,
+    safe_softmax_cross_entropy,
+    sigmoid_binary_cross_entropy,
+    softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels,
+    squared_error,
+)
 from .tree_util import tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
 
 Schedule = Callable[[Any], Any]
@@ -36,6 +51,7 @@ __all__ = [
     "sgd", "adam", "adamw", "rmsprop", "adagrad", "lion",
     "constant_schedule", "linear_schedule", "polynomial_schedule", "cosine_decay_schedule",
     "warmup_cosine_decay_schedule", "exponential_decay", "piecewise_constant_schedule", "join_schedules",
+    "losses", *losses.__all__,
 ]
 
 
@@ -461,3 +477,43 @@ def piecewise_constant_schedule(init_value: float, boundaries_and_scales: dict |
             value = fnp.where(count < boundary, value, value * s)
         return value
     return schedule
+
+
+# --------------------------------------------------------------------------- names optax has and functrace lacks
+
+_OPTAX_OPTIMIZERS = {
+    "adabelief", "adadelta", "adafactor", "adamax", "adamaxw", "adan", "amsgrad", "fromage", "lamb", "lars", "lbfgs",
+    "nadam", "nadamw", "noisy_sgd", "novograd", "optimistic_gradient_descent", "polyak_sgd", "radam", "rprop",
+    "sm3", "yogi", "sign_sgd", "muon", "schedule_free_adamw",
+}
+_OPTAX_LOSSES = {
+    "ctc_loss", "ctc_loss_with_forward_probs", "convex_kl_divergence", "generalized_kl_divergence",
+    "kl_divergence_with_log_targets", "multiclass_hinge_loss", "multiclass_perceptron_loss",
+    "multiclass_sparsemax_loss", "perceptron_loss", "poly_loss_cross_entropy", "sigmoid_focal_loss",
+    "smooth_labels", "sparsemax_loss", "ntxent", "triplet_margin_loss", "dice_loss", "ranking_softmax_loss",
+}
+
+
+def __getattr__(name: str):
+    """An optax name functrace.optim lacks raises AttributeError (so ``hasattr`` works) saying
+    what to use instead."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'functrace.optim' has no attribute {name!r}", name=name)
+    if name in _OPTAX_OPTIMIZERS:
+        hint = ("this optax optimizer is not provided: use sgd, adam, adamw, rmsprop, adagrad or lion, or compose "
+                "it with chain(...) from the scale_by_* transformations, add_decayed_weights and "
+                "scale_by_learning_rate, as optax does")
+    elif name in _OPTAX_LOSSES or name.endswith("_loss"):
+        hint = (f"this loss is not provided; the losses are {', '.join(losses.__all__)}; write others with "
+                "functrace.numpy and functrace.nn (they differentiate and jit like these)")
+    elif name.endswith("_schedule") or name.endswith("_schedules"):
+        hint = ("this schedule is not provided: build it with join_schedules([...], boundaries) from "
+                "constant_schedule, linear_schedule, polynomial_schedule, cosine_decay_schedule and "
+                "exponential_decay, or pass any function of the step count")
+    else:
+        import difflib
+        close = difflib.get_close_matches(name, __all__, n=3)
+        hint = ((f"did you mean {' or '.join(close)}? " if close else "")
+                + "functrace.optim follows optax but provides only the names in functrace.optim.__all__; a missing "
+                  "transformation is GradientTransformation(init, update) written with functrace.numpy")
+    raise AttributeError(f"module 'functrace.optim' has no attribute {name!r}: {hint}", name=name)
