@@ -3,11 +3,16 @@
 Compilation resolves every variable to a slot in a flat list and precomputes which slots
 die after each step, so a call is one tight loop and intermediates are freed at their
 last use.
+
+Products run on the host BLAS at the process's own thread count, which functrace never changes:
+OpenBLAS rounds differently at different counts (e.g. 1 and 2 threads with
+``OPENBLAS_CORETYPE=Haswell``), and the same inputs must give the same bits on every call and from
+every thread.  A user who wants fewer BLAS threads sets them (``OPENBLAS_NUM_THREADS``,
+threadpoolctl) for the whole process.
 """
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -16,7 +21,6 @@ from ..config import check_nans, config
 from ..core import ClosedJaxpr, Literal
 from ..eager import as_eager
 from ..optimize import analyze
-from .blas_threads import SERIAL_BLAS_MACS, ThreadChoice, blas_threads, run_on_chosen_threads
 
 
 class NumpyExecutable:
@@ -24,7 +28,7 @@ class NumpyExecutable:
 
     backend = "numpy"
 
-    def __init__(self, closed: ClosedJaxpr, choose_blas_threads: bool = True):
+    def __init__(self, closed: ClosedJaxpr):
         jaxpr = closed.jaxpr
         self.closed = closed
         analysis = analyze(closed)
@@ -72,10 +76,6 @@ class NumpyExecutable:
         self.template = template
         self.num_steps = len(steps)
         self._run = self._generate(slots, jaxpr, _paired_matrix_vector_products(jaxpr))
-        # a program with a product large enough to gain from BLAS threads chooses their count per
-        # call from its times (see blas_threads); others leave the process's count alone
-        macs = largest_product(jaxpr) if choose_blas_threads else 0
-        self._threads = ThreadChoice(macs) if macs >= SERIAL_BLAS_MACS and blas_threads().default > 1 else None
 
     def _generate(self, slots: dict, jaxpr, pairs: dict):
         """Python source for the whole program: one local variable per value, one call per
@@ -116,11 +116,7 @@ class NumpyExecutable:
 
     def run_arrays(self, *args) -> list:
         """The results as plain ndarrays, none sharing an argument's memory (see ``_owned``)."""
-        run = self._run_checking_nans if config.debug_nans else self._run
-        if self._threads is None:
-            results = run(*args)
-        else:
-            results = run_on_chosen_threads(self._threads, run, *args)
+        results = (self._run_checking_nans if config.debug_nans else self._run)(*args)
         for k in self._copied_outs:
             results[k] = np.array(results[k])
         return _owned(results, args)
@@ -196,25 +192,6 @@ def _two_matrix_vector_products(m, a, b, *, contracted: int):
     """The products of matrix ``m`` (contracted over axis ``contracted``) with vectors a and b."""
     rows = np.dot(np.stack((a, b)), m.T if contracted == 1 else m)
     return rows[0], rows[1]
-
-
-def largest_product(jaxpr) -> int:
-    """Multiply-adds of the program's largest BLAS product (``dot_general``, attention's score
-    and value products), 0 if it has none: what decides whether BLAS threads can pay."""
-    largest = 0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lc, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.inputs[0].aval.shape
-            macs = math.prod(eqn.out_vars[0].aval.shape) * math.prod(lhs[d] for d in lc)
-        elif name in ("attention", "attention_bwd"):
-            q, k = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape
-            macs = math.prod(q) * k[-3]  # (..., T, N, H) x S keys
-        else:
-            continue
-        largest = max(largest, macs)
-    return largest
 
 
 # primitives whose numpy implementation returns a new array (never a view of an operand, nor the

@@ -20,7 +20,6 @@ from ... import primitives as P
 from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, Literal
 from ...optimize import analyze, aval_nbytes, shape_size
-from ..blas_threads import ThreadChoice, restore_blas_threads, run_on_chosen_threads
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -811,15 +810,15 @@ def is_small(closed: ClosedJaxpr) -> bool:
     return work is not None and work < config.opencl_small_program_elements
 
 
-# A program with a kernel on a CPU device handing kernels to worker threads is timed both ways
-# (``HostTrial``) when its work is under this many elements: each step's placement is estimated
-# alone, and the device's wait moves with its state (a launch and wait measured 23-110 us between
-# processes), so a program near the estimate's crossover may be faster as one numpy program -- the
-# sampling forward (1x64 tokens) with its two attentions as kernels took 1.32 ms a call, as one
-# numpy program 0.95.  The bound keeps the trial's slower calls cheap (the five numpy calls of a
-# transformer step at 50M elements of work would cost ~0.3 s).  The numpy program must win by
-# ``TRIAL_MARGIN`` there: PoCL's kernel calls are bimodal early in a process (issue 15's chain on
-# 100K elements: 150-180 or 270-540 us a call, numpy 370-380), and five calls in a slow phase
+# A program with a kernel on a CPU device is timed both ways (``HostTrial``) at its first call when
+# its work is under this many elements: each step's placement is estimated alone, and the device's
+# wait moves with its state (a launch and wait measured 23-110 us between processes), so a program
+# near the estimate's crossover may be faster as one numpy program -- the sampling forward (1x64
+# tokens) with its two attentions as kernels took 1.32 ms a call, as one numpy program 0.95.  The
+# bound keeps the trial's extra runs cheap (the trial runs the program 2 + 2 x ``HostTrial.CALLS``
+# times inside its first call).  On a device handing kernels to worker threads the numpy program
+# must win by ``TRIAL_MARGIN``: PoCL's kernel calls are bimodal early in a process (issue 15's chain
+# on 100K elements: 150-180 or 270-540 us a call, numpy 370-380), and five calls in a slow phase
 # (median 424 us) replaced a kernel that runs at 150-310 us once warm.
 TRIAL_ELEMENTS = 1 << 22
 TRIAL_MARGIN = 1.2
@@ -835,19 +834,11 @@ class HostExecutable:
     backend = "opencl"
     num_kernel_launches = 0
 
-    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None, blas_macs: int | None = None):
+    def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None):
         from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
-        # ``blas_macs``, the multiply-adds of the program's largest product: its BLAS threads are
-        # chosen per call from the times of whole calls (``ThreadChoice``: one thread when every
-        # product is small, else the faster lately of all cores and one).  A whole call, not each
-        # product: a loaded machine slows every multi-threaded product of it.  Measured on the
-        # 784-512-512-10 MLP step with other processes busy (load 4 on 2 cores): all cores gave
-        # min 2.5-3.0 ms but median 7-148 ms (a thread waits for a time slice at each product),
-        # one thread min 3.6 and median 3.7-7.9 ms.  None: the process's count, untouched.
-        self._threads = None if blas_macs is None else ThreadChoice(blas_macs)
-        self._exe = NumpyExecutable(closed, choose_blas_threads=False)
+        self._exe = NumpyExecutable(closed)
         self.peak_bytes = analyze(closed).peak_bytes
         self.plan = host_plan  # the all-host plan this replaces (for the report), if any
         self.num_host_steps = sum(s.host_equations for s in host_plan.steps) if host_plan else 0
@@ -856,11 +847,7 @@ class HostExecutable:
         if any(type(a) is Array for a in args):  # their host memory, after one wait for the queue
             self.rt.finish()  # (host arguments: no wait)
             args = [(a._host if a._host is not None else a.host_view()) if type(a) is Array else a for a in args]
-        if self._threads is None:
-            outs = self._exe.run_arrays(*args)
-        else:
-            outs = run_on_chosen_threads(self._threads, self._exe.run_arrays, *args)
-        return [Array.from_host(self.rt, o) for o in outs]
+        return [Array.from_host(self.rt, o) for o in self._exe.run_arrays(*args)]
 
     def as_text(self) -> str:
         what = "a program with only host steps" if self.plan else "a small program"
@@ -880,26 +867,27 @@ class HostExecutable:
 
 
 class HostTrial:
-    """``CALLS`` calls of a program's device path, then ``CALLS`` of the same program as one
-    numpy program, each timed to its results; then the way with the lower median stays.  In
-    blocks, not alternating: after a numpy call PoCL's worker threads have gone to sleep, and
-    waking them made the next kernel call pay 0.1-0.2 ms (issue 15's chain on 100K elements:
-    0.15 ms a call in a loop of kernel calls, ~0.4 alternating with numpy calls, which then won
-    at 0.37).  Two kinds of program start one (``why`` says which, for the report):
+    """A program's device path against the same program as one numpy program, ``CALLS`` timed
+    runs each, inside the program's first call: the way with the lower median is the program's
+    for its life (its numerics with it: the two round differently in the last bits, and the same
+    inputs must give the same bits on every call).  In blocks, not alternating: after a numpy call
+    PoCL's worker threads have gone to sleep, and waking them made the next kernel call pay
+    0.1-0.2 ms (issue 15's chain on 100K elements: 0.15 ms a call in a loop of kernel calls, ~0.4
+    alternating with numpy calls, which then won at 0.37).  Three kinds of program have one
+    (``why`` says which, for the report), all under ``TRIAL_ELEMENTS`` of work, on a CPU device
+    whose placements are not pinned (``opencl_host_step_elements``):
 
     * on a device that runs kernels in the calling thread (PoCL's ``basic``, one compute unit),
-      any program from its third call, unless ``opencl_host_step_elements`` pins the placements:
-      kernels there win nothing from parallel workers, and every host step or host-BLAS product
-      waits for the kernels before it.  The sampling forward (1x64 tokens, d128) pinned to one
-      core: 15 kernels between 15 BLAS products took 1.32 ms a call, the numpy program 1.01 ms.
-      Once on the host, a matmul still undecided in auto mode stays on the BLAS;
-    * on a device handing kernels to worker threads, a program with a kernel and under
-      ``TRIAL_ELEMENTS`` of work, from its third call (placements not pinned, as above);
-    * a program of host steps and matmuls some of which auto mode put on OpenCL (``_settle``):
-      each matmul's choice weighs the product alone, while the program pays for a kernel with
-      device buffers, a wait at each host step, and launches.  The MLP step (784-512-512-10,
-      load ~3): 512x128 . 128x512 went to OpenCL (0.49 vs 0.63 ms), and the step took 3.1-4.2 ms
-      on the device path against 2.6 ms as one numpy program."""
+      any program: kernels there win nothing from parallel workers, and every host step or
+      host-BLAS product waits for the kernels before it.  The sampling forward (1x64 tokens, d128)
+      pinned to one core: 15 kernels between 15 BLAS products took 1.32 ms a call, the numpy
+      program 1.01 ms;
+    * on a device handing kernels to worker threads, a program with a kernel;
+    * a program of host steps and matmuls some of which auto mode measured faster as kernels
+      (``_settle``): each matmul's choice weighs the product alone, while the program pays for a
+      kernel with device buffers, a wait at each host step, and launches.  The MLP step
+      (784-512-512-10, load ~3): 512x128 . 128x512 went to OpenCL (0.49 vs 0.63 ms), and the step
+      took 3.1-4.2 ms on the device path against 2.6 ms as one numpy program."""
 
     CALLS = 5
 
@@ -908,12 +896,6 @@ class HostTrial:
         self.why = why
         self.margin = margin  # the host's median times this must be under the device path's
         self.times: dict = {False: [], True: []}  # on the host? -> seconds of each call
-
-    def host_next(self) -> bool:
-        return len(self.times[False]) >= self.CALLS > len(self.times[True])
-
-    def done(self) -> bool:
-        return min(len(t) for t in self.times.values()) >= self.CALLS
 
     def median(self, on_host: bool) -> float:
         ts = sorted(self.times[on_host])
@@ -998,12 +980,12 @@ class OpenCLExecutable:
         self._lock = threading.Lock()
         self.num_host_steps = sum(s.host_equations for s in self.plan.steps)
         self._host_read_inputs = self._inputs_only_host_steps_read()
-        # once every matmul has been measured: the whole program as one numpy program, if no
-        # step launches a kernel or if it measures faster so (see _settle)
+        # decided at the first call, for the program's life: the whole program as one numpy
+        # program, if no step launches a kernel or if it measures faster so (see _settle)
         self._settled = False
+        self._settle_lock = threading.Lock()
         self._on_host: HostExecutable | None = None
         self._on_host_why = ""
-        self._trial: HostTrial | None = None
         self._placements_pinned = config.opencl_host_step_elements is not None  # (when planned)
 
     @property
@@ -1069,62 +1051,83 @@ class OpenCLExecutable:
 
     # ------------------------------------------------------------------ running
 
-    def _settle(self) -> None:
-        """After a call: when auto mode has decided every matmul (``impl`` set), a program whose
-        steps are then all host steps and host-BLAS matmuls runs from now on as one numpy program
+    def _settle(self) -> HostTrial | None:
+        """At the first call, how the program runs for its life (so its numerics never change):
+        a program whose steps are all host steps and host-BLAS matmuls runs as one numpy program
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
-        backend 1.18).  Its BLAS threads: see ``HostExecutable`` (one thread when every product is
-        too small to gain from more, ``SERIAL_BLAS_MACS``, as the device path's choice).  When
-        some of those matmuls chose OpenCL, the next calls compare the two (``HostTrial``).
-        Products not yet measured, among steps that all run on the host, stay on the BLAS: the
-        program settles after its first call, and no kernel is built for them.  (It ran the
-        device path with host BLAS until the measurement, ~9% slower, and the measurement waits
-        for a background compile: the sampling forward at the defaults settled only after ~9 s,
-        ~1,200 calls; and a kernel among host steps pays buffers and waits its product's own
-        timing does not see, which HostTrial found losing for the MLP step.)"""
+        backend 1.18) -- unless it has no host step and a product auto mode has still to measure
+        (the device path measures it for programs compiled later, see ``matmul``).  Returns the
+        trial to run before the first result (``HostTrial``), if any: when some of those matmuls
+        were measured faster as kernels, or as ``_new_trial`` says."""
         matmuls = self._matmuls()
         host_and_matmuls = self.rt.is_cpu and all(isinstance(s, HostSegment) or _matmul_state(s) is not None
                                                   for s in self.plan.steps)
-        around_host = host_and_matmuls and any(isinstance(s, HostSegment) for s in self.plan.steps)
-        if any(m["impl"] is None for m in matmuls):
-            if not around_host:
-                return  # a matmul still to be measured
-            self._settled = True
-            self._on_host = self._host_executable(self.plan)
-            self._on_host_why = "every other step runs on the host: its products on the host BLAS, one numpy program"
-            return
-        self._settled = True
-        if not host_and_matmuls:
-            return
-        if all(m["impl"] == "blas" for m in matmuls):
-            self._on_host = self._host_executable(self.plan)
-            self._on_host_why = "every matmul on the host BLAS (each line below says why): run as one numpy program"
-        elif all(m["impl"] == "blas" or m.get("auto") for m in matmuls):  # (not a kernel the user forced)
-            self._trial = HostTrial(self._host_executable(self.plan),
-                                    "host steps and matmuls, some measured faster as kernels alone")
+        if host_and_matmuls and all(m["impl"] == "blas" for m in matmuls):
+            around_host = any(isinstance(s, HostSegment) for s in self.plan.steps)
+            if around_host or not any(m["undecided"] for m in matmuls):
+                self._on_host = HostExecutable(self.closed, self.rt, host_plan=self.plan)
+                self._on_host_why = ("every matmul on the host BLAS (each line below says why): run as one "
+                                     "numpy program")
+                return None
+        if (host_and_matmuls and any(m["impl"] == "opencl" for m in matmuls) and self._within_trial_bound()
+                and all(m["impl"] == "blas" or m.get("auto") for m in matmuls)):  # (not a kernel the user forced)
+            return HostTrial(HostExecutable(self.closed, self.rt, host_plan=self.plan),
+                             "host steps and matmuls, some measured faster as kernels alone")
+        return self._new_trial()
 
     def _matmuls(self) -> list:
         """The state (``lowered.extra``) of each of the program's matmul steps."""
         return [m for m in map(_matmul_state, self.plan.steps) if m is not None]
 
-    def _host_executable(self, host_plan: Plan | None) -> HostExecutable:
-        """The program as one numpy program; its BLAS threads chosen per call from the size of
-        its largest product (see ``HostExecutable``)."""
-        macs = max((m["spec"].flops // 2 for m in self._matmuls()), default=None)
-        return HostExecutable(self.closed, self.rt, host_plan=host_plan, blas_macs=macs)
+    def _within_trial_bound(self) -> bool:
+        work = work_elements(self.closed)
+        return work is not None and work < TRIAL_ELEMENTS
 
     def __call__(self, *args):
         """Run the program; any number of threads may call at once (see ``_lock``)."""
+        if not self._settled:
+            outs = self._first_call(args)
+            if outs is not None:
+                return outs
         if self._on_host is not None:
             return self._on_host(*args)
-        trial = self._trial
-        if trial is not None and trial.host_next():
-            start = time.perf_counter()
-            outs = trial.host(*args)
-            self._record(trial, True, time.perf_counter() - start)
+        return self._device_call(args)
+
+    def _first_call(self, args) -> list | None:
+        """Settle how the program runs (``_settle``), running its trial if it has one: then the
+        winner's results of the trial's last run, else None (the caller runs the program)."""
+        with self._settle_lock:
+            if self._settled:  # (another thread's first call settled it meanwhile)
+                return None
+            trial = self._settle()
+            outs = None if trial is None else self._run_trial(trial, args)
+            self._settled = True
             return outs
-        start = time.perf_counter()
+
+    def _run_trial(self, trial: HostTrial, args) -> list:
+        """Two device-path calls (their kernels compile, the pools fill), then ``CALLS`` timed
+        calls each way in blocks; the faster way stays (see ``HostTrial``)."""
+        for _ in range(2):
+            outs = self._device_call(args)
+        for on_host in (False, True):
+            for _ in range(trial.CALLS):
+                start = time.perf_counter()
+                if on_host:
+                    host_outs = trial.host(*args)
+                else:
+                    outs = self._device_call(args)
+                    self.rt.finish()  # (timed to its results)
+                trial.times[on_host].append(time.perf_counter() - start)
+        if not trial.host_wins():
+            return outs
+        self._on_host = trial.host
+        self._on_host_why = (f"measured faster as one numpy program: median {trial.median(True) * 1e6:.0f} "
+                             f"vs {trial.median(False) * 1e6:.0f} us a call ({trial.why})")
+        return host_outs
+
+    def _device_call(self, args) -> list:
+        """One call on the device path: kernels, host steps and matmuls as planned."""
         env: dict = {}
         with self._lock:
             try:
@@ -1134,45 +1137,23 @@ class OpenCLExecutable:
                 # memory of env's arrays (on unified memory, numpy's), which must outlive them
                 self.rt.hold(self, env)
                 raise
-            finally:
-                restore_blas_threads()  # the user's own numpy keeps its thread count
-            if not self._settled:
-                self._settle()
-            if self._calls == 2 and self._on_host is None and self._trial is None:
-                # (from the third call: the first two compiled kernels and warmed the pools up)
-                self._trial = self._new_trial()
-        if trial is not None:
-            self.rt.finish()  # (timed to its results)
-            self._record(trial, False, time.perf_counter() - start)
         if config.debug_nans:
             self._check_nans(args, outs)
         return outs
 
     def _new_trial(self) -> HostTrial | None:
-        """The trial of this program as one numpy program from its third call, or None: on a
-        CPU device whose placements are not pinned, any program when kernels run in the calling
-        thread, else one with a kernel and under ``TRIAL_ELEMENTS`` of work."""
-        if not self.rt.is_cpu or self._placements_pinned:
+        """The trial of this program as one numpy program, or None: on a CPU device whose
+        placements are not pinned, a program under ``TRIAL_ELEMENTS`` of work: any program when
+        kernels run in the calling thread, else one with a kernel."""
+        if not self.rt.is_cpu or self._placements_pinned or not self._within_trial_bound():
             return None
+        host = HostExecutable(self.closed, self.rt)
         if compute_units(self.rt) <= 1:
-            return HostTrial(self._host_executable(None), "a device running kernels in the calling thread "
-                                                          "between host BLAS products")
-        work = work_elements(self.closed)
-        if work is None or work >= TRIAL_ELEMENTS or not any(s.launches for s in self.plan.steps):
+            return HostTrial(host, "a device running kernels in the calling thread between host BLAS products")
+        if not any(s.launches for s in self.plan.steps):
             return None
-        return HostTrial(self._host_executable(None), f"kernels placed one step at a time, {work} elements "
-                                                      f"of work; the numpy program must win by {TRIAL_MARGIN:g}x",
-                         TRIAL_MARGIN)
-
-    def _record(self, trial: "HostTrial", on_host: bool, seconds: float) -> None:
-        """One timed call of the trial; at its end the faster way stays."""
-        trial.times[on_host].append(seconds)
-        if trial.done() and self._trial is trial:
-            self._trial = None
-            if trial.host_wins():
-                self._on_host = trial.host
-                self._on_host_why = (f"measured faster as one numpy program: median {trial.median(True) * 1e6:.0f} "
-                                     f"vs {trial.median(False) * 1e6:.0f} us a call ({trial.why})")
+        return HostTrial(host, f"kernels placed one step at a time, {work_elements(self.closed)} elements of "
+                               f"work; the numpy program must win by {TRIAL_MARGIN:g}x", TRIAL_MARGIN)
 
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""

@@ -11,20 +11,22 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
 
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
 * ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
-* ``auto`` (default): on a CPU device, a shape runs on the host BLAS until its
-  ``MEASURE_AT_RUN``-th run.  That run hands the build of the kernels it would launch, and one
-  launch of each (PoCL compiles a kernel's work-group function at its first launch), to the
-  background (:func:`_warm_up_elsewhere`: on PoCL a low-priority child process, which leaves
-  them in PoCL's disk cache); the first run after they are ready loads them (~0.1 s), times both
-  on the real operands (a few interleaved runs, ~30 ms) and keeps the faster.  The decision is
-  cached per shape and dtype in memory and on disk; the step's report label says which one runs.
+* ``auto`` (default): on a CPU device, each shape runs on whichever of the two an earlier
+  measurement found faster (kept per shape and dtype in memory and on disk).  A product that has
+  none runs on the host BLAS for the life of the program that met it undecided -- a program's
+  numerics are fixed by its first call, so the same inputs give the same bits on every call --
+  and from its ``MEASURE_AT_RUN``-th run, programs compiled later get a verdict: that run hands
+  the build of the kernels it would launch, and one launch of each (PoCL compiles a kernel's
+  work-group function at its first launch), to the background (:func:`_warm_up_elsewhere`: on
+  PoCL a low-priority child process, which leaves them in PoCL's disk cache); the first run after
+  they are ready loads them (~0.1 s), times both on the real operands (a few interleaved runs,
+  ~30 ms), keeps the faster as the shape's verdict and writes the program's own (BLAS) result.
   Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
   for the 784-512-512-10 MLP step).  On other devices always OpenCL.  Under MPI (more than one
   process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
-* the host BLAS runs on one thread for small products, else on whichever of all cores and one
-  ran faster lately (``ThreadChoice``; threadpoolctl sets the count, and gives the process's
-  own back after each call).
+* the host BLAS runs on the process's own thread count (never changed here: OpenBLAS rounds
+  differently at different counts).
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
@@ -55,7 +57,6 @@ import numpy as np
 from ... import distributed
 from ... import primitives as P
 from ...config import config
-from ..blas_threads import FixedThreads, ThreadChoice, blas_threads
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
@@ -340,7 +341,6 @@ class _Plan:
         self.spec = s
         self.bias = bias
         self.act = act
-        self.threads = None  # host BLAS: its ThreadChoice, made at the first call
         i32, i64 = np.int32, np.int64
         sfx = SFX[s.dtype]
         tn = 2 * VW[s.dtype]
@@ -444,7 +444,7 @@ class _Plan:
         """numpy's BLAS writing ``out`` (CPU devices): on unified memory in the arrays' own host
         memory, elsewhere in zero-copy mappings of the buffers."""
         if ctx.rt.unified:
-            self._blas(*ctx.rt.host_views(a, b, out, bias))
+            self._blas_product(*ctx.rt.host_views(a, b, out, bias))
             return
         cl, q = ctx.rt.cl, ctx.queue
         maps = []
@@ -455,23 +455,12 @@ class _Plan:
             return host
 
         try:
-            self._blas(view(a, cl.map_flags.READ), view(b, cl.map_flags.READ),
+            self._blas_product(view(a, cl.map_flags.READ), view(b, cl.map_flags.READ),
                        view(out, cl.map_flags.WRITE_INVALIDATE_REGION),
                        None if bias is None else view(bias, cl.map_flags.READ))
         finally:
             for host in reversed(maps):
                 host.base.release(q)
-
-    def _blas(self, A, B, C, bias) -> None:
-        """``C = act(op(A) . op(B) + bias)`` with numpy, on host arrays holding the operands' data,
-        the BLAS on as many threads as ``ThreadChoice`` says."""
-        if self.threads is None:
-            self.threads = ThreadChoice(self.spec.flops // 2)
-        threads = self.threads.pick()
-        blas_threads().use(threads)
-        t0 = time.perf_counter()
-        self._blas_product(A, B, C, bias)
-        self.threads.record(threads, time.perf_counter() - t0)
 
     def _blas_product(self, A, B, C, bias) -> None:
         s = self.spec
@@ -496,25 +485,20 @@ MEASURE_SECONDS = 0.03       # auto mode: about how long the interleaved timing 
 OPENCL_WINS_BELOW = 0.9      # auto mode: the kernels must take under this fraction of BLAS's time (_choose)
 
 
-# --------------------------------------------------------------------------- host BLAS threads
-
-
 def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     """Time the OpenCL kernels (built and launched once already: ``_kernels_ready``) and the host
-    BLAS (on each thread count ``ThreadChoice`` may give it; the faster becomes its choice) on
-    these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS`` (at most
-    5 each), and return OpenCL if it ran in under ``OPENCL_WINS_BELOW`` of BLAS's time.  The
-    margin: a decision is made once (and kept on disk), often on a busy machine, where the
-    interleaved times of a shape scatter by tens of percent; and BLAS keeps what a kernel loses:
-    a program whose products all run on BLAS settles on the host (no buffers, syncs or launches:
-    ``OpenCLExecutable._settle``), and BLAS chooses its threads per call as the load changes
-    while PoCL's workers cannot.  Measured: the MLP step (784-512-512-10) at load 4 decided
-    512x128 . 128x512 for OpenCL (0.682 vs 0.8 ms; quiet, BLAS is 0.31 ms), so the whole step
-    stayed on the device path.  It costs a few percent on shapes where the kernel is a little
-    faster (128x512x512: 0.668 ms OpenCL vs 0.692 ms BLAS, BLAS kept).  Not on a driver running
-    kernels in the calling thread (one compute unit, PoCL's ``basic``): one thread for both, no
-    settling (its small steps are batched kernels), and a kernel there saves the BLAS step's
-    wait and buffer maps (the pinned MLP step: ~0.1 ms slower with the margin)."""
+    BLAS on these operands, one run each then interleaved runs filling about ``MEASURE_SECONDS``
+    (at most 5 each), and return OpenCL if it ran in under ``OPENCL_WINS_BELOW`` of BLAS's time.
+    The margin: a decision is made once (and kept on disk), often on a busy machine, where the
+    interleaved times of a shape scatter by tens of percent; and a program whose products all run
+    on BLAS settles on the host (no buffers, syncs or launches: ``OpenCLExecutable._settle``).
+    Measured: the MLP step (784-512-512-10) at load 4 decided 512x128 . 128x512 for OpenCL (0.682
+    vs 0.8 ms; quiet, BLAS is 0.31 ms), so the whole step stayed on the device path.  It costs a
+    few percent on shapes where the kernel is a little faster (128x512x512: 0.668 ms OpenCL vs
+    0.692 ms BLAS, BLAS kept).  Not on a driver running kernels in the calling thread (one compute
+    unit, PoCL's ``basic``): no settling there (its small steps are batched kernels), and a kernel
+    saves the BLAS step's wait and buffer maps (the pinned MLP step: ~0.1 ms slower with the
+    margin).  ``out`` holds the BLAS result afterwards (the measuring program's own numerics)."""
     q = ctx.queue
 
     def timed(fn):
@@ -523,31 +507,15 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
         q.finish()
         return time.perf_counter() - t0
 
-    if plan.threads is None:
-        plan.threads = ThreadChoice(plan.spec.flops // 2)
-    counts = plan.threads.counts  # the BLAS on each thread count it may get: on a loaded machine
-    blas = {n: functools.partial(_blas_on, plan, n) for n in counts}  # one thread may win by far
-    first = [timed(plan.run_opencl)] + [timed(run) for run in blas.values()]
-    reps = max(1, min(5, int(MEASURE_SECONDS / sum(first))))
-    t_cl, t_blas = [], {n: [] for n in counts}
-    for _ in range(reps):  # interleaved, so a noisy moment hits both
+    first = timed(plan.run_opencl) + timed(plan.run_blas)
+    reps = max(1, min(5, int(MEASURE_SECONDS / first)))
+    t_cl, t_blas = [], []
+    for _ in range(reps):  # interleaved, so a noisy moment hits both; BLAS last: ``out`` is its result
         t_cl.append(timed(plan.run_opencl))
-        for n, run in blas.items():
-            t_blas[n].append(timed(run))
-    best = min(counts, key=lambda n: min(t_blas[n]))
-    plan.threads.current = best
-    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas[best]))
+        t_blas.append(timed(plan.run_blas))
+    _TIMINGS[_key(plan)] = (min(t_cl), min(t_blas))
     in_thread = compute_units(ctx.rt) <= 1
-    return "opencl" if min(t_cl) < (1.0 if in_thread else OPENCL_WINS_BELOW) * min(t_blas[best]) else "blas"
-
-
-def _blas_on(plan: _Plan, threads: int, ctx, a, b, out, bias) -> None:
-    """``plan.run_blas`` with the host BLAS on ``threads`` threads (for ``_choose``)."""
-    choice, plan.threads = plan.threads, FixedThreads(threads)
-    try:
-        plan.run_blas(ctx, a, b, out, bias)
-    finally:
-        plan.threads = choice
+    return "opencl" if min(t_cl) < (1.0 if in_thread else OPENCL_WINS_BELOW) * min(t_blas) else "blas"
 
 
 # the host BLAS's thread budget: decisions measured under another one do not hold
@@ -626,8 +594,9 @@ def _label(plan: _Plan, impl: str | None, how: str) -> str:
 def _how(plan: _Plan, impl: str | None, auto_cpu: bool) -> str:
     """Why this implementation runs, for the report label."""
     if impl is None:
-        return (f" until run {MEASURE_AT_RUN} of this shape, or the first after its OpenCL kernels are "
-                "built in the background, measures it against them")
+        return (f", undecided when compiled: kept for this program's numerics; run {MEASURE_AT_RUN} of the "
+                "shape, or the first after its OpenCL kernels are built in the background, measures it "
+                "against them for programs compiled later")
     if not auto_cpu:
         return ""
     t = _TIMINGS.get(_key(plan))
@@ -657,9 +626,11 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     # (benchmarks/bench_distributed.py, PoCL basic device): 4.8-11.7 ms a step in auto mode, both
     # processes at CPU/wall 0.5-1.0; 4.76-4.88 ms and 1.0 with matmul="blas".
     under_mpi = impl is None and m == "auto" and is_cpu and distributed.process_count() > 1
-    if under_mpi:
-        impl = "blas"
-    state = {"impl": impl}
+    # undecided: the host BLAS for this program's life, measured (below) for programs compiled later
+    state = {"impl": impl or "blas", "measure": impl is None and not under_mpi}
+    how = (", not measured under MPI (each process would measure on its own)" if under_mpi
+           else _how(plan, impl, m == "auto" and is_cpu))
+    impl = state["impl"]
     if impl == "opencl" and rt is not None:
         shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
     stub = (f"/* dot_general -> {', '.join(plan.kernel_names)}: launched from the shared matmul program "
@@ -667,28 +638,26 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
     lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl != "opencl" else plan.launches,
-                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu})
-    lowered.label = _label(plan, impl, ", not measured under MPI (each process would measure on its own)"
-                           if under_mpi else _how(plan, impl, m == "auto" and is_cpu))
+                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu,
+                                                    "undecided": state["measure"]})
+    lowered.label = _label(plan, impl, how)
 
-    def decide(ctx, a, b, out, bias_arr) -> bool:
-        """Auto mode, undecided shape: count the run; at ``MEASURE_AT_RUN`` measure (the
-        measurement writes ``out``: returns True).  The decision may come from another program."""
+    def measure(ctx, a, b, out, bias_arr) -> bool:
+        """Auto mode, a shape undecided when this program first ran it (so on the host BLAS for
+        the program's life): count the run; at ``MEASURE_AT_RUN`` measure it for programs
+        compiled later (the measurement leaves this program's BLAS result in ``out``: True)."""
         key = _key(plan)
-        measured = False
         with _DECIDING:
-            impl = _DECISIONS.get(key)
-            if impl is None:
-                _RUNS[key] = _RUNS.get(key, 0) + 1
-                if _RUNS[key] < MEASURE_AT_RUN or not _kernels_ready(plan, ctx.rt):
-                    return False
-                impl = _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
-                _save_decisions(ctx.rt)
-                measured = True
-        state["impl"] = lowered.extra["impl"] = impl
-        lowered.launches = (plan.launches if impl == "opencl" else 0) + lowered.extra.get("copy_launches", 0)
-        lowered.label = _label(plan, impl, _how(plan, impl, True))
-        return measured
+            if key in _DECISIONS:
+                state["measure"] = False  # decided (by another program): nothing left to do here
+                return False
+            _RUNS[key] = _RUNS.get(key, 0) + 1
+            if _RUNS[key] < MEASURE_AT_RUN or not _kernels_ready(plan, ctx.rt):
+                return False
+            _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
+            _save_decisions(ctx.rt)
+        state["measure"] = False
+        return True
 
     def run(ctx, inputs):
         a, b = inputs[0], inputs[1]
@@ -696,7 +665,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         out = ctx.alloc(lowered.extra.get("out_shape", plan.out_shape_flat), spec.dtype)
         if spec.batch * spec.M * spec.N == 0:
             return [out]
-        if state["impl"] is None and decide(ctx, a, b, out, bias_arr):
+        if state["measure"] and measure(ctx, a, b, out, bias_arr):
             return [out]
         (plan.run_opencl if state["impl"] == "opencl" else plan.run_blas)(ctx, a, b, out, bias_arr)
         return [out]
