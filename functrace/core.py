@@ -25,7 +25,8 @@ import numpy as np
 from .config import check_nans
 from .config import config as _config
 from .eager import as_eager
-from .errors import ConcretizationError, TracerArrayConversionError, UnexpectedTracerError, user_frame_description
+from .errors import (ConcretizationError, FunctraceError, TracerArrayConversionError, UnexpectedTracerError,
+                     user_frame_description)
 
 # --------------------------------------------------------------------------- avals
 
@@ -367,6 +368,16 @@ class Primitive:
     def __repr__(self) -> str:
         return self.name
 
+    def _raise_shape_rule_error(self, arrays: list, params: dict) -> None:
+        """After numpy rejected an eager call: raise what the shape rule says of it (a
+        ``ShapeError`` naming the user's function, as under ``jit``), if it says anything."""
+        if self.abstract_eval is None:
+            return
+        try:
+            self.abstract_eval(*map(get_aval, arrays), **params)
+        except FunctraceError as e:
+            raise e from None
+
     def bind(self, *args, **params):
         """Apply the primitive: eagerly on arrays, or through the innermost active transformation."""
         top = None
@@ -376,7 +387,12 @@ class Primitive:
                 if top is None or t.level > top.level:
                     top = t
         if top is None:
-            out = self.impl(*scalars_to_arrays(args), **params)
+            arrays = scalars_to_arrays(args)
+            try:
+                out = self.impl(*arrays, **params)
+            except ValueError:
+                self._raise_shape_rule_error(arrays, params)  # the error jit would give, if the rule has one
+                raise
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)

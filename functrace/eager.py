@@ -1,15 +1,17 @@
 """The eager array type: what ``functrace.numpy`` calls return outside any transformation.
 
 ``EagerArray`` is a subclass of ``numpy.ndarray`` that adds JAX's ``.at[...]`` functional
-updates (``X = fnp.zeros((T, n)); X = X.at[t].set(x)``) and nothing else.
+updates (``X = fnp.zeros((T, n)); X = X.at[t].set(x)``) and JAX's rules a JAX program relies on:
+immutability, clamped out-of-range reads, functrace's shape errors and ``Array(...)`` printing --
+one behaviour eagerly and under ``jit``.
 
 Why a numpy subclass rather than ``ft.Array`` (the OpenCL device array): eager results are
 computed by numpy on the host, and users (and functrace's own tests) hand them straight to numpy,
-scipy and matplotlib, compare them with ``np.testing``, pickle them and mutate them.  A subclass
+scipy and matplotlib, compare them with ``np.testing`` and pickle them.  A subclass
 keeps every one of those working unchanged (``isinstance(x, np.ndarray)`` holds, numpy functions
 and methods accept it, ``np.asarray(x)`` returns the plain ndarray without a copy, pickling
 round-trips), costs one ``view`` per eager call (no data copy), and still gives JAX code the
-``.at`` it calls.  ``ft.Array`` would move every eager result behind a device abstraction that
+``.at`` it calls.  ``np.asarray(x)`` is the way to a mutable numpy array.  ``ft.Array`` would move every eager result behind a device abstraction that
 numpy code cannot take without a conversion.  numpy ufuncs applied to an ``EagerArray`` return an
 ``EagerArray`` (numpy's subclass wrapping), so results stay updatable.
 """
@@ -18,8 +20,15 @@ from __future__ import annotations
 import numpy as np
 
 
+IMMUTABLE = ("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change one (eagerly or traced); "
+             "write x = x.at[i].set(v) instead")
+
+
 class EagerArray(np.ndarray):
-    """A numpy array with JAX's ``.at[...]`` (functional index updates); it prints as numpy's."""
+    """A numpy array with JAX's ``.at[...]`` (functional index updates) and JAX's rules where a
+    JAX program depends on them: immutable (``x[i] = v`` raises, ``x += 1`` makes a new array),
+    out-of-range reads clamp, shape errors are functrace's ``ShapeError`` as under ``jit``; it
+    prints as ``Array(...)``, as jitted results do."""
 
     @property
     def at(self):
@@ -29,18 +38,70 @@ class EagerArray(np.ndarray):
         return IndexUpdateHelper(self)
 
     def __getitem__(self, index):
-        """numpy's indexing; an index holding a traced value (``X[t]`` inside ``jit`` or ``scan``)
-        is ``functrace.numpy.getitem``, as a JAX array indexed by a tracer."""
+        """numpy's indexing; an index holding a traced value (``X[t]`` inside ``jit`` or ``scan``),
+        or one numpy rejects (an out-of-range integer, which JAX clamps when reading), is
+        ``functrace.numpy.getitem``, as for a JAX array."""
         if _holds_tracer(index):
             from .numpy import getitem
             return getitem(self, index)
-        return super().__getitem__(index)
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            from .numpy import getitem
+            return getitem(self, index)
+
+    def __setitem__(self, index, value):
+        raise TypeError(IMMUTABLE)
 
     def __repr__(self) -> str:
-        return repr(self.view(np.ndarray))
+        return array_repr(self.view(np.ndarray))
 
     def __str__(self) -> str:
         return str(self.view(np.ndarray))
+
+    def __format__(self, spec: str) -> str:
+        """As numpy scalars format (``f"{loss:.6f}"``) for a 0-d array, else as ``str``."""
+        if self.ndim == 0:
+            return format(self.view(np.ndarray)[()], spec)
+        return super().__format__(spec)
+
+
+def array_repr(value: np.ndarray) -> str:
+    """JAX's form for every functrace array: ``Array([1., 2.], dtype=float32)``."""
+    body = np.array2string(value, separator=", ", prefix="Array(")
+    return f"Array({body}, dtype={value.dtype.name})"
+
+
+def _out_of_place(name: str):
+    """``x += y`` on an immutable array: ``x = x + y`` (a new array, as JAX's)."""
+    operator = getattr(np.ndarray, name.replace("__i", "__", 1))
+    return lambda self, other: operator(self, other)
+
+
+def _shape_checked(name: str):
+    """numpy's binary operator; when numpy rejects the operands' shapes, functrace.numpy's
+    function runs instead to raise its ``ShapeError`` (the error ``jit`` gives)."""
+    operator = getattr(np.ndarray, name)
+    function = {"matmul": "matmul", "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+                "floordiv": "floor_divide", "mod": "mod", "pow": "power"}[name.strip("_").removeprefix("r")]
+    reflected = name.startswith("__r")
+
+    def method(self, other):
+        try:
+            return operator(self, other)
+        except ValueError:
+            from . import numpy as fnp
+            args = (other, self) if reflected else (self, other)
+            return getattr(fnp, function)(*args)
+    return method
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
+    setattr(EagerArray, f"__{_op}__", _shape_checked(f"__{_op}__"))
+    setattr(EagerArray, f"__r{_op}__", _shape_checked(f"__r{_op}__"))
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
+            "rshift"):
+    setattr(EagerArray, f"__i{_op}__", _out_of_place(f"__i{_op}__"))
 
 
 def _holds_tracer(index) -> bool:

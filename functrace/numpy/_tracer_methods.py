@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import primitives as _P
 from ..core import Tracer
+from ..eager import EagerArray
 from . import _base as fnp
 from ._indexing import IndexUpdateHelper
 from ._reductions import cumprod, ptp
@@ -72,12 +73,7 @@ for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
     setattr(Tracer, _name, _not_implemented("bit shifts", "multiply or floor-divide by powers of two"))
 
 
-def _setitem(self, index, value):
-    raise TypeError("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change a traced value; "
-                    "write x = x.at[i].set(v) instead")
-
-
-Tracer.__setitem__ = _setitem
+Tracer.__setitem__ = EagerArray.__setitem__  # the same TypeError eagerly and traced
 
 
 def _package():
