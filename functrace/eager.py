@@ -53,6 +53,13 @@ class EagerArray(np.ndarray):
     def __setitem__(self, index, value):
         raise TypeError(IMMUTABLE)
 
+    def __iter__(self):
+        """numpy iterates by indexing until an IndexError, which clamped reads never raise."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        item = np.ndarray.__getitem__
+        return (item(self, i) for i in range(len(self)))
+
     def __repr__(self) -> str:
         return array_repr(self.view(np.ndarray))
 

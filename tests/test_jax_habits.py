@@ -130,3 +130,14 @@ def test_jax_option_names():
         ft.config.update("debug_nans", previous)
     with pytest.raises(KeyError, match="unknown functrace option"):
         ft.config.update("jax_no_such_option", 1)
+
+
+def test_iteration_stops_at_the_end_although_reads_clamp():
+    """numpy iterates by indexing until an IndexError, which a clamped read never raises."""
+    assert [float(v) for v in fnp.arange(3.0)] == [0.0, 1.0, 2.0]
+    first, second = ft.random.split(ft.random.PRNGKey(0))
+    assert first.shape == second.shape == (2,)
+    rows = list(_device_result(np.ones((2, 3), np.float32)))
+    assert len(rows) == 2 and all(r.shape == (3,) for r in rows)
+    with pytest.raises(TypeError, match="0-d"):
+        iter(fnp.float32(1.0) * fnp.ones(()))
