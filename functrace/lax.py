@@ -633,12 +633,16 @@ shift_left, shift_right_logical, bitcast_convert_type = P.shift_left, P.shift_ri
 
 # numeric operations (lax_numeric.py); erf_inv from nn (nn does not import lax: no cycle)
 from .lax_numeric import (  # noqa: E402,F401  (re-exported)
+    Precision,
+    PrecisionLike,
     associative_scan,
     clamp,
     cummax,
     cummin,
     cumprod,
     cumsum,
+    dot,
+    dot_general,
     dynamic_index_in_dim,
     dynamic_slice,
     dynamic_slice_in_dim,
@@ -647,7 +651,9 @@ from .lax_numeric import (  # noqa: E402,F401  (re-exported)
     dynamic_update_slice_in_dim,
     erf,
     map,
+    padtype_to_pads,
     reduce_window,
+    reduce_window_shape_tuple,
     rsqrt,
     select,
     sort,
@@ -658,13 +664,55 @@ from .nn import erf_inv  # noqa: E402, F401
 from .scipy.special import digamma  # noqa: E402, F401
 from .scipy.special import gammaln as lgamma  # noqa: E402, F401  (log |Gamma|, as XLA's lgamma)
 
+# jax.lax names that functrace spells otherwise, or does not provide (the AttributeError says so)
+_LAX_HINTS = {
+    "mul": "fnp.multiply (or *)", "sub": "fnp.subtract (or -)", "div": "fnp.divide, or fnp.floor_divide for integers",
+    "neg": "fnp.negative (or unary -)", "pow": "fnp.power (or **)", "integer_pow": "x ** n (an int n)",
+    "logistic": "ft.nn.sigmoid", "convert_element_type": "fnp.asarray(x, dtype) or x.astype(dtype)",
+    "broadcast_in_dim": "fnp.expand_dims and fnp.broadcast_to", "broadcast": "fnp.broadcast_to",
+    "rev": "fnp.flip", "slice": "indexing (x[a:b:s])", "slice_in_dim": "indexing (x[a:b:s])",
+    "index_in_dim": "indexing (x[i])", "reduce": "fnp.sum / fnp.prod / fnp.max / fnp.min over axes",
+    "reduce_sum": "fnp.sum", "reduce_max": "fnp.max", "reduce_min": "fnp.min", "reduce_prod": "fnp.prod",
+    "stop_gradient": "ft.stop_gradient", "ne": "fnp.not_equal (or !=)", "eq": "fnp.equal (or ==)",
+    "lt": "fnp.less (or <)", "le": "fnp.less_equal (or <=)", "gt": "fnp.greater (or >)",
+    "ge": "fnp.greater_equal (or >=)", "full": "fnp.full", "full_like": "fnp.full_like", "iota": "fnp.arange",
+    "gather": "indexing (x[idx]) or fnp.take / fnp.take_along_axis",
+    "scatter": "x.at[idx].set(...)", "scatter_add": "x.at[idx].add(...)",
+    "ragged_dot": None, "conv_general_dilated_local": None, "conv_general_dilated_patches": None,
+    "reduce_precision": None, "rng_uniform": None, "rng_bit_generator": None,
+}
+
 
 def __getattr__(name: str):
     """``lax.add`` / ``lax.max`` / ``lax.min`` (e.g. for ``reduce_window``), looked up here so that
-    this module's own ``max`` / ``min`` stay Python's."""
+    this module's own ``max`` / ``min`` stay Python's; for a missing name, an AttributeError that
+    says what to use instead."""
     from . import numpy as fnp
     ops = {"add": fnp.add, "max": fnp.maximum, "min": fnp.minimum}
     if name in ops:
         return ops[name]
-    raise AttributeError(f"module 'functrace.lax' has no attribute {name!r}")
-from .convolution import conv, conv_general_dilated, conv_with_general_padding  # noqa: E402, F401
+    message = f"module 'functrace.lax' has no attribute {name!r}"
+    if not name.startswith("__"):
+        hint = _LAX_HINTS.get(name)
+        if hint is None and hasattr(fnp, name) and not name.startswith("_"):
+            hint = f"fnp.{name} (functrace.numpy)"
+        if hint is not None:
+            message += f": use {hint}"
+        elif name in _LAX_HINTS:
+            message += ": functrace does not provide it"
+    raise AttributeError(message)
+
+
+from .convolution import (  # noqa: E402, F401
+    ConvDimensionNumbers,
+    ConvGeneralDilatedDimensionNumbers,
+    conv,
+    conv_dimension_numbers,
+    conv_general_dilated,
+    conv_general_permutations,
+    conv_general_shape_tuple,
+    conv_shape_tuple,
+    conv_transpose,
+    conv_transpose_shape_tuple,
+    conv_with_general_padding,
+)

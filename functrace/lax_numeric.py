@@ -1,7 +1,13 @@
 """``ft.lax``'s numeric operations (re-exported by ``functrace/lax.py``): ``dynamic_slice`` and
 ``dynamic_update_slice`` (and their ``_in_dim`` forms), ``map``, ``select``, ``clamp``, ``rsqrt``,
 ``erf``, ``erf_inv``, ``sort``, ``top_k``, ``associative_scan``, ``cumsum`` / ``cumprod`` / ``cummax`` /
-``cummin`` and ``reduce_window`` (max / sum / average pooling).
+``cummin`` and ``reduce_window`` (max / sum / average pooling), ``dot`` / ``dot_general``, the
+``Precision`` enum, and the shape helpers JAX programs build layers with (``padtype_to_pads``,
+``reduce_window_shape_tuple``).
+
+``precision=`` and ``preferred_element_type=`` mean here what they mean in JAX, with one
+difference that ``Precision`` explains: functrace computes every product in its operands' dtype
+at full precision on every device, so a precision is checked and changes nothing.
 
 Start indices of the dynamic slices follow JAX: a negative start counts from the end (once), then
 it is clamped so that the slice lies inside the operand (``clip(start, 0, n - size)``), eagerly
@@ -10,9 +16,10 @@ and under ``jit`` alike.
 from __future__ import annotations
 
 import builtins
+import enum
 import math
 import operator
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
@@ -24,10 +31,10 @@ from .numpy._indexing import IndexUpdateRef
 from .scans import associative_scan, cumulative
 from .sorting import argsort_last
 
-__all__ = ["associative_scan", "clamp", "cummax", "cummin", "cumprod", "cumsum", "dynamic_index_in_dim",
-           "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim", "dynamic_update_slice",
-           "dynamic_update_slice_in_dim", "erf", "erf_inv", "map", "reduce_window", "rsqrt", "select", "sort",
-           "sort_key_val", "top_k"]
+__all__ = ["Precision", "PrecisionLike", "associative_scan", "clamp", "cummax", "cummin", "cumprod", "cumsum", "dot", "dot_general",
+           "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",
+           "dynamic_update_slice", "dynamic_update_slice_in_dim", "erf", "erf_inv", "map", "padtype_to_pads",
+           "reduce_window", "reduce_window_shape_tuple", "rsqrt", "select", "sort", "sort_key_val", "top_k"]
 
 
 def _clamped_start(start, n: int, size: int):
@@ -291,16 +298,7 @@ def reduce_window(operand, init_value, computation, window_dimensions: Sequence,
     if len(dims) != x.ndim or len(strides) != x.ndim:
         raise ValueError(f"reduce_window: one window size and stride per axis of {x.shape}")
     if isinstance(padding, str):
-        if padding.upper() == "VALID":
-            pads = [(0, 0)] * x.ndim
-        elif padding.upper() == "SAME":
-            pads = []
-            for n, w, s in zip(x.shape, dims, strides):
-                out = -(-n // s)
-                total = builtins.max(0, (out - 1) * s + w - n)
-                pads.append((total // 2, total - total // 2))
-        else:
-            raise ValueError(f"reduce_window: padding must be 'VALID', 'SAME' or pairs, got {padding!r}")
+        pads = padtype_to_pads(x.shape, dims, strides, padding)
     else:
         pads = [tuple(p) for p in padding]
     init = fnp.asarray(init_value, x.dtype)
@@ -314,3 +312,188 @@ def reduce_window(operand, init_value, computation, window_dimensions: Sequence,
         acc = piece if acc is None else combine(acc, piece)
     return combine(acc, init) if acc is not None else fnp.broadcast_to(init, tuple(out_shape))
 
+
+
+# --------------------------------------------------------------------------- shape helpers
+
+
+def padtype_to_pads(in_shape: Sequence[int], window_shape: Sequence[int], window_strides: Sequence[int],
+                    padding: str) -> list[tuple[int, int]]:
+    """(low, high) pads per axis for 'SAME', 'SAME_LOWER' or 'VALID' padding, as ``jax.lax.padtype_to_pads``."""
+    mode = padding.upper() if isinstance(padding, str) else padding
+    if mode == "VALID":
+        return [(0, 0)] * len(in_shape)
+    if mode not in ("SAME", "SAME_LOWER"):
+        raise RuntimeError(f"padtype_to_pads: unrecognized padding type {padding!r}: expected 'VALID', 'SAME' or "
+                           f"'SAME_LOWER'")
+    pads = []
+    for size, window, stride in zip(in_shape, window_shape, window_strides):
+        size, window, stride = int(size), int(window), int(stride)
+        total = builtins.max((-(-size // stride) - 1) * stride + window - size, 0)  # SAME: ceil(size / stride) outputs
+        low = total // 2 if mode == "SAME" else total - total // 2  # the odd one at the end / at the start
+        pads.append((low, total - low))
+    return pads
+
+
+def _dilated_sizes(sizes: Sequence[int], dilation: Sequence[int] | None) -> tuple:
+    if dilation is None:
+        return tuple(int(s) for s in sizes)
+    return tuple(0 if s == 0 else 1 + int(d) * (int(s) - 1) for s, d in zip(sizes, dilation))
+
+
+def reduce_window_shape_tuple(operand_shape: Sequence[int], window_dimensions: Sequence[int],
+                              window_strides: Sequence[int], padding: Sequence[tuple[int, int]],
+                              base_dilation: Sequence[int] | None = None,
+                              window_dilation: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The shape ``reduce_window`` returns, given explicit (low, high) pads, as JAX's."""
+    sizes = _dilated_sizes(operand_shape, base_dilation)
+    windows = _dilated_sizes(window_dimensions, window_dilation)
+    padded = [n + int(lo) + int(hi) for n, (lo, hi) in zip(sizes, padding)]
+    return tuple(builtins.max(0, (n - w) // int(s) + 1) for n, w, s in zip(padded, windows, window_strides))
+
+
+# --------------------------------------------------------------------------- precision, dot, dot_general
+
+
+class Precision(enum.Enum):
+    """``lax.Precision`` as JAX's: ``DEFAULT``, ``HIGH``, ``HIGHEST``, also made from JAX's names
+    ("default" / "fastest" / "bfloat16", "high" / "bfloat16_3x" / "tensorfloat32", "highest" /
+    "float32").
+
+    In JAX it trades float32 accuracy for speed on TPUs and GPUs (bfloat16 passes, tensorfloat32),
+    so numerics are per device there.  functrace has no such setting: every product and convolution
+    computes in its operands' dtype at full precision, with the same numbers on every device (its
+    performance choices never change numerics), so a precision given to ``dot`` / ``matmul`` /
+    ``einsum`` / ``conv_general_dilated`` and their kin is checked and changes nothing."""
+
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+    @classmethod
+    def _missing_(cls, value: object) -> "Precision | None":
+        return _PRECISION_NAMES.get(value) if isinstance(value, str) or value is None else None
+
+    def __repr__(self) -> str:
+        return f"Precision.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_PRECISION_NAMES = {None: Precision.DEFAULT, "default": Precision.DEFAULT, "fastest": Precision.DEFAULT,
+                    "bfloat16": Precision.DEFAULT, "high": Precision.HIGH, "bfloat16_3x": Precision.HIGH,
+                    "tensorfloat32": Precision.HIGH, "highest": Precision.HIGHEST, "float32": Precision.HIGHEST}
+
+
+# what ``precision=`` takes: a Precision or its name, or a (lhs, rhs) pair of them
+PrecisionLike = Union[Precision, str, tuple, None]
+
+
+def _one_precision(value, fname: str) -> Precision:
+    if isinstance(value, Precision):
+        return value
+    if isinstance(value, str):
+        if value in _PRECISION_NAMES:
+            return _PRECISION_NAMES[value]
+        names = ", ".join(repr(n) for n in _PRECISION_NAMES if n is not None)
+        raise ValueError(f"{fname}: unknown precision {value!r}: use None, a ft.lax.Precision or one of {names} "
+                         f"{user_frame_description()}")
+    raise TypeError(f"{fname}: precision must be None, a ft.lax.Precision, a string or a pair of them, got "
+                    f"{value!r} {user_frame_description()}")
+
+
+def canonicalize_precision(precision: PrecisionLike, fname: str = "precision") -> tuple[Precision, Precision] | None:
+    """JAX's ``precision=`` argument checked and as a (lhs, rhs) pair (None stays None)."""
+    if precision is None:
+        return None
+    if isinstance(precision, (tuple, list)):
+        if len(precision) != 2:
+            raise TypeError(f"{fname}: a precision pair needs two entries (lhs, rhs), got {precision!r} "
+                            f"{user_frame_description()}")
+        return _one_precision(precision[0], fname), _one_precision(precision[1], fname)
+    p = _one_precision(precision, fname)
+    return p, p
+
+
+def preferred_dtypes(fname: str, dtype: Any, preferred_element_type: Any) -> tuple[np.dtype | None, np.dtype | None]:
+    """(the dtype operands of ``dtype`` convert to, the dtype the result is cast to) for a product's
+    ``preferred_element_type`` (None: no change).  A dtype that holds the operands' values (a wider
+    one, or integers to floats) converts the operands, so the products accumulate in it, as in JAX;
+    another (narrower, floats to integers) casts the result, which is what JAX returns then."""
+    if preferred_element_type is None:
+        return None, None
+    dtype = np.dtype(dtype)
+    try:
+        want = np.dtype(preferred_element_type)
+    except TypeError:
+        raise TypeError(f"{fname}: preferred_element_type {preferred_element_type!r} is not a dtype "
+                        f"{user_frame_description()}") from None
+    if want.kind not in "biufc":
+        raise TypeError(f"{fname}: preferred_element_type must be a numeric dtype, got {want} "
+                        f"{user_frame_description()}")
+    if want == dtype:
+        return None, None
+    if np.can_cast(dtype, want, "safe") or (dtype.kind in "biu" and want.kind in "fc"):
+        return want, None
+    return None, want
+
+
+def dot_operands(fname: str, operands: Sequence, precision: PrecisionLike,
+                 preferred_element_type) -> tuple[list, np.dtype | None]:
+    """(the operands in one dtype, the dtype to cast the result to or None), after checking
+    ``precision`` and ``preferred_element_type`` (``preferred_dtypes`` says what it does)."""
+    canonicalize_precision(precision, fname)
+    ops = [fnp._to_array(x) for x in operands]
+    ops = list(fnp._promote(*ops)) if len(ops) > 1 else ops
+    if preferred_element_type is None or not ops:
+        return ops, None
+    compute, out = preferred_dtypes(fname, fnp.result_type(*ops), preferred_element_type)
+    return (ops if compute is None else [fnp.asarray(x, compute) for x in ops]), out
+
+
+def dot_with_options(fname: str, product: Callable, operands: Sequence, precision: PrecisionLike,
+                     preferred_element_type) -> Any:
+    """``product(*operands)`` with JAX's ``precision`` and ``preferred_element_type`` options."""
+    ops, out = dot_operands(fname, operands, precision, preferred_element_type)
+    result = product(*ops)
+    return result if out is None else fnp.asarray(result, out)
+
+
+def _dims(value, ndim: int, what: str) -> tuple:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not all(isinstance(d, (int, np.integer)) and 0 <= d < ndim for d in dims) or len(set(dims)) != len(dims):
+        raise TypeError(f"dot_general: {what} {value!r} must be distinct axes in [0, {ndim}) "
+                        f"{user_frame_description()}")
+    return tuple(int(d) for d in dims)
+
+
+def dot_general(lhs: Any, rhs: Any, dimension_numbers: Sequence, precision: PrecisionLike = None,
+                preferred_element_type: Any = None) -> Any:
+    """``lax.dot_general``: contract ``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))``;
+    the result's axes are the batch axes, then lhs's free axes, then rhs's."""
+    (x, y), out_dtype = dot_operands("dot_general", (lhs, rhs), precision, preferred_element_type)
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+    except (TypeError, ValueError):
+        raise TypeError(f"dot_general: dimension_numbers must be ((lhs_contracting, rhs_contracting), "
+                        f"(lhs_batch, rhs_batch)), got {dimension_numbers!r} {user_frame_description()}") from None
+    lc, lb = _dims(lc, x.ndim, "lhs contracting dims"), _dims(lb, x.ndim, "lhs batch dims")
+    rc, rb = _dims(rc, y.ndim, "rhs contracting dims"), _dims(rb, y.ndim, "rhs batch dims")
+    if set(lc) & set(lb) or set(rc) & set(rb):
+        raise TypeError(f"dot_general: an axis is both contracted and batched in {dimension_numbers!r} "
+                        f"{user_frame_description()}")
+    if [x.shape[i] for i in lc] != [y.shape[i] for i in rc] or [x.shape[i] for i in lb] != [y.shape[i] for i in rb]:
+        raise TypeError(f"dot_general: contracting or batch axes of shapes {x.shape} and {y.shape} differ in size "
+                        f"(dimension_numbers={dimension_numbers!r}) {user_frame_description()}")
+    out = P.dot_general(x, y, ((lc, rc), (lb, rb)))
+    return out if out_dtype is None else fnp.asarray(out, out_dtype)
+
+
+def dot(lhs: Any, rhs: Any, precision: PrecisionLike = None, preferred_element_type: Any = None) -> Any:
+    """``lax.dot``: a vector or matrix product of 1-D or 2-D operands (lhs's last axis with rhs's first)."""
+    x, y = fnp._to_array(lhs), fnp._to_array(rhs)
+    if not (1 <= x.ndim <= 2 and 1 <= y.ndim <= 2 and x.shape[-1] == y.shape[0]):
+        raise TypeError(f"dot: incompatible shapes {x.shape} and {y.shape} (1-D or 2-D operands; lhs's last axis "
+                        f"contracts with rhs's first; fnp.dot / fnp.matmul take any rank) {user_frame_description()}")
+    return dot_general(x, y, (((x.ndim - 1,), (0,)), ((), ())), precision, preferred_element_type)

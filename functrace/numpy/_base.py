@@ -990,7 +990,11 @@ def take_along_axis(arr, indices, axis):
 # --------------------------------------------------------------------------- linear algebra
 
 
-def dot(a, b):
+def dot(a, b, *, precision=None, preferred_element_type=None):
+    """numpy.dot; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
+    if precision is not None or preferred_element_type is not None:
+        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
+        return dot_with_options("dot", dot, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -1003,7 +1007,11 @@ def _check_contract(name, n, m, sa, sb):
         raise _ShapeError(f"{name}: shapes {sa} and {sb} are not aligned ({n} != {m}) {_user_frame_description()}")
 
 
-def matmul(a, b):
+def matmul(a, b, *, precision=None, preferred_element_type=None):
+    """numpy.matmul; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
+    if precision is not None or preferred_element_type is not None:
+        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
+        return dot_with_options("matmul", matmul, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: operands must not be scalars {_user_frame_description()}")
@@ -1019,11 +1027,19 @@ def matmul(a, b):
     return _P.dot_general(a, b, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
 
 
-def vdot(a, b):
-    return dot(ravel(a), ravel(b))
+def vdot(a, b, *, precision=None, preferred_element_type=None):
+    """numpy.vdot (complex a conjugated); ``precision`` / ``preferred_element_type`` as jax.numpy's."""
+    a = _to_array(a)
+    if _np.dtype(a.dtype).kind == "c":
+        a = _P.conj(a)
+    return dot(ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
 
-def inner(a, b):
+def inner(a, b, *, precision=None, preferred_element_type=None):
+    """numpy.inner; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
+    if precision is not None or preferred_element_type is not None:
+        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
+        return dot_with_options("inner", inner, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -1036,7 +1052,11 @@ def outer(a, b):
     return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
+    """numpy.tensordot; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
+    if precision is not None or preferred_element_type is not None:
+        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
+        return dot_with_options("tensordot", lambda a, b: tensordot(a, b, axes), (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if isinstance(axes, (int, _np.integer)):
         ax_a = tuple(range(a.ndim - axes, a.ndim))

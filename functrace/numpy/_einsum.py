@@ -99,13 +99,19 @@ def einsum(*operands, out=None, optimize="auto", precision=None, preferred_eleme
     """numpy.einsum: ``einsum("ij,jk->ik", a, b)``, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``,
     ``einsum("ii->i", a)``, ``einsum("...ij,...jk", a, b)``.  The contraction order is numpy's
     ``einsum_path`` for ``optimize`` ("auto" (JAX's default) / True: greedy; "greedy", "optimal", or
-    an explicit path), left to right for ``optimize=False``; ``preferred_element_type`` casts the
-    result; ``precision`` is accepted and ignored."""
+    an explicit path), left to right for ``optimize=False``; ``precision`` and
+    ``preferred_element_type`` as jax.numpy's: the precision is checked and changes nothing
+    (``ft.lax.Precision`` says why), a preferred dtype that holds the operands' values converts them
+    first (so the products accumulate in it), another casts the result."""
     if out is not None:
         raise NotImplementedError("einsum: out= is not supported (arrays are immutable)")
     subscripts, ops = _parse_arguments(operands)
     ops = [_fnp._to_array(o) for o in ops]
     ops = list(_fnp._promote(*ops)) if len(ops) > 1 else ops
+    out_dtype = None
+    if precision is not None or preferred_element_type is not None:
+        from ..lax_numeric import dot_operands  # (here: lax_numeric imports functrace.numpy)
+        ops, out_dtype = dot_operands("einsum", ops, precision, preferred_element_type)
     subscripts = subscripts.replace(" ", "")
     lhs, arrow, out_term = subscripts.partition("->")
     terms = lhs.split(",")
@@ -143,7 +149,7 @@ def einsum(*operands, out=None, optimize="auto", precision=None, preferred_eleme
     terms, ops = map(list, zip(*(_take_diagonals(t, o) for t, o in zip(terms, ops))))
     result_term, result = _contract(terms, ops, out_term, _path(terms, ops, out_term, optimize))
     result = _P.transpose(result, tuple(result_term.index(c) for c in out_term))
-    return result if preferred_element_type is None else _fnp.asarray(result, preferred_element_type)
+    return result if out_dtype is None else _fnp.asarray(result, out_dtype)
 
 
 def _sum_labels_not_in(term: str, x, keep: set) -> tuple:

@@ -1003,12 +1003,14 @@ def outer(x1, x2, /):
     return _fnp.outer(x1, x2)
 
 
-def matmul(x1, x2, /):
-    return _fnp.matmul(x1, x2)
+def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
+    """numpy.linalg.matmul (``fnp.matmul``)."""
+    return _fnp.matmul(x1, x2, precision=precision, preferred_element_type=preferred_element_type)
 
 
-def tensordot(x1, x2, /, *, axes=2):
-    return _fnp.tensordot(x1, x2, axes)
+def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
+    """numpy.linalg.tensordot (``fnp.tensordot``)."""
+    return _fnp.tensordot(x1, x2, axes, precision=precision, preferred_element_type=preferred_element_type)
 
 
 def vecdot(x1, x2, /, *, axis: int = -1):
