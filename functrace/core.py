@@ -25,8 +25,13 @@ import numpy as np
 from .config import check_nans
 from .config import config as _config
 from .eager import as_eager
-from .errors import (ConcretizationError, FunctraceError, TracerArrayConversionError, UnexpectedTracerError,
-                     user_frame_description)
+from .errors import (
+    ConcretizationError,
+    FunctraceError,
+    TracerArrayConversionError,
+    UnexpectedTracerError,
+    user_frame_description,
+)
 
 # --------------------------------------------------------------------------- avals
 

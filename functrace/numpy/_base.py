@@ -1074,8 +1074,9 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
 # --------------------------------------------------------------------------- indexing
 
 
-def _normalize_index(idx, n: int):
-    """Integer index array with negative entries wrapped; out-of-range concrete indices raise."""
+def _normalize_index(idx, n: int, clamp: bool = False):
+    """Integer index array with negative entries wrapped; out-of-range concrete indices raise, or
+    with ``clamp`` (reading ``x[i]``, as JAX does) become the nearest valid one."""
     arr = _to_array(idx)
     if isinstance(arr, _Tracer):
         if arr.dtype.kind not in "iu":
@@ -1086,6 +1087,8 @@ def _normalize_index(idx, n: int):
     if arr.dtype.kind not in "iu":
         raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
                          f"{_user_frame_description()}")
+    if clamp and n:
+        return _np.clip(_np.where(arr < 0, arr + n, arr), 0, n - 1).astype(_np.int64)
     if arr.size and (arr.max() >= n or arr.min() < -n):
         raise IndexError(f"index {int(arr.max() if arr.max() >= n else arr.min())} is out of bounds for axis "
                          f"with size {n} {_user_frame_description()}")
@@ -1167,10 +1170,11 @@ def _basic_index(x, idx: list):
             limits.append(s + (length - 1) * st + 1 if length else 0)
             strides.append(st)
         elif isinstance(i, int):
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {d} with size {n} {_user_frame_description()}")
-            starts.append(i % n)
-            limits.append(i % n + 1)
+            if not n:
+                raise IndexError(f"index {i} is out of bounds for axis {d} with size 0 {_user_frame_description()}")
+            i = _builtins.min(_builtins.max(i + n if i < 0 else i, 0), n - 1)  # clamped, as JAX reads
+            starts.append(i)
+            limits.append(i + 1)
             strides.append(1)
             squeeze_axes.append(d)
         else:
@@ -1187,7 +1191,7 @@ def _advanced_index(x, indices: list, positions: list):
     """Integer-array indexing of the axes ``positions`` of ``x``, by numpy's rules: the indices
     broadcast together, and their axes replace the indexed ones where those are adjacent, else
     come first.  One ``take`` along the indexed axes merged into one, at the linear index."""
-    arrays = [_normalize_index(i, x.shape[p]) for i, p in zip(indices, positions)]
+    arrays = [_normalize_index(i, x.shape[p], clamp=True) for i, p in zip(indices, positions)]
     bshape = _P.broadcast_shapes("indexing", *(_shape_of(a) for a in arrays))
     arrays = [a if _shape_of(a) == bshape else broadcast_to(a, bshape) for a in arrays]
     if positions != list(range(positions[0], positions[0] + len(positions))):
