@@ -11,6 +11,7 @@ them work (closure under differentiation).
 from __future__ import annotations
 
 import math
+import sys
 from typing import Callable
 
 import numpy as np
@@ -679,3 +680,7 @@ def dropout(key, rate: float, x, deterministic: bool = False):
         return fnp.zeros_like(x)
     keep = random.bernoulli(key, 1.0 - rate, shape_of(x))
     return fnp.where(keep, x / (1.0 - rate), fnp.zeros_like(x))
+
+
+# ``from functrace.nn.initializers import glorot_normal``, as JAX code (stax) imports them
+sys.modules[__name__ + ".initializers"] = initializers

@@ -141,3 +141,9 @@ def test_iteration_stops_at_the_end_although_reads_clamp():
     assert len(rows) == 2 and all(r.shape == (3,) for r in rows)
     with pytest.raises(TypeError, match="0-d"):
         iter(fnp.float32(1.0) * fnp.ones(()))
+
+
+def test_initializers_import_as_a_submodule_as_jax_code_writes_it():
+    from functrace.nn.initializers import glorot_normal, normal
+    assert glorot_normal()(ft.random.PRNGKey(0), (3, 2), np.float32).shape == (3, 2)
+    assert normal()(ft.random.PRNGKey(1), (4,)).shape == (4,)
