@@ -147,7 +147,8 @@ def test_eager_results_are_numpy_arrays_with_at():
     assert type(fnp.sin(x)) is EagerArray and type(np.sin(x)) is EagerArray  # numpy ufuncs keep the type
     assert type(np.asarray(x)) is np.ndarray  # np.asarray: the plain array, no copy
     assert np.shares_memory(np.asarray(x), x)
-    assert repr(x) == repr(np.asarray(x))  # prints as numpy's
+    assert repr(x) == "Array(" + repr(np.asarray(x))[6:-1] + ", dtype=float64)"  # as jitted results print
+    assert str(x) == str(np.asarray(x))
     y = pickle.loads(pickle.dumps(x))
     assert type(y) is EagerArray and np.array_equal(y, x)
     assert type(fnp.asarray(np.ones(2))) is EagerArray
