@@ -24,7 +24,7 @@ import numpy as np
 from . import core, tree_util
 from . import primitives as P
 from .core import ShapedArray, Trace, Tracer, get_aval, is_float_dtype, new_main
-from .errors import ConcretizationError, DtypeError, check_callable, function_name
+from .errors import ConcretizationError, DtypeError, api_boundary, check_callable, function_name
 from .errors import argnum_tuple as _argnum_tuple
 from .primitives import add
 from .staging import check_output
@@ -225,18 +225,41 @@ def _as_array(x, fname: str, what: str):
     return np.asarray(x) if not isinstance(x, np.ndarray) else x
 
 
-def _check_float_inputs(leaves, fname: str, transform: str):
+def _check_inputs(leaves, fname: str, transform: str, holomorphic: bool = False,
+                  complex_ok: bool = True) -> None:
+    """Differentiated inputs are floating point, as JAX's: complex ones with ``holomorphic=True``
+    (which requires them), and otherwise where ``complex_ok`` (reverse mode: the gradient of a real
+    function of complex inputs follows JAX's convention, ``df/dx - i df/dy``)."""
     for x in leaves:
         d = get_aval(x).dtype
-        if d.kind == "c":  # JAX and PyTorch differ here; either would be a silent surprise
-            raise NotImplementedError(
-                f"{transform} of `{fname}`: complex inputs are not supported (an input has dtype "
-                f"{d.name}); differentiate with respect to real and imaginary parts as real inputs.")
-        if not is_float_dtype(d):
+        if holomorphic:
+            if d.kind != "c":
+                raise DtypeError(f"{transform} of `{fname}` with holomorphic=True requires inputs with "
+                                 f"complex dtype, but an input has dtype {d.name}.")
+        elif d.kind == "c":
+            if not complex_ok:
+                raise DtypeError(
+                    f"{transform} of `{fname}` requires real-valued inputs (input dtype is {d.name}); for "
+                    "holomorphic functions pass holomorphic=True, for other functions of complex inputs "
+                    "use ft.jvp directly.")
+        elif not is_float_dtype(d):
             raise DtypeError(
                 f"{transform} requires floating-point inputs, but an input of `{fname}` being "
                 f"differentiated has dtype {d.name}. Convert it with .astype(float) or move it out "
                 "of argnums.")
+
+
+def _check_output_dtype(dtype: np.dtype, fname: str, transform: str, holomorphic: bool) -> None:
+    """Reverse-mode derivatives take real outputs, or complex ones with ``holomorphic=True``
+    (a complex output's derivative is otherwise not one array: JAX refuses it as well)."""
+    if holomorphic:
+        if dtype.kind != "c":
+            raise DtypeError(f"{transform} of `{fname}` with holomorphic=True requires outputs with complex "
+                             f"dtype, but it returned {dtype.name}.")
+    elif dtype.kind == "c":
+        raise DtypeError(f"{transform} of `{fname}` requires real-valued outputs (output dtype is {dtype.name}); "
+                         "for holomorphic functions pass holomorphic=True, for other functions of complex "
+                         "outputs use ft.vjp directly.")
 
 
 def _vjp_flat(fun: Callable, primal_leaves: list, fname: str):
@@ -257,13 +280,13 @@ def _lower(x, main):
     return x
 
 
-def vjp(fun: Callable, *primals, has_aux: bool = False):
-    """``out, vjp_fn = vjp(f, *primals)``; ``vjp_fn(cotangent)`` returns one cotangent per primal."""
-    check_callable(fun, "vjp")
+def _vjp(fun: Callable, primals: tuple, has_aux: bool = False, transform: str = "vjp"):
+    """``vjp``'s work, for ``vjp`` and ``jacrev``; its ``vjp_fn`` is not an entry point."""
+    check_callable(fun, transform)
     fname = function_name(fun)
     leaves, in_tree = tree_util.tree_flatten(primals)
     leaves = [_as_array(x, fname, "argument") for x in leaves]
-    _check_float_inputs(leaves, fname, "vjp")
+    _check_inputs(leaves, fname, transform)
     out_tree_box: list = []
 
     def flat_fun(*xs):
@@ -302,14 +325,21 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     return out, vjp_fn
 
 
-def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """``value_and_grad(f)(*args) -> (f(*args), df/dargs[argnums])``; f must return a scalar."""
+@api_boundary
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """``out, vjp_fn = vjp(f, *primals)``; ``vjp_fn(cotangent)`` returns one cotangent per primal."""
+    res = _vjp(fun, primals, has_aux)
+    return (res[0], api_boundary(res[1])) + res[2:]
+
+
+def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, holomorphic: bool) -> Callable:
+    """``value_and_grad``'s function, not an entry point itself (``grad`` and ``value_and_grad``
+    make it one)."""
     fname = function_name(fun)
     check_callable(fun, "grad")
     multiple = not isinstance(argnums, int)
     argnum_tuple = _argnum_tuple(argnums, "grad")
 
-    @functools.wraps(fun, updated=())
     def value_and_grad_fun(*args, **kwargs):
         for a in argnum_tuple:
             if not -len(args) <= a < len(args):
@@ -318,7 +348,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         diff_args = [args[a] for a in argnum_tuple]
         leaves, in_tree = tree_util.tree_flatten(diff_args)
         leaves = [_as_array(x, fname, "argument") for x in leaves]
-        _check_float_inputs(leaves, fname, "grad")
+        _check_inputs(leaves, fname, "grad", holomorphic)
         aux_box: list = []
 
         def flat_fun(*xs):
@@ -348,6 +378,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                             "the output (e.g. fnp.sum).")
         if not is_float_dtype(aval.dtype):
             raise DtypeError(f"grad of `{fname}` requires a floating-point output, got {aval.dtype.name}")
+        _check_output_dtype(aval.dtype, fname, "grad", holomorphic)
         value = _lower(out, main)
         if isinstance(out, VJPTracer) and out._trace.main is main:
             seeds = {out.node: P.scalar_like(value, 1)}
@@ -365,20 +396,29 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     return value_and_grad_fun
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The gradient of a scalar function, with the structure of the ``argnums`` arguments."""
-    vg = value_and_grad(fun, argnums, has_aux)
+@api_boundary
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                   holomorphic: bool = False) -> Callable:
+    """``value_and_grad(f)(*args) -> (f(*args), df/dargs[argnums])``; f must return a scalar."""
+    return api_boundary(_value_and_grad(fun, argnums, has_aux, holomorphic), wraps=fun)
 
-    @functools.wraps(fun, updated=())
+
+@api_boundary
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False) -> Callable:
+    """The gradient of a scalar function, with the structure of the ``argnums`` arguments
+    (``holomorphic=True``: the complex derivative of a function of complex inputs and output)."""
+    vg = _value_and_grad(fun, argnums, has_aux, holomorphic)
+
     def grad_fun(*args, **kwargs):
         value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 
-    return grad_fun
+    return api_boundary(grad_fun, wraps=fun)
 
 
-def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
-    """Forward mode: ``(f(*primals), df(primals) . tangents)``."""
+def _jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """``jvp``'s work, for ``jvp``, ``jacfwd`` and ``linearize``."""
     check_callable(fun, "jvp")
     fname = function_name(fun)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
@@ -416,7 +456,14 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     return res
 
 
-def linearize(fun: Callable, *primals):
+@api_boundary
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False) -> tuple:
+    """Forward mode: ``(f(*primals), df(primals) . tangents)``."""
+    return _jvp(fun, primals, tangents, has_aux)
+
+
+@api_boundary
+def linearize(fun: Callable, *primals: Any) -> tuple:
     """``out, f_jvp = linearize(f, *primals)``: the primal computation runs once; ``f_jvp(*t)``
     replays only the tangent equations (staged into a jaxpr with the primal values as constants)."""
     check_callable(fun, "linearize")
@@ -425,7 +472,7 @@ def linearize(fun: Callable, *primals):
     box = []
 
     def tangent_fn(*tangents):
-        out, t_out = jvp(fun, primals, tangents)
+        out, t_out = _jvp(fun, primals, tangents)
         box.append(out)
         return t_out
 
@@ -435,7 +482,7 @@ def linearize(fun: Callable, *primals):
         leaves, _ = tree_util.tree_flatten(tangents)
         return tree_util.tree_unflatten(closed.out_tree, eval_jaxpr(closed.jaxpr, closed.consts, *leaves))
 
-    return box[0], f_jvp
+    return box[0], api_boundary(f_jvp)
 
 
 # --------------------------------------------------------------------------- Jacobians (vmap-based)
@@ -465,7 +512,9 @@ def _std_basis(leaves):
     return out
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+@api_boundary
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
     """Jacobian by forward mode: ``vmap`` of ``jvp`` over the standard basis of the inputs."""
     from .batching import vmap
     fname = function_name(fun)
@@ -473,12 +522,11 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     multiple = not isinstance(argnums, int)
     argnum_tuple = _argnum_tuple(argnums, "jacfwd")
 
-    @functools.wraps(fun, updated=())
     def jac_fun(*args):
         dyn = [args[a] for a in argnum_tuple]
         leaves, in_tree = tree_util.tree_flatten(dyn)
         leaves = [_as_array(x, fname, "argument") for x in leaves]
-        _check_float_inputs(leaves, fname, "jacfwd")
+        _check_inputs(leaves, fname, "jacfwd", holomorphic, complex_ok=False)
 
         def f_flat(*xs):
             full = list(args)
@@ -487,7 +535,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             return fun(*full)
 
         def push(*ts):
-            out = jvp(f_flat, leaves, list(ts), has_aux=has_aux)
+            out = _jvp(f_flat, leaves, list(ts), has_aux=has_aux)
             return (out[1], out[2]) if has_aux else out[1]
 
         basis = _std_basis(leaves)
@@ -498,6 +546,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         else:
             res = vmap(push, in_axes=0, out_axes=-1 if not has_aux else (-1, None))(*basis)
         jac, aux = res if has_aux else (res, None)
+        if holomorphic:  # (the tangents have the outputs' dtypes)
+            for o in tree_util.tree_leaves(jac):
+                _check_output_dtype(get_aval(o).dtype, fname, "jacfwd", True)
         # jac leaves: (out..., n_total); split the last axis per input leaf
         sizes = [int(np.prod(P.shape_of(x), dtype=np.int64)) for x in leaves]
 
@@ -514,19 +565,23 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         out = tree_util.tree_map(split, jac)
         return (out, aux) if has_aux else out
 
-    return jac_fun
+    return api_boundary(jac_fun, wraps=fun)
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+@api_boundary
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
     """Jacobian by reverse mode: ``vmap`` of the ``vjp`` function over the output basis."""
     from .batching import vmap
     check_callable(fun, "jacrev")
+    fname = function_name(fun)
     multiple = not isinstance(argnums, int)
     argnum_tuple = _argnum_tuple(argnums, "jacrev")
 
-    @functools.wraps(fun, updated=())
     def jac_fun(*args):
         dyn = tuple(args[a] for a in argnum_tuple)
+        leaves = [_as_array(x, fname, "argument") for x in tree_util.tree_leaves(dyn)]
+        _check_inputs(leaves, fname, "jacrev", holomorphic)
 
         @functools.wraps(fun, updated=())  # errors name the user's function
         def f_dyn(*d):
@@ -535,9 +590,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
                 full[a] = p
             return fun(*full)
 
-        res = vjp(f_dyn, *dyn, has_aux=has_aux)
+        res = _vjp(f_dyn, dyn, has_aux, "jacrev")
         out, pullback = res[0], res[1]
         o_leaves, o_tree = tree_util.tree_flatten(out)
+        for o in o_leaves:
+            _check_output_dtype(get_aval(o).dtype, fname, "jacrev", holomorphic)
         basis = _std_basis(o_leaves)
         sizes = [int(np.prod(P.shape_of(o), dtype=np.int64)) for o in o_leaves]
 
@@ -566,12 +623,14 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         jac = tree_util.tree_unflatten(o_tree, per_out)
         return (jac, res[2]) if has_aux else jac
 
-    return jac_fun
+    return api_boundary(jac_fun, wraps=fun)
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+@api_boundary
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+            holomorphic: bool = False) -> Callable:
     """Hessian as forward-over-reverse: ``jacfwd(jacrev(f))``."""
-    return jacfwd(jacrev(fun, argnums), argnums)
+    return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
 
 
 # --------------------------------------------------------------------------- stop_gradient

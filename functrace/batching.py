@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from typing import Any, Callable, Hashable, NamedTuple
 
@@ -11,7 +10,7 @@ import numpy as np
 from . import primitives as P
 from . import tree_util
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Trace, Tracer, get_aval, new_main
-from .errors import ConcretizationError, check_callable
+from .errors import ConcretizationError, api_boundary, check_callable
 from .staging import check_output
 
 
@@ -164,6 +163,7 @@ def _broadcast_prefix(prefix, tree, what: str, fname: str) -> list:
     raise ValueError(f"vmap of `{fname}`: {what} {prefix!r} does not match the structure of the arguments")
 
 
+@api_boundary
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None,
          axis_size: int | None = None) -> Callable:
     """Map ``fun`` over an axis of its inputs without a Python loop (batching rules).
@@ -173,7 +173,6 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable
     check_callable(fun, "vmap")
     fname = getattr(fun, "__qualname__", repr(fun))
 
-    @functools.wraps(fun, updated=())
     def batched_fun(*args):
         axes_tree = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
         if isinstance(in_axes, list):
@@ -236,4 +235,4 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable
                 results.append(P.moveaxis(val, bd, oax % nd))
         return tree_util.tree_unflatten(o_tree, results)
 
-    return batched_fun
+    return api_boundary(batched_fun, wraps=fun)

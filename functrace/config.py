@@ -6,6 +6,8 @@ from typing import Any
 
 BACKENDS = ("numpy", "opencl")  # what ``jit(backend=...)`` and the ``default_backend`` option take
 MATMUL_MODES = ("auto", "opencl", "blas")  # what the ``matmul`` option takes
+# what the ``traceback_filtering`` option takes (JAX's values; see errors.hide_library_frames)
+TRACEBACK_FILTERING_MODES = ("auto", "off", "tracebackhide", "remove_frames")
 
 
 class Config:
@@ -36,6 +38,10 @@ class Config:
                  # print one line to stderr when a compile is still running after a second
                  # (an OpenCL program build), so a long first call does not look like a hang
                  "verbose": True,
+                 # errors raised through ft.grad, ft.jit, ft.vmap, ... show the user's frames only
+                 # ("auto", "remove_frames"), all frames ("off"), or all frames with functrace's
+                 # marked ``__tracebackhide__`` for pytest and IPython ("tracebackhide")
+                 "traceback_filtering": "auto",
                  # the directory of functrace's disk caches (None: $XDG_CACHE_HOME/functrace, else
                  # ~/.cache/functrace): program binaries, device verdicts, matmul choices
                  "cache_dir": None}
@@ -69,6 +75,11 @@ class Config:
             value = str(value).strip().lower()
             if value not in MATMUL_MODES:
                 raise ValueError(f"matmul must be one of {list(MATMUL_MODES)}, got {value!r}")
+        if name == "traceback_filtering":
+            value = str(value).strip().lower()
+            if value not in TRACEBACK_FILTERING_MODES:
+                raise ValueError(f"traceback_filtering must be one of {list(TRACEBACK_FILTERING_MODES)}, "
+                                 f"got {value!r}")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
 

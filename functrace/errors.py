@@ -1,8 +1,13 @@
 """Exceptions that name the user's function and line, not the library's internals."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import types
+from typing import Callable, TypeVar
+
+from .config import config
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -107,3 +112,94 @@ def argnum_tuple(argnums, transform: str) -> tuple:
         raise TypeError(f"{transform}: argnums must be an int or a non-empty sequence of ints, got "
                         f"{argnums!r} {user_frame_description()}")
     return tuple(items)
+
+
+# --------------------------------------------------------------------------- traceback filtering
+# An error raised through a public entry point (ft.grad, ft.jit, ft.vmap, ...) is shown as JAX
+# shows it: functrace's own frames are removed from its traceback, so the last frame shown is the
+# user's line (the failing operation in their function, or their call of the transformation).
+# Only the outermost entry point filters (a nested call finds an enclosing entry point's frame
+# on the stack), and only when an exception passes: on success an entry point costs a ``try``.
+# The entry point re-raises with a bare ``raise``, which keeps the traceback ``with_traceback``
+# set and adds no frame of its own, as from Python 3.11 (on 3.10 tracebacks stay whole).
+# Type, message, ``__cause__`` and ``__context__`` stay; the chained exceptions lose
+# functrace's frames too.
+
+_F = TypeVar("_F", bound=Callable)
+_BOUNDARY_CODES: set = set()  # the code objects of entry points' frames
+_RERAISE_KEEPS_TRACEBACK = sys.version_info >= (3, 11)
+_internal_files: dict = {}
+
+
+def _is_internal(frame) -> bool:
+    """Whether ``frame`` runs functrace's code (a module of the package, or a program it generated)."""
+    filename = frame.f_code.co_filename
+    internal = _internal_files.get(filename)
+    if internal is None:
+        internal = filename.startswith("<functrace") or os.path.abspath(filename).startswith(_PKG_DIR + os.sep)
+        _internal_files[filename] = internal
+    return internal
+
+
+def _without_library_frames(tb):
+    """The traceback ``tb`` without functrace's frames (None when only those)."""
+    kept = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame):
+            kept.append(tb)
+        tb = tb.tb_next
+    filtered = None
+    for t in reversed(kept):
+        filtered = types.TracebackType(filtered, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return filtered
+
+
+def hide_library_frames(e: BaseException) -> None:
+    """Drop functrace's frames from ``e``'s traceback (and its chain's) at the outermost entry point."""
+    mode = config.traceback_filtering
+    tb = e.__traceback__
+    if mode == "off" or tb is None or (mode != "tracebackhide" and not _RERAISE_KEEPS_TRACEBACK):
+        return
+    frame = tb.tb_frame.f_back  # (tb starts at the entry point's own frame)
+    while frame is not None:
+        if frame.f_code in _BOUNDARY_CODES:
+            return  # an enclosing entry point filters the whole traceback
+        frame = frame.f_back
+    seen: set = set()
+    exc = e
+    while exc is not None and id(exc) not in seen:  # the exception, then what it chains to
+        seen.add(id(exc))
+        if mode == "tracebackhide":  # pytest and IPython skip frames with this local
+            t = exc.__traceback__
+            while t is not None:
+                if _is_internal(t.tb_frame):
+                    try:
+                        t.tb_frame.f_locals["__tracebackhide__"] = True
+                    except Exception:  # a frame that takes no new local: shown
+                        pass
+                t = t.tb_next
+        else:  # (an exception with no frame left shows its type and message alone)
+            exc.with_traceback(_without_library_frames(exc.__traceback__))
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+
+
+def traceback_boundary(fun: _F) -> _F:
+    """Register ``fun``, whose body does ``except Exception as e: hide_library_frames(e); raise``."""
+    _BOUNDARY_CODES.add(fun.__code__)
+    return fun
+
+
+def api_boundary(fun: _F, wraps: Callable | None = None) -> _F:
+    """``fun`` as an entry point whose errors show the user's frames only, named as ``wraps`` (or ``fun``)."""
+
+    @functools.wraps(fun if wraps is None else wraps, updated=())
+    def api_call(*args, **kwargs):
+        try:
+            return fun(*args, **kwargs)
+        except Exception as e:
+            hide_library_frames(e)
+            raise
+
+    _BOUNDARY_CODES.add(api_call.__code__)
+    return api_call

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import html
 import inspect
 import threading
 from collections import OrderedDict
@@ -22,9 +21,9 @@ from . import tree_util
 from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from .eager import EagerArray
-from .errors import check_callable, user_frame_description
+from .errors import api_boundary, check_callable, hide_library_frames, traceback_boundary, user_frame_description
 from .optimize import Report, optimize
-from .reports import CompiledReport, LoweredReport
+from .reports import CompiledReport, LoweredReport, title_html
 from .staging import trace_to_jaxpr
 
 _ARRAY_TYPES = {np.ndarray, EagerArray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
@@ -80,8 +79,14 @@ class Lowered:
         """What the optimizer's passes did (text, ``counts`` per pass, buffer ``analysis``)."""
         return LoweredReport(self._entry.report)
 
+    @traceback_boundary
     def compile(self) -> "Compiled":
-        return Compiled(self._jitted, self._entry)
+        """The compiled program of this signature (compiled at the first ``compile`` or call)."""
+        try:
+            return Compiled(self._jitted, self._entry)
+        except Exception as e:
+            hide_library_frames(e)
+            raise
 
     def as_text(self) -> str:
         return str(self.jaxpr)
@@ -96,7 +101,7 @@ class Lowered:
         return f"{self._title()}\n{self.as_text()}\n{self.report()}"
 
     def _repr_html_(self) -> str:
-        return (f"<div><p><b>{html.escape(self._title())}</b></p>{self.report()._repr_html_()}"
+        return (f"<div><p><b>{title_html(self._title())}</b></p>{self.report()._repr_html_()}"
                 f"{self.jaxpr._repr_html_()}</div>")
 
 
@@ -111,14 +116,19 @@ class Compiled:
         self._entry = entry
         self.executable = entry.executable()
 
+    @traceback_boundary
     def __call__(self, *args, **kwargs):
-        key, leaves, *_ = self._jitted._key(args, kwargs)
-        if key != self._entry.key:
-            structure = "" if key[0] == self._entry.key[0] else " (another argument structure)"
-            raise TypeError(f"compiled `{self._jitted.__name__}` was lowered for arguments "
-                            f"{_describe(self._entry.key)} but was called with {_describe(key)}{structure}")
-        outs = self.executable(*scalars_to_arrays(leaves))
-        return tree_util.tree_unflatten(self._entry.out_tree, outs)
+        try:
+            key, leaves, *_ = self._jitted._key(args, kwargs)
+            if key != self._entry.key:
+                structure = "" if key[0] == self._entry.key[0] else " (another argument structure)"
+                raise TypeError(f"compiled `{self._jitted.__name__}` was lowered for arguments "
+                                f"{_describe(self._entry.key)} but was called with {_describe(key)}{structure}")
+            outs = self.executable(*scalars_to_arrays(leaves))
+            return tree_util.tree_unflatten(self._entry.out_tree, outs)
+        except Exception as e:  # (a try costs nothing until an exception passes)
+            hide_library_frames(e)
+            raise
 
     def report(self) -> CompiledReport:
         """How the program runs: backend, device, kernel launches, host steps and their reasons."""
@@ -134,7 +144,7 @@ class Compiled:
         return f"{self._title()}\n{self.report()}"
 
     def _repr_html_(self) -> str:
-        return f"<div><p><b>{html.escape(self._title())}</b></p>{self.report()._repr_html_()}</div>"
+        return f"<div><p><b>{title_html(self._title())}</b></p>{self.report()._repr_html_()}</div>"
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["executable"], name)
@@ -348,33 +358,50 @@ class Jitted:
                     self._cache.popitem(last=False)
         return entry
 
+    @traceback_boundary
     def __call__(self, *args, **kwargs):
-        if _jit_disabled():  # ft.disable_jit(): run the Python function itself, as JAX
-            return self.fun(*args, **kwargs)
-        if not kwargs and not self._has_statics and all(type(a) in _ARRAY_TYPES for a in args):
-            # the common call, positional arrays of a cached signature: its key built directly,
-            # its program run as is (a cached entry closes over no tracer, takes no Python int)
-            key = (_flat_tree(len(args)), tuple([(a.shape, a.dtype, False) for a in args]), ())
-            entry = self._cached(key)
-            if entry is not None:
-                return tree_util.tree_unflatten(entry.out_tree, entry.executable()(*args))
-        entry, leaves = self._entry(args, kwargs)
-        for i, dtype in entry.int_ranges:
-            _check_fits(self.__name__, leaves[i], dtype)
-        if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
-            outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
-        else:  # compiled programs take arrays; Python scalars were traced as weakly typed values
-            outs = entry.executable()(*scalars_to_arrays(leaves))
-        return tree_util.tree_unflatten(entry.out_tree, outs)
+        try:  # (an entry point: an error shows the user's frames; a try costs nothing until one)
+            if _jit_disabled():  # ft.disable_jit(): run the Python function itself, as JAX
+                return self.fun(*args, **kwargs)
+            if not kwargs and not self._has_statics and all(type(a) in _ARRAY_TYPES for a in args):
+                # the common call, positional arrays of a cached signature: its key built directly,
+                # its program run as is (a cached entry closes over no tracer, takes no Python int)
+                key = (_flat_tree(len(args)), tuple([(a.shape, a.dtype, False) for a in args]), ())
+                entry = self._cached(key)
+                if entry is not None:
+                    return tree_util.tree_unflatten(entry.out_tree, entry.executable()(*args))
+            entry, leaves = self._entry(args, kwargs)
+            for i, dtype in entry.int_ranges:
+                _check_fits(self.__name__, leaves[i], dtype)
+            if entry.closes_over_tracers or any(isinstance(x, Tracer) for x in leaves):
+                outs = eval_jaxpr(entry.closed.jaxpr, entry.closed.consts, *leaves)
+            else:  # compiled programs take arrays; Python scalars were traced as weakly typed values
+                outs = entry.executable()(*scalars_to_arrays(leaves))
+            return tree_util.tree_unflatten(entry.out_tree, outs)
+        except Exception as e:
+            hide_library_frames(e)
+            raise
 
+    @traceback_boundary
     def lower(self, *args, **kwargs) -> Lowered:
-        entry, _ = self._entry(args, kwargs)
-        return Lowered(self, entry)
+        """The optimized IR of this function for the arguments' signature (traced if new)."""
+        try:
+            entry, _ = self._entry(args, kwargs)
+            return Lowered(self, entry)
+        except Exception as e:
+            hide_library_frames(e)
+            raise
+
+    def __repr__(self) -> str:
+        name = getattr(self.fun, "__qualname__", None) or getattr(self.fun, "__name__", None)
+        what = f"function {name}" if name else repr(self.fun)
+        return f"<jitted {what} at {hex(id(self))}>"
 
     def cache_size(self) -> int:
         return len(self._cache)
 
 
+@api_boundary
 def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (), backend: str | None = None):
     """Compile ``fun``: trace once per input signature, optimize, run on ``backend``.

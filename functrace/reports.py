@@ -7,6 +7,7 @@ HTML form (``_repr_html_``: tables, host steps grouped by reason with counts) th
 from __future__ import annotations
 
 import html
+import re
 from collections import Counter
 
 import numpy as np
@@ -19,6 +20,11 @@ def html_table(title: str, header: list, rows: list) -> str:
                    for row in rows)
     return (f"<table><caption style='text-align:left'><b>{html.escape(title)}</b></caption>"
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def title_html(text: str) -> str:
+    """``text`` as HTML, its markdown code spans (`name`) as ``<code>`` elements."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 class ProgramReport(str):
@@ -41,7 +47,7 @@ class ProgramReport(str):
         return str.__str__(self)
 
     def _repr_html_(self) -> str:
-        return f"<div><p>{html.escape(self.summary)}</p>" + "".join(html_table(*t) for t in self.tables) + "</div>"
+        return f"<div><p>{title_html(self.summary)}</p>" + "".join(html_table(*t) for t in self.tables) + "</div>"
 
 
 class LoweredReport(ProgramReport):
@@ -86,11 +92,16 @@ class CompiledReport(ProgramReport):
         backend = getattr(executable, "backend", "?")
         rt = getattr(executable, "rt", None)
         where = f"{backend} on {rt.name}" if rt is not None else backend
-        if plan is None:
-            equations = len(executable.closed.jaxpr.eqns)
-            summary = f"{where}: {equations} equations run by numpy on the host"
+        if plan is None:  # every equation a host step: count them so, as the summary says
+            eqns = executable.closed.jaxpr.eqns
+            why = ("a small program: below a kernel launch's latency" if backend == "opencl"
+                   else f"the {backend} backend")
+            host_steps.update((e.primitive.name, why) for e in eqns)
+            summary = f"{where}: {len(eqns)} equations run by numpy on the host"
             if backend == "opencl":
-                summary += " (a small program: below a kernel launch's latency)"
+                summary += f" ({why})"
+            if "host steps per call" not in text:
+                text += f"\nhost steps per call: {len(eqns)} (every equation; {why})"
         else:
             summary = (f"{where}: {launches} kernel launches, {sum(host_steps.values())} host steps per call"
                        + (f" ({_reasons_summary(host_steps)})" if host_steps else ""))

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import tree_util
 from .core import HasShape, ShapedArray, get_aval
+from .errors import api_boundary
 from .staging import trace_to_jaxpr
 
 
@@ -44,6 +45,7 @@ def abstract_value(x) -> ShapedArray:
         raise
 
 
+@api_boundary
 def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     """The pytree of ``ShapeDtypeStruct``s ``fun(*args, **kwargs)`` would return; arguments may be
     arrays or ShapeDtypeStructs.  Nothing is computed: ``fun`` is traced with abstract values."""

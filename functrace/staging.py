@@ -1,7 +1,6 @@
 """Staging: tracing a Python function into a ``Jaxpr`` (``make_jaxpr``)."""
 from __future__ import annotations
 
-import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -21,7 +20,7 @@ from .core import (
     new_main,
     trace_stack,
 )
-from .errors import ConcretizationError
+from .errors import ConcretizationError, api_boundary
 
 
 class StagingTracer(Tracer):
@@ -150,12 +149,12 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], fun_name: str
 
 
 
+@api_boundary
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., ClosedJaxpr]:
     """``make_jaxpr(f)(*args)`` returns the IR of ``f`` specialised to the args' shapes and dtypes."""
     from .optimize import dce
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
-    @functools.wraps(fun, updated=())
     def staged(*args, **kwargs) -> ClosedJaxpr:
         dyn = [a for i, a in enumerate(args) if i not in static]
         leaves, in_tree = tree_util.tree_flatten(dyn)
@@ -174,4 +173,4 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
         closed.in_tree, closed.out_tree = in_tree, out_tree_box[0]
         return closed
 
-    return staged
+    return api_boundary(staged, wraps=fun)

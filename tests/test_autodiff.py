@@ -254,3 +254,94 @@ def test_pytree_structures_compare_and_print():
     assert repr(s(1)) == "*"
     with pytest.raises(ValueError, match="has 2 leaves, got 3"):
         ft.tree_util.tree_unflatten(s((1, 2)), [1, 2, 3])
+
+
+# Complex derivatives follow JAX's convention: a real function's gradient with respect to a
+# complex input is df/dx - i df/dy (the transpose of the linear map, no conjugation), and with
+# holomorphic=True grad / jacfwd / jacrev give the complex derivative.  The numbers below are
+# JAX 0.10.2's (x64); test_complex_derivatives_match_jax_live recomputes them when jax is installed.
+_Z = np.array([1 + 2j, 0.5 - 1j])
+
+
+def _pair(m):
+    return lambda z: m.stack([z[0] * z[1], z[0] ** 2 + m.sin(z[1])])
+
+
+def _complex_cases(api, m):
+    """(name, thunk) pairs computing each case with ``api`` (ft or jax) and ``m`` (fnp or jnp)."""
+    return [
+        ("grad |z|^2", lambda: api.grad(lambda z: m.abs(z) ** 2)(1 + 1j)),
+        ("grad re z^2", lambda: api.grad(lambda z: m.real(z ** 2))(1 + 2j)),
+        ("grad im z^2", lambda: api.grad(lambda z: m.imag(z ** 2))(1 + 2j)),
+        ("grad sum |z|^2 re z", lambda: api.grad(lambda z: m.sum(m.abs(z) ** 2 * m.real(z)))(_Z)),
+        ("grad holomorphic z^2", lambda: api.grad(lambda z: z ** 2, holomorphic=True)(1 + 2j)),
+        ("grad holomorphic sin", lambda: api.grad(m.sin, holomorphic=True)(0.5 + 0.3j)),
+        ("value_and_grad holomorphic", lambda: api.value_and_grad(lambda z: z ** 3, holomorphic=True)(1 - 1j)),
+        ("vjp complex cotangent", lambda: api.vjp(lambda z: z ** 2, 1 + 2j)[1](1j)),
+        ("jacfwd holomorphic", lambda: api.jacfwd(_pair(m), holomorphic=True)(_Z)),
+        ("jacrev holomorphic", lambda: api.jacrev(_pair(m), holomorphic=True)(_Z)),
+        ("jacrev of a real function", lambda: api.jacrev(lambda z: m.abs(z) ** 2)(_Z)),
+        ("hessian holomorphic", lambda: api.hessian(lambda z: m.sum(z ** 3), holomorphic=True)(_Z)),
+        ("grad of jit", lambda: api.grad(api.jit(lambda z: m.abs(z) ** 2))(1 + 1j)),
+        ("jit of grad", lambda: api.jit(api.grad(lambda z: m.abs(z) ** 2))(1 + 1j)),
+    ]
+
+
+_COMPLEX_WANT = {
+    "grad |z|^2": 2 - 2j,
+    "grad re z^2": 2 + 4j,
+    "grad im z^2": 4 - 2j,
+    "grad sum |z|^2 re z": np.array([7 - 4j, 1.75 + 1j]),
+    "grad holomorphic z^2": 2 + 4j,
+    "grad holomorphic sin": 0.917370851271881 - 0.14599480570180629j,  # cos(0.5 + 0.3j)
+    "value_and_grad holomorphic": (-2 - 2j, -6j),
+    "vjp complex cotangent": (-4 + 2j,),
+    "jacfwd holomorphic": np.array([[0.5 - 1j, 1 + 2j], [2 + 4j, np.cos(0.5 - 1j)]]),  # cos: 1.35418066+0.56342147j
+    "jacrev holomorphic": np.array([[0.5 - 1j, 1 + 2j], [2 + 4j, np.cos(0.5 - 1j)]]),
+    "jacrev of a real function": np.array([[2 - 4j, 0], [0, 1 + 2j]]),
+    "hessian holomorphic": np.array([[6 + 12j, 0], [0, 3 - 6j]]),
+    "grad of jit": 2 - 2j,
+    "jit of grad": 2 - 2j,
+}
+
+
+def _assert_close(got, want):
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _assert_close(g, w)
+        return
+    got = np.asarray(got)
+    assert got.dtype == np.complex128, got.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(_COMPLEX_WANT))
+def test_complex_derivatives_follow_jax(name):
+    thunk = dict(_complex_cases(ft, fnp))[name]
+    _assert_close(thunk(), _COMPLEX_WANT[name])
+
+
+def test_complex_derivatives_match_jax_live(jax_x64):
+    import jax.numpy as jnp
+    for name, thunk in _complex_cases(jax_x64, jnp):
+        want = thunk()
+        want = tuple(np.asarray(w) for w in want) if isinstance(want, tuple) else np.asarray(want)
+        _assert_close(dict(_complex_cases(ft, fnp))[name](), want)
+        _assert_close(want, _COMPLEX_WANT[name])
+
+
+def test_grad_of_a_complex_output_raises_instead_of_taking_its_real_part():
+    def phase(x):
+        return fnp.exp(1j * x)
+    with pytest.raises(TypeError, match=r"grad of `.*phase` requires real-valued outputs \(output dtype is complex128\); "
+                                        r"for holomorphic functions pass holomorphic=True"):
+        ft.grad(phase)(1.0)
+    assert ft.grad(lambda x: fnp.real(fnp.exp(1j * x)))(1.0) == pytest.approx(-np.sin(1.0))
+
+
+def test_hessian_with_aux_as_jax():
+    f = lambda x: (fnp.sum(x ** 3), {"s": fnp.sum(x)})
+    h, aux = ft.hessian(f, has_aux=True)(np.array([1.0, 2.0]))
+    np.testing.assert_allclose(h, [[6.0, 0.0], [0.0, 12.0]])
+    assert float(aux["s"]) == 3.0

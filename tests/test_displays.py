@@ -78,3 +78,40 @@ def test_make_jaxpr_html_shows_constants_with_shapes():
     html = ft.make_jaxpr(lambda x: x @ w + np.arange(4.0))(np.ones((2, 3), np.float32))._repr_html_()
     assert "Constants (2)" in html and "f32[3,4]" in html and "f64[4]" in html and "11." in html
     assert "<table>" not in ft.make_jaxpr(lambda x: x * 2)(1.0)._repr_html_()  # no constants: no table
+
+
+def test_a_jitted_function_shows_its_function_and_keeps_its_name_docs_and_signature():
+    import inspect
+
+    def loss(w, x):
+        """The mean squared loss."""
+        return fnp.mean((x @ w) ** 2)
+    jitted = ft.jit(loss)
+    assert repr(jitted).startswith("<jitted function test_a_jitted_function_shows_its_function_and_keeps_its_name_"
+                                   "docs_and_signature.<locals>.loss at 0x")
+    assert jitted.__name__ == "loss" and jitted.__doc__ == "The mean squared loss." and jitted.__wrapped__ is loss
+    assert list(inspect.signature(jitted).parameters) == ["w", "x"]
+    ufunc = ft.jit(np.sin)
+    assert repr(ufunc) == f"<jitted function sin at {hex(id(ufunc))}>" and "\n" not in repr(ufunc)
+
+
+def test_a_small_program_counts_the_same_host_steps_in_its_text_summary_and_tables():
+    """A program small enough to run on the host: the summary's equations are the table's host
+    steps (not 0), with their reason, in the text and the HTML."""
+    def loss(w, x):
+        return fnp.sum(fnp.tanh(x @ w) ** 2) + fnp.sum(w * w)
+    args = (np.ones((3, 2)), np.ones((4, 3)))
+    for backend in ("opencl", "numpy"):
+        report = ft.jit(loss, backend=backend).lower(*args).compile().report()
+        assert "7 equations run by numpy on the host" in report.summary
+        program = dict((m, v) for title, _, rows in report.tables if title == "Program" for m, v in rows)
+        assert program["host steps per call"] == 7 == sum(report.host_steps.values())
+        assert "host steps per call: 7" in report
+        assert "Host steps, by reason" in report._repr_html_() and "reduce_sum x2" in report._repr_html_()
+
+
+def test_titles_render_code_spans_as_html(kernels_for_small_programs):
+    lowered = ft.jit(_program, backend="opencl").lower(np.ones(4), np.ones(3))
+    for obj in (lowered, lowered.compile()):
+        html = obj._repr_html_()
+        assert "<code>_program</code>" in html and "`" not in html

@@ -161,14 +161,34 @@ def test_debug_nans_eager_and_jit():
         ft.config.update("no_such_option", 1)
 
 
-def test_complex_inputs_to_derivatives_are_not_implemented():
-    """JAX and PyTorch use different conventions for complex gradients: neither is implemented,
-    so neither is silently assumed."""
+def test_complex_derivatives_that_are_not_one_array_raise_as_in_jax():
+    """A complex output has no gradient unless the function is holomorphic (JAX refuses it too:
+    taking its real part silently would be a wrong answer); holomorphic=True needs complex inputs
+    and outputs; jacfwd takes real inputs unless holomorphic=True (the Jacobian of a non-holomorphic
+    function of complex inputs is not one complex array)."""
+    def phase(x):
+        return fnp.exp(1j * x)
+
+    def square(z):
+        return z ** 2
+
     def power(z):
         return fnp.abs(z) ** 2
-    for transform in (ft.grad, ft.jacfwd, ft.jacrev):
-        with pytest.raises(NotImplementedError, match=r"power.*complex"):
-            transform(power)(1.0 + 2.0j)
+    with pytest.raises(TypeError, match=r"grad of `.*phase` requires real-valued outputs \(output dtype is "
+                                        r"complex128\); for holomorphic functions pass holomorphic=True"):
+        ft.grad(phase)(1.0)
+    for transform in (ft.value_and_grad, ft.jacrev):
+        with pytest.raises(TypeError, match=r"phase.*real-valued outputs.*complex128.*holomorphic=True"):
+            transform(phase)(1.0)
+    for transform in (ft.grad, ft.value_and_grad, ft.jacfwd, ft.jacrev, ft.hessian):
+        with pytest.raises(TypeError, match=r"square.*holomorphic=True requires inputs with complex dtype.*float64"):
+            transform(square, holomorphic=True)(np.float64(1.0))
+        with pytest.raises(TypeError, match=r"power.*holomorphic=True requires outputs with complex dtype.*float64"):
+            transform(power, holomorphic=True)(np.complex128(1 + 1j))
+    with pytest.raises(TypeError, match=r"jacfwd of `.*power` requires real-valued inputs \(input dtype is complex128\)"):
+        ft.jacfwd(power)(1.0 + 2.0j)
+    with pytest.raises(TypeError, match=r"jacrev of `.*square` requires real-valued outputs"):
+        ft.jacrev(square)(np.array([1.0 + 2.0j, 1j]))
 
 
 def test_abs_of_complex_is_real_when_traced():
