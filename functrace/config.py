@@ -42,6 +42,10 @@ class Config:
                  # ("auto", "remove_frames"), all frames ("off"), or all frames with functrace's
                  # marked ``__tracebackhide__`` for pytest and IPython ("tracebackhide")
                  "traceback_filtering": "auto",
+                 # JAX's x64 switch (also as "jax_enable_x64"): True keeps numpy's dtypes (float64
+                 # inputs stay float64, Python floats are weak); False (JAX's float32 defaults) is
+                 # not provided yet and raises NotImplementedError
+                 "enable_x64": True,
                  # the directory of functrace's disk caches (None: $XDG_CACHE_HOME/functrace, else
                  # ~/.cache/functrace): program binaries, device verdicts, matmul choices
                  "cache_dir": None}
@@ -65,6 +69,9 @@ class Config:
                 raise ValueError(f"FUNCTRACE_{name.upper()}: {e}") from None
 
     def update(self, name: str, value: Any) -> None:
+        """Set option ``name`` (JAX's spelling ``jax_<name>`` is accepted for the options JAX has)."""
+        if name.startswith("jax_") and name[4:] in self._DEFAULTS:
+            name = name[4:]
         if name not in self._DEFAULTS:
             raise KeyError(f"unknown functrace option {name!r}; options: {sorted(self._DEFAULTS)}")
         if name == "default_backend" and value is not None and value not in BACKENDS:
@@ -80,6 +87,10 @@ class Config:
             if value not in TRACEBACK_FILTERING_MODES:
                 raise ValueError(f"traceback_filtering must be one of {list(TRACEBACK_FILTERING_MODES)}, "
                                  f"got {value!r}")
+        if name == "enable_x64" and not value:
+            raise NotImplementedError("enable_x64=False (JAX's float32 defaults) is not provided: functrace keeps "
+                                      "numpy's dtypes, so a float32 program passes float32 arrays (float32 stays "
+                                      "float32; Python scalars do not upcast arrays)")
         setattr(self, name, value)  # plain attributes: reading an option on a hot path is cheap
 
 

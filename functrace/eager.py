@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 IMMUTABLE = ("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change one (eagerly or traced); "
              "write x = x.at[i].set(v) instead")
 
