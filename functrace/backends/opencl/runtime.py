@@ -12,7 +12,10 @@
   verdicts, matmul choices) is written atomically and carries a checksum of its payload bound to
   its key: a truncated, bit-flipped or foreign entry is deleted and rebuilt, never handed to the
   driver.  Not on PoCL: its own cache (``POCL_CACHE_DIR``) keeps every built program by source
-  (a rebuild from it takes ~22 ms), and fetching a binary from PoCL costs far more.
+  (a rebuild from it takes ~22 ms), and fetching a binary from PoCL costs far more.  That cache
+  lives in ``<cache_dir()>/pocl`` unless the user set ``POCL_CACHE_DIR``, and its entry for a
+  program is checked against functrace's manifests before each build (``driver_cache``): a
+  truncated file there would abort the process inside the driver.
 * Canary mode (``ft.config.update("opencl_debug_canaries", True)``, a test mode): every buffer
   allocated from then on lies between two guard regions, and it and they start filled with
   canary bytes (NaN for floats, a huge value for integers; a buffer an executable reuses from
@@ -35,6 +38,7 @@ import numpy as np
 
 from ...config import config
 from ...core import HasShape
+from ...eager import EagerArray, as_eager
 from ...jit import register_array_type
 
 _state: dict = {}
@@ -42,6 +46,8 @@ _lock = threading.Lock()
 
 
 def _cl():
+    if "root" not in _pocl_cache:
+        _choose_pocl_cache()
     try:
         import pyopencl as cl
     except Exception as e:  # pragma: no cover - depends on the machine
@@ -82,13 +88,64 @@ def _pocl_cache_dir() -> str:
     the XDG cache directory)."""
     if os.environ.get("POCL_CACHE_DIR"):
         return os.environ["POCL_CACHE_DIR"]
-    cached = os.environ.get("POCL_KERNEL_CACHE", "1").lower() not in ("0", "no", "off", "false")
-    sub = os.path.join("pocl", "kcache" if cached else "uncached")
+    sub = os.path.join("pocl", "kcache" if _pocl_caches_kernels() else "uncached")
     if os.environ.get("XDG_CACHE_HOME"):
         return os.path.join(os.environ["XDG_CACHE_HOME"], sub)
     if "HOME" in os.environ:
         return os.path.join(os.environ["HOME"], ".cache", sub)
     return os.path.join("/tmp", sub)
+
+
+# the directory of PoCL's kernel cache in this process, once decided (None: its cache is off)
+_pocl_cache: dict = {}
+_pocl_cache_lock = threading.Lock()
+
+
+def _pocl_caches_kernels() -> bool:
+    return os.environ.get("POCL_KERNEL_CACHE", "1").lower() not in ("0", "no", "off", "false")
+
+
+def _choose_pocl_cache() -> None:
+    """Before PoCL loads (it reads its settings once): point its kernel cache at functrace's cache
+    directory (``<cache_dir()>/pocl``, where every entry is checked before use: see
+    ``driver_cache``), unless the user chose a directory (``POCL_CACHE_DIR``: kept, and checked
+    the same way), turned PoCL's cache off (``POCL_KERNEL_CACHE=0``: nothing is reused), or the
+    directory cannot be written (PoCL's default then).  Once PoCL is loaded the setting is
+    PoCL's already: the directory it uses is checked."""
+    with _pocl_cache_lock:
+        if "root" in _pocl_cache:
+            return
+        if not _pocl_caches_kernels():
+            _pocl_cache["root"] = None
+            return
+        from . import driver_cache
+        if not os.environ.get("POCL_CACHE_DIR") and not driver_cache.driver_loaded():
+            own = os.path.abspath(os.path.join(cache_dir(), "pocl"))
+            try:
+                os.makedirs(own, exist_ok=True)
+                with tempfile.TemporaryFile(dir=own):
+                    pass
+                os.environ["POCL_CACHE_DIR"] = own
+            except OSError:
+                pass  # a cache directory we cannot write: PoCL's own default
+        _pocl_cache["root"] = _pocl_cache_dir()
+
+
+def _driver_cache(device):
+    """The check of PoCL's kernel cache for builds on ``device`` (None: not PoCL, or no cache)."""
+    if "Portable Computing Language" not in device.platform.name:
+        return None
+    from . import driver_cache
+    return driver_cache.guard(_pocl_cache.get("root"))
+
+
+def _build_checked(device, program, options: str, key: str | None):
+    """``program.build(options=options)``; on PoCL with the program's entry in PoCL's kernel cache
+    checked first (a truncated file there aborts the process) and recorded after."""
+    guard = _driver_cache(device) if key is not None else None
+    if guard is None:
+        return program.build(options=options)
+    return guard.build(key, program, options)
 
 
 def _pocl_cache_problem() -> str | None:
@@ -161,7 +218,8 @@ def usable(device) -> bool:
         for attempt in range(_BUILD_ATTEMPTS):  # (processes building at once race in PoCL's cache)
             try:
                 cl = _cl()
-                cl.Program(cl.Context([device]), _PROBE).build()
+                probe_key = hashlib.sha256(f"{_fingerprint(device)}\n\n{_PROBE}".encode()).hexdigest()
+                _build_checked(device, cl.Program(cl.Context([device]), _PROBE), "", probe_key)
                 break
             except Exception:
                 if attempt == _BUILD_ATTEMPTS - 1:
@@ -192,8 +250,9 @@ __kernel void probe_d(__global double* a) {
 # the device: a death before that is not the driver's doing.
 _WIDE_PROBE_CHILD = """
 import sys
+import hashlib
 import numpy as np, pyopencl as cl
-from functrace.backends.opencl.runtime import _fingerprint, _supports_fp64, devices
+from functrace.backends.opencl.runtime import _build_checked, _fingerprint, _supports_fp64, devices
 fingerprint, source = sys.argv[1], sys.argv[2]
 device = next((d for d in devices() if _fingerprint(d) == fingerprint), None)
 if device is None:
@@ -203,10 +262,12 @@ print("ready", flush=True)
 ctx = cl.Context([device])
 queue = cl.CommandQueue(ctx)
 prg = cl.Program(ctx, source)
-try:
-    prg.build(options="-DPROBE_FP64" if fp64 else "")
+options = "-DPROBE_FP64" if fp64 else ""
+key = hashlib.sha256("|".join((fingerprint, options, source)).encode()).hexdigest()
+try:  # (PoCL's cache entry checked first, as for every build)
+    _build_checked(device, prg, options, key)
 except Exception:  # once more (_BUILD_ATTEMPTS): processes starting at once race in PoCL's cache
-    prg.build(options="-DPROBE_FP64" if fp64 else "")
+    _build_checked(device, prg, options, key)
 for name, dtype, lanes in [("probe_f", np.float32, 16)] + ([("probe_d", np.float64, 8)] if fp64 else []):
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                     hostbuf=np.linspace(-2.0, 2.0, 256).astype(dtype))
@@ -434,12 +495,13 @@ class Runtime:
         path = self._binary_path(key)
         binary = read_entry(path, key)  # verified against its checksum before the driver sees it
         if binary is not None:
-            try:
-                return cl.Program(self.context, [self.device], [binary]).build(options=options)
+            try:  # (PoCL, if it is the driver, keeps what it makes of the binary under another entry)
+                return _build_checked(self.device, cl.Program(self.context, [self.device], [binary]), options,
+                                      hashlib.sha256(b"binary\n" + key.encode()).hexdigest())
             except Exception as e:
                 _raise_for_environment(self.device, str(e))  # (the entry may be sound)
                 _discard(path)  # a binary the driver no longer takes: rebuilt below
-        prog = self._build(cl.Program(self.context, source), options)
+        prog = self._build(cl.Program(self.context, source), options, key)
         if config.opencl_binary_cache and not self.driver_caches_programs:  # elsewhere the binary is cheap
             self._save_binary(key, prog)
         return prog
@@ -454,14 +516,15 @@ class Runtime:
         except Exception:
             pass  # a cache we cannot write only costs compile time
 
-    def _build(self, program, options: str):
-        """Build ``program``, trying twice (``_BUILD_ATTEMPTS``); a failure caused by the
+    def _build(self, program, options: str, key: str | None = None):
+        """Build ``program`` (``key``: its key in the program cache, for checking PoCL's cache
+        entry first), trying twice (``_BUILD_ATTEMPTS``); a failure caused by the
         environment is ``OpenCLEnvironmentError`` (saying what to fix), one on a device that
         cannot even build the probe kernel is ``DeviceUnusable`` (the device is dropped), any other
         failure is re-raised."""
         for _ in range(_BUILD_ATTEMPTS):
             try:
-                program.build(options=options)
+                _build_checked(self.device, program, options, key)
                 break
             except Exception as e:
                 failure = e
@@ -876,7 +939,10 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
         setattr(Array, f"__r{_dunder}__", _host_op(_name, reflected=True))
 Array.__neg__ = lambda self: -np.asarray(self)
 Array.__abs__ = lambda self: abs(np.asarray(self))
-Array.__getitem__ = lambda self, idx: np.asarray(self)[idx]
+Array.__getitem__ = lambda self, idx: as_eager(np.asarray(self))[idx]  # (JAX's rules: see eager.py)
+Array.__iter__ = lambda self: iter(as_eager(np.asarray(self)))  # (reads clamp: no IndexError ends a loop)
+Array.__setitem__ = EagerArray.__setitem__
+Array.__format__ = lambda self, spec: format(as_eager(np.asarray(self)), spec)
 Array.__hash__ = None
 register_array_type(Array)
 
