@@ -1177,14 +1177,26 @@ def test_getitem_with_traced_indices(name, index, make):
     assert_same(staged(lambda i, j: fnp.getitem(X3, index(i, j)), i, j)[0], want, name)
 
 
-OOB = [
-    (X3, 5), (X3, -6), (X3, (0, 6)), (X3, (0, 0, -8)), (X3, (Ellipsis, 7)), (X3, [0, 5]), (X3, (slice(None), [-7])),
-    (X3, (0, [1, 2], 9)), (np.arange(3.0), 3), (X3, (0, 0, 0, 0)), (X3, (Ellipsis, 0, Ellipsis)),
-    (X3, 1.5), (X3, (0, 1.0)), (X3, np.array([0.0, 1.0])), (X3, "a"),
+OUT_OF_RANGE = [  # (array, index, the in-range index JAX's read clamps it to)
+    (X3, 5, 4), (X3, -6, 0), (X3, (0, 6), (0, 5)), (X3, (0, 0, -8), (0, 0, 0)), (X3, (Ellipsis, 7), (Ellipsis, 6)),
+    (X3, [0, 5], [0, 4]), (X3, (slice(None), [-7]), (slice(None), [0])), (X3, (0, [1, 2], 9), (0, [1, 2], 6)),
+    (np.arange(3.0), 3, 2),
+]
+INVALID = [
+    (X3, (0, 0, 0, 0)), (X3, (Ellipsis, 0, Ellipsis)), (X3, 1.5), (X3, (0, 1.0)), (X3, np.array([0.0, 1.0])), (X3, "a"),
 ]
 
 
-@pytest.mark.parametrize("arr,idx", OOB, ids=[_idx_id(i, it) for i, it in enumerate(OOB)])
+@pytest.mark.parametrize("arr,idx,clamped", OUT_OF_RANGE, ids=[_idx_id(i, it[:2]) for i, it in enumerate(OUT_OF_RANGE)])
+def test_getitem_out_of_range_reads_clamp_as_jax(arr, idx, clamped):
+    with pytest.raises(IndexError):
+        arr[idx]  # test premise: numpy raises
+    want = arr[clamped]
+    assert_same(fnp.getitem(arr, idx), want, "eager")
+    assert_same(ft.jit(lambda a: a[idx], backend="numpy")(arr), want, "jit")
+
+
+@pytest.mark.parametrize("arr,idx", INVALID, ids=[_idx_id(i, it) for i, it in enumerate(INVALID)])
 def test_getitem_invalid_raises_index_error(arr, idx):
     with pytest.raises(IndexError):
         arr[idx]  # test premise
