@@ -45,16 +45,10 @@
 #define MM_WITH_MV 1
 #endif
 
-/* a prefetch hint (rw 0 read, 1 write) where the compiler has one (clang-based drivers: PoCL) */
+/* a prefetch hint (rw 0 read, 1 write): the cpu kind's prefix defines it with clang's builtin where
+ * the compiler has one (PoCL); plain OpenCL C (the gpu kind) has none */
 #ifndef MM_PREFETCH
-#  if defined(__has_builtin)
-#    if __has_builtin(__builtin_prefetch)
-#      define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
-#    endif
-#  endif
-#  ifndef MM_PREFETCH
-#    define MM_PREFETCH(p, rw) ((void)0)
-#  endif
+#  define MM_PREFETCH(p, rw) ((void)0)
 #endif
 
 #define MM_TM 8                                   /* fixed: MM_KSTEP below spells out 8 rows */

@@ -6,6 +6,8 @@ from typing import Any
 
 BACKENDS = ("numpy", "opencl")  # what ``jit(backend=...)`` and the ``default_backend`` option take
 MATMUL_MODES = ("auto", "opencl", "blas")  # what the ``matmul`` option takes
+# what the ``opencl_device_kind`` option takes (see backends/opencl/policy)
+OPENCL_DEVICE_KINDS = ("auto", "cpu", "gpu")
 # what the ``traceback_filtering`` option takes (JAX's values; see errors.hide_library_frames)
 TRACEBACK_FILTERING_MODES = ("auto", "off", "tracebackhide", "remove_frames")
 
@@ -35,6 +37,9 @@ class Config:
                  # matrix products on OpenCL: "auto" (on CPU devices, OpenCL kernels or host BLAS,
                  # whichever measured faster per shape), "opencl" or "blas" (see backends/opencl/matmul)
                  "matmul": "auto",
+                 # the OpenCL backend's device kind: its placement policy and kernel designs ("auto":
+                 # "cpu" on a CPU device, "gpu" elsewhere; forcing "gpu" runs the GPU designs on PoCL)
+                 "opencl_device_kind": "auto",
                  # print one line to stderr when a compile is still running after a second
                  # (an OpenCL program build), so a long first call does not look like a hang
                  "verbose": True,
@@ -82,6 +87,10 @@ class Config:
             value = str(value).strip().lower()
             if value not in MATMUL_MODES:
                 raise ValueError(f"matmul must be one of {list(MATMUL_MODES)}, got {value!r}")
+        if name == "opencl_device_kind":
+            value = str(value).strip().lower()
+            if value not in OPENCL_DEVICE_KINDS:
+                raise ValueError(f"opencl_device_kind must be one of {list(OPENCL_DEVICE_KINDS)}, got {value!r}")
         if name == "traceback_filtering":
             value = str(value).strip().lower()
             if value not in TRACEBACK_FILTERING_MODES:

@@ -439,8 +439,8 @@ def test_a_long_compile_prints_one_progress_line(monkeypatch, capsys):
 def test_auto_mode_does_not_measure_under_mpi(monkeypatch):
     """With more than one MPI process, a product auto mode has not decided yet stays on the host
     BLAS without a measurement or a warm-up (each process would measure on its own)."""
-    if not rt.is_cpu:
-        pytest.skip("auto mode measures on CPU devices only")
+    if rt.kind != "cpu":
+        pytest.skip("auto mode measures on the cpu kind only")
     monkeypatch.setattr(ft.config, "matmul", "auto")
     for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
         monkeypatch.setattr(mm, table, {})

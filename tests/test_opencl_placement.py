@@ -9,12 +9,13 @@ import functrace as ft
 import functrace.numpy as fnp
 from functrace.backends.opencl import placement
 from functrace.backends.opencl import runtime as cl_runtime
+from functrace.backends.opencl.policy import make_policy
 
 rt = cl_runtime.get_runtime()
 
 
 def device(units: int, wait: float, dispatch: float = 3e-6):
-    return SimpleNamespace(is_cpu=True, device=SimpleNamespace(max_compute_units=units),
+    return SimpleNamespace(policy=make_policy("cpu"), device=SimpleNamespace(max_compute_units=units),
                            _launch_costs=placement.LaunchCosts(dispatch, wait))
 
 
@@ -83,10 +84,10 @@ def test_the_element_option_replaces_the_estimate(monkeypatch):
     assert not placement.host_is_cheaper(PTHREAD, eqns_of(lambda x: x + 1.0, 200), 200)
     assert placement.host_is_cheaper(PTHREAD, eqns_of(chain, 99), 99)
     assert "opencl_host_step_elements" in placement.host_reason(PTHREAD, [], 99)
-    assert not placement.host_is_cheaper(SimpleNamespace(is_cpu=False), [], 1)  # GPUs: kernels
+    assert not placement.host_is_cheaper(SimpleNamespace(policy=make_policy("gpu")), [], 1)  # the gpu kind: kernels
 
 
-@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="needs an OpenCL CPU device")
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's plans")
 def test_the_planner_fuses_the_chain_and_leaves_one_add_on_the_host(monkeypatch):
     """Through ``jit``: the chain on 100K float32 is one kernel, no host step; a lone add on 20K
     elements beside it (so the program is not small) runs on the host when it comes first, with
@@ -207,7 +208,7 @@ def test_a_program_of_host_steps_and_host_blas_matmuls_settles_on_the_host(monke
     np.testing.assert_array_equal(np.asarray(out), want)
 
 
-@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="no OpenCL CPU device on this machine")
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's plans")
 def test_unmeasured_products_among_host_steps_settle_on_the_host_at_once(monkeypatch):
     """In auto mode, a program whose every other step runs on the host keeps its not yet measured
     products on the BLAS and runs as one numpy program from its first call: no measurement, no
@@ -264,7 +265,7 @@ def test_fused_groups_stop_growing_at_max_group_eqns(monkeypatch):
     np.testing.assert_allclose(np.asarray(compiled(x)), ft.jit(long_chain, backend="numpy")(x), rtol=1e-5)
 
 
-@pytest.mark.skipif(rt is None or not rt.is_cpu, reason="needs an OpenCL CPU device")
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's plans")
 def test_a_step_after_host_steps_pays_the_wait(monkeypatch):
     """A small group after a host step is not 'after a kernel' (a host step launches nothing):
     the MLP loss's 1280-element tail after its row max stays on the host (it became a chain of

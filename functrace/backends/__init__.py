@@ -25,7 +25,7 @@ def compile_for(name: str | None, closed):
             rt = get_runtime()
             if rt is None:
                 return NumpyExecutable(closed)
-            if rt.is_cpu and is_small(closed):
+            if rt.policy.small_programs_on_host and is_small(closed):
                 return HostExecutable(closed, rt)
             try:
                 exe = OpenCLExecutable(closed, rt)

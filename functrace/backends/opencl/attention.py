@@ -34,9 +34,7 @@ def _lanes(rt, ctype: str) -> int:
         native = rt.device.native_vector_width_float if ctype == "float" else rt.device.native_vector_width_double
     except Exception:
         native = 0
-    if ctype == "float":
-        return 16 if native >= 16 else 8
-    return 8 if native >= 8 else 4
+    return rt.policy.attention_lanes(ctype, native)
 
 
 def _spec(eqn, rt):
@@ -69,9 +67,9 @@ def _spec(eqn, rt):
 
 
 def _local(rt, dims: int):
-    # CPU devices: one work-item per work-group lets the driver balance the uneven (causal) work
+    # the cpu kind: one work-item per work-group lets the driver balance the uneven (causal) work
     # across cores; elsewhere the driver chooses.
-    return (1,) * dims if getattr(rt, "is_cpu", False) else None
+    return (1,) * dims if rt.policy.one_item_work_groups else None
 
 
 @register(nn.attention_p)

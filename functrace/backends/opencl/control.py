@@ -73,7 +73,7 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
     one, and a wait for the device, plus the arithmetic shared by the compute units).
     ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
     count for the body's largest value (as for any step)."""
-    if rt is None or not rt.is_cpu:
+    if rt is None or not rt.policy.host_steps:
         return None
     eqns = [e for p in eqn.params.values() for s in (p if isinstance(p, tuple) else (p,))
             if isinstance(s, ClosedJaxpr) for e in _equations(s)]

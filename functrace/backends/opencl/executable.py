@@ -621,7 +621,7 @@ def _streaming(rt, values: list) -> bool:
     its data outgrow the last-level cache: stores that miss it read each line first (write
     allocate), a third more memory traffic for ``x * y + z``; the arithmetic chain of
     bench_elementwise went from 85% to 103% of the copy bandwidth (1.19 -> 0.98 ms)."""
-    if rt is None or not rt.is_cpu:
+    if rt is None or not rt.policy.streaming_stores:
         return False
     cache = cache_bytes(rt)
     return cache > 0 and sum(aval_nbytes(v.aval) for v in values) > cache
@@ -761,7 +761,7 @@ def _vector_width(rt, eqns) -> int:
     if rt is None:
         return 8
     pref = rt.device.preferred_vector_width_double if wide else rt.device.preferred_vector_width_float
-    return min((w for w in (4, 8, 16) if w >= pref), default=16)
+    return rt.policy.vector_width(pref)
 
 
 def _combine_source(name: str, eqn, chunks: int) -> str:
@@ -778,15 +778,20 @@ __kernel void {name}(__global const {st}* restrict partial, __global {st}* restr
 }}"""
 
 
-# FT_STREAM_STORE: a non-temporal vector store where the compiler has one (clang's builtin), else a
-# plain one.  Used by elementwise kernels whose data exceed the device's cache (see _streaming)
-PREAMBLE = FP64_PRAGMA + """#if defined(__has_builtin)
-#  if __has_builtin(__builtin_nontemporal_store)
-#    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
-#  endif
-#endif
-#ifndef FT_STREAM_STORE
+# Macros whose cpu-kind forms the device kind's prefix defines first (``policy``): FT_STREAM_STORE, a
+# store past the caches for elementwise kernels whose data exceed them (see _streaming; the cpu kind:
+# clang's non-temporal store); FT_SIN / FT_COS (the cpu kind: PoCL's native forms); FT_FDIV /
+# FT_FSQRT, float32 division and sqrt (corrected on a device that does not round them correctly)
+PREAMBLE = FP64_PRAGMA + """#ifndef FT_STREAM_STORE
 #  define FT_STREAM_STORE(v, p) (*(p) = (v))
+#endif
+#ifndef FT_SIN
+#  define FT_SIN sin
+#  define FT_COS cos
+#endif
+#ifndef FT_FDIV
+#  define FT_FDIV(a, b) ((a) / (b))
+#  define FT_FSQRT(x) sqrt(x)
 #endif
 """
 
@@ -1061,7 +1066,7 @@ class OpenCLExecutable:
         trial to run before the first result (``HostTrial``), if any: when some of those matmuls
         were measured faster as kernels, or as ``_new_trial`` says."""
         matmuls = self._matmuls()
-        host_and_matmuls = self.rt.is_cpu and all(isinstance(s, HostSegment) or _matmul_state(s) is not None
+        host_and_matmuls = self.rt.policy.host_blas and all(isinstance(s, HostSegment) or _matmul_state(s) is not None
                                                   for s in self.plan.steps)
         if host_and_matmuls and all(m["impl"] == "blas" for m in matmuls):
             around_host = any(isinstance(s, HostSegment) for s in self.plan.steps)
@@ -1145,7 +1150,7 @@ class OpenCLExecutable:
         """The trial of this program as one numpy program, or None: on a CPU device whose
         placements are not pinned, a program under ``TRIAL_ELEMENTS`` of work: any program when
         kernels run in the calling thread, else one with a kernel."""
-        if not self.rt.is_cpu or self._placements_pinned or not self._within_trial_bound():
+        if not self.rt.policy.timed_trials or self._placements_pinned or not self._within_trial_bound():
             return None
         host = HostExecutable(self.closed, self.rt)
         if compute_units(self.rt) <= 1:

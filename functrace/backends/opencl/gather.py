@@ -18,7 +18,7 @@ from ... import primitives as P
 from ...core import Literal
 from .fusion import CTYPE
 from .layout import bits_type
-from .lowerings import Lowered, register
+from .lowerings import Lowered, has_int64_atomics, register
 
 _ATOMIC_ADD = {
     "float": """
@@ -67,6 +67,8 @@ def _supported(eqn, rt, float_only: bool) -> bool:
     if float_only and dt.kind != "f" or float_only and dt == np.dtype(np.float16):  # (no float16 atomics)
         return False
     if dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True):
+        return False
+    if float_only and dt.itemsize == 8 and not has_int64_atomics(rt):  # (the atomic add of doubles)
         return False
     # only the index may be an inline literal (a scalar index); data operands must be arrays
     return not any(type(a) is Literal for i, a in enumerate(eqn.inputs) if i != 1)

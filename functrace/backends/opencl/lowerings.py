@@ -57,6 +57,12 @@ def real_type(dtype, rt):
     return spec
 
 
+def has_int64_atomics(rt) -> bool:
+    """Does ``rt``'s device have 64-bit atomics (``cl_khr_int64_base_atomics``)?  The atomic updates
+    of 8-byte values need them; without them such steps run on the host."""
+    return rt is None or "cl_khr_int64_base_atomics" in getattr(rt.device, "extensions", "")
+
+
 def specialize(filename: str, defines: dict) -> str:
     """The text of ``cl_kernels/<filename>`` between ``#define`` lines for ``defines`` and the
     matching ``#undef`` lines (only identifiers and numbers are spliced, never user strings)."""

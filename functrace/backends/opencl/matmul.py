@@ -611,8 +611,8 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         raise ValueError(f"matmul epilogue activation must be one of {tuple(ACTS)}, got {act!r}")
     plan = _Plan(spec, rt, bias, act)
     m = config.matmul
-    is_cpu = bool(getattr(rt, "is_cpu", False))
-    if not is_cpu or m == "opencl":
+    host_blas = rt is not None and rt.policy.host_blas  # (the gpu kind: kernels only)
+    if not host_blas or m == "opencl":
         impl = "opencl"
     elif m == "blas":
         impl = "blas"
@@ -625,11 +625,11 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     # compiles compete with the processes for the cores they run on.  The 2-process MLP step
     # (benchmarks/bench_distributed.py, PoCL basic device): 4.8-11.7 ms a step in auto mode, both
     # processes at CPU/wall 0.5-1.0; 4.76-4.88 ms and 1.0 with matmul="blas".
-    under_mpi = impl is None and m == "auto" and is_cpu and distributed.process_count() > 1
+    under_mpi = impl is None and m == "auto" and host_blas and distributed.process_count() > 1
     # undecided: the host BLAS for this program's life, measured (below) for programs compiled later
     state = {"impl": impl or "blas", "measure": impl is None and not under_mpi}
     how = (", not measured under MPI (each process would measure on its own)" if under_mpi
-           else _how(plan, impl, m == "auto" and is_cpu))
+           else _how(plan, impl, m == "auto" and host_blas))
     impl = state["impl"]
     if impl == "opencl" and rt is not None:
         shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
@@ -638,7 +638,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
     lowered = Lowered(source=stub, kernel_names=[],
                       run=None, launches=0 if impl != "opencl" else plan.launches,
-                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and is_cpu,
+                      label="", extra={"spec": spec, "plan": plan, "impl": impl, "auto": m == "auto" and host_blas,
                                                     "undecided": state["measure"]})
     lowered.label = _label(plan, impl, how)
 

@@ -131,7 +131,7 @@ def host_reason(rt, eqns, elements: int, after_kernel: bool = False) -> str | No
     or None when it is a kernel.  ``after_kernel``: the step before it in the program launches a
     kernel (the device's wait then falls on a host step, else on a kernel).  CPU devices only:
     elsewhere every step is a kernel."""
-    if rt is None or not rt.is_cpu:
+    if rt is None or not rt.policy.host_steps:
         return None
     limit = config.opencl_host_step_elements
     if limit is not None:

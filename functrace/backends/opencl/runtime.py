@@ -40,6 +40,7 @@ from ...config import config
 from ...core import HasShape
 from ...eager import EagerArray, as_eager
 from ...jit import register_array_type
+from .policy import choose_policy, device_kind
 
 _state: dict = {}
 _lock = threading.Lock()
@@ -454,8 +455,10 @@ class Runtime:
         self.device = device
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
-        self.is_cpu = bool(device.type & cl.device_type.CPU)
-        self.unified = self.is_cpu and bool(device.host_unified_memory)
+        # the device kind's choices (placement, kernel designs, build options): made here, once
+        self.policy = choose_policy(device, config.opencl_device_kind)
+        self.kind = self.policy.kind
+        self.unified = self.policy.wraps_host_memory
         self._in_flight: list = []  # host memory that enqueued kernels may still use (see hold)
         self.name = device.name
         self.fingerprint = _fingerprint(device)
@@ -476,7 +479,10 @@ class Runtime:
     # ------------------------------------------------------------------ programs
 
     def program(self, source: str, options: str = ""):
-        """A built program for ``source``: from memory, else from the disk cache, else compiled."""
+        """A built program for ``source`` (with the device kind's prefix and build options): from
+        memory, else from the disk cache, else compiled."""
+        source = self.policy.program_source(source)
+        options = " ".join(filter(None, (self.policy.build_options, options)))
         key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
         with self._program_lock:
             prog = self._programs.get(key)
@@ -977,18 +983,23 @@ def forget_runtime() -> None:
     """Choose the device again at the next ``get_runtime`` (after one proved unusable)."""
     with _lock:
         _state.pop("runtime", None)
+        _state.pop("runtimes", None)
 
 
 def get_runtime() -> Runtime | None:
     """The process-wide runtime for the configured device; None (with one warning) when no
     OpenCL platform or device is available."""
-    want = config.device
+    want = (config.device, config.opencl_device_kind)
     with _lock:
         if _state.get("want", object()) == want and "runtime" in _state:
             return _state["runtime"]
         devs = devices()
         chosen = _choose(devs) if devs else None
-        rt = Runtime(chosen) if chosen is not None else None
+        kept = _state.setdefault("runtimes", {})  # (switching kinds back and forth: one context each)
+        key = None if chosen is None else (chosen.int_ptr, device_kind(chosen, want[1]))
+        rt = kept.get(key)
+        if rt is None and chosen is not None:
+            rt = kept[key] = Runtime(chosen)
         if rt is None and not _state.get("warned"):
             problem = None if devs else _pocl_cache_problem()  # PoCL then lists no device
             hint = (f" PoCL, if installed, lists no devices: {problem}; set POCL_CACHE_DIR to a writable "

@@ -18,7 +18,7 @@ from ... import scatter as S
 from ...core import Literal
 from .fusion import CTYPE
 from .gather import index_source
-from .lowerings import Lowered, register
+from .lowerings import Lowered, has_int64_atomics, register
 
 _UNSIGNED = {"float": ("uint", "atomic_cmpxchg"), "double": ("ulong", "atom_cmpxchg"),
              "int": ("uint", "atomic_cmpxchg"), "long": ("ulong", "atom_cmpxchg")}
@@ -62,6 +62,8 @@ def lower_scatter(eqn, rt) -> Lowered | None:
     if op != "set" and dt == np.dtype(bool):
         return None
     if dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True):
+        return None
+    if op != "set" and dt.itemsize == 8 and not has_int64_atomics(rt):
         return None
     n, k = x.aval.shape[0], idx.aval.shape[0]
     if k >= 2 ** 31:

@@ -1,0 +1,129 @@
+"""Device kinds: one policy per kind says what runs where and which kernel designs the backend emits.
+
+The OpenCL backend serves two kinds of device, and every choice that differs between them is a
+field of a :class:`DevicePolicy`, chosen once per runtime by :func:`choose_policy` from the device
+and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
+``FUNCTRACE_OPENCL_DEVICE_KIND``; auto: ``cpu`` for a CPU device, ``gpu`` for any other):
+
+* ``cpu`` (PoCL on the host's cores): small steps, small loops and small programs run on the host
+  with numpy where a launch would cost more (``placement``), products may run on the host BLAS
+  (``matmul``), a program near the crossover is timed both ways at its first call, buffers wrap
+  page-aligned numpy memory (``USE_HOST_PTR``) on unified memory, elementwise kernels use the
+  device's preferred vector width and store past the cache when their data outgrow it, and the
+  sources may use clang's builtins (prefetch, non-temporal stores) and ``native_sin``/``native_cos``
+  (measured on PoCL within 1.2e-7 of sin/cos on |x| <= 1e4) -- those only behind ``FT_CPU_KIND``,
+  defined in the text that only this kind puts before its programs.
+* ``gpu`` (any other device, or any device forced to it): every step with a lowering is a kernel,
+  no host BLAS, no timed trials, buffers live on the device (copies in and out, no wrapping of
+  host memory), elementwise kernels use 4 lanes, and the sources are plain OpenCL C 1.2: no
+  ``__builtin_*``, no ``native_*`` (NVIDIA's compiler rejects ``__builtin_prefetch`` on a
+  ``__global`` pointer; its native functions drift by thousands of ulp).
+
+On both kinds float32 division and sqrt are correctly rounded, as numpy's: programs are built with
+``-cl-fp32-correctly-rounded-divide-sqrt`` where the device reports
+``CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT``, else fused kernels correct the driver's quotient and root
+with one residual step (``FT_FDIV`` / ``FT_FSQRT``, see ``executable.PREAMBLE``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+ROUNDING_OPTION = "-cl-fp32-correctly-rounded-divide-sqrt"
+
+# CPU-only macros, put before every program of the cpu kind (and only there): clang's prefetch
+# and non-temporal store where the compiler has them, PoCL's faster sin / cos
+CPU_PREFIX = """#define FT_CPU_KIND 1
+#if defined(__has_builtin)
+#  if __has_builtin(__builtin_prefetch)
+#    define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
+#  endif
+#  if __has_builtin(__builtin_nontemporal_store)
+#    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
+#  endif
+#endif
+#define FT_SIN native_sin
+#define FT_COS native_cos
+"""
+
+# a device without correctly rounded float32 division and sqrt: one residual step on the
+# driver's result (fma gives the exact residual), zeros, infinities and NaNs passed through
+CORRECTED_DIVISION_PREFIX = """#define FT_FDIV(a, b) ft_fdiv_fix((a) / (b), (a), (b))
+#define ft_fdiv_fix(q, a, b) (isfinite(q) && (q) != 0.0f ? (q) + fma(-(q), (b), (a)) / (b) : (q))
+#define FT_FSQRT(x) ft_fsqrt_fix(sqrt(x), (x))
+#define ft_fsqrt_fix(s, x) (isfinite(s) && (s) != 0.0f ? (s) + fma(-(s), (s), (x)) / (2.0f * (s)) : (s))
+"""
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    """What runs where on one device, and which kernel designs its programs use."""
+
+    kind: str                     # "cpu" | "gpu": what reports name
+    host_steps: bool              # small steps and loops may run on the host (placement's estimate)
+    host_blas: bool               # products may run on the host BLAS (the ``matmul`` option)
+    timed_trials: bool            # a program may be timed against one numpy program at its first call
+    small_programs_on_host: bool  # programs under ``opencl_small_program_elements`` run with numpy
+    wraps_host_memory: bool       # buffers wrap numpy memory (``USE_HOST_PTR``): unified memory only
+    streaming_stores: bool        # elementwise kernels past the cache store non-temporally
+    one_item_work_groups: bool    # attention: work-groups of one item (the driver balances cores)
+    device_vector_widths: bool    # vector lanes from the device's preference (else the fixed ones)
+    prefix: str                   # source text before every program of this kind
+    build_options: str            # options of every program built on the device
+
+    def program_source(self, source: str) -> str:
+        """The text built for ``source`` on this kind: its prefix, then the source."""
+        return self.prefix + source
+
+    def vector_width(self, preferred: int) -> int:
+        """Lanes per work-item of an elementwise kernel: the device's ``preferred`` width rounded up
+        to 4, 8 or 16 on the cpu kind (16 on AVX-512), 4 on the gpu kind (float4 loads coalesce
+        on every GPU)."""
+        if not self.device_vector_widths:
+            return 4
+        return min((w for w in (4, 8, 16) if w >= preferred), default=16)
+
+    def attention_lanes(self, ctype: str, native: int) -> int:
+        """Attention's vector lanes per work-item: the device's ``native`` width on the cpu kind
+        (at least 8, 4 for double, at most 16), the design's minimum on the gpu kind."""
+        if ctype == "float":
+            return 16 if self.device_vector_widths and native >= 16 else 8
+        return 8 if self.device_vector_widths and native >= 8 else 4
+
+
+def rounds_fp32_correctly(device) -> bool:
+    """Does ``device`` report CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in its single_fp_config?"""
+    import pyopencl as cl
+    try:
+        return bool(device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+    except Exception:
+        return False
+
+
+def device_kind(device, option: str) -> str:
+    """The kind for ``device`` under the ``opencl_device_kind`` option (auto: cpu for a CPU)."""
+    if option in ("cpu", "gpu"):
+        return option
+    import pyopencl as cl
+    return "cpu" if device.type & cl.device_type.CPU else "gpu"
+
+
+def choose_policy(device, option: str) -> DevicePolicy:
+    """The policy of ``device`` under the ``opencl_device_kind`` option: the one place a kind is chosen."""
+    return make_policy(device_kind(device, option), rounds_fp32_correctly(device), bool(device.host_unified_memory))
+
+
+def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) -> DevicePolicy:
+    """The policy of ``kind`` on a device that does (or not) round float32 division and sqrt
+    correctly and has (or not) unified host memory (tests and the compile check use it directly)."""
+    options = ROUNDING_OPTION if correct_rounding else ""
+    fix = "" if correct_rounding else CORRECTED_DIVISION_PREFIX
+    if kind == "cpu":
+        return DevicePolicy("cpu", host_steps=True, host_blas=True, timed_trials=True,
+                            small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
+                            one_item_work_groups=True, device_vector_widths=True, prefix=CPU_PREFIX + fix,
+                            build_options=options)
+    return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
+                        small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
+                        one_item_work_groups=False, device_vector_widths=False, prefix=fix,
+                        build_options=options)
