@@ -7,6 +7,7 @@ cache directory; a ``POCL_CACHE_DIR`` the user set is kept and checked the same 
 The subprocess tests run the program of ``shared/repros/pocl_cache_truncated_abort.sh`` in
 child processes (a few seconds each, mostly interpreter start-up and one compile)."""
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import driver_cache
+from functrace.backends.opencl import driver_cache, pyopencl_cache
 from functrace.backends.opencl import runtime as cl_runtime
 
 rt = cl_runtime.get_runtime()
@@ -265,3 +266,202 @@ def test_an_unknown_program_has_every_unrecorded_entry_checked_first(tmp_path):
     _fake_build(tmp_path, "AA/WHOLE", {})
     guard.after("program-y", seen)
     assert driver_cache.CacheGuard(str(tmp_path)).before("program-y")[0] == "AA/WHOLE"
+
+
+# ---------------------------------------------------------------------- pyopencl's own caches
+
+# The repro's program on a driver pyopencl does not trust to cache its builds (not PoCL, not
+# NVIDIA's: e.g. Intel's or AMD's): pyopencl then keeps each program's binary in its own compiler
+# cache (``pyopencl_cache``), which is not used on PoCL otherwise.
+NO_DRIVER_CACHE = "import pyopencl.characterize as ch\nch.has_src_build_cache = lambda device: None\n"
+
+
+def pyopencl_cache_files(tmp_path) -> list:
+    """pyopencl's cache files under the children's XDG cache directory (its invoker cache in
+    ``pytools/``, its compiler cache in ``pyopencl/``)."""
+    return sorted(p for d in ("pytools", "pyopencl") for p in (tmp_path / "xdg" / d).rglob("*") if p.is_file())
+
+
+def _stale_lock(tmp_path) -> None:
+    """pyopencl's compiler cache lock as a process killed while holding it leaves it."""
+    (lock,) = [d / "lock" for d in (tmp_path / "xdg" / "pyopencl").iterdir()]
+    lock.write_bytes(b"")
+    os.utime(lock, (time.time() - 120,) * 2)
+
+
+# (the program's prefix, what is damaged)
+PYOPENCL_SCENARIOS = {
+    # the invoker cache (pytools' sqlite): "database disk image is malformed" at the first kernel
+    "invoker cache truncated": ("", "every file"),
+    "invoker cache truncated, pyopencl imported before functrace": (PRELOADED, "every file"),
+    # the compiler cache: a truncated binary crashed the driver (SIGSEGV), a truncated info raised
+    # KeyError: 'PYOPENCL_CACHE_FAILURE_FATAL'; a stale lock cost 60 s, then that KeyError
+    "compiler cache and invoker cache truncated": (NO_DRIVER_CACHE, "every file"),
+    "compiler cache, binaries truncated": (NO_DRIVER_CACHE, "binaries"),
+    "compiler cache, a lock left by a killed process": (NO_DRIVER_CACHE, "lock"),
+}
+
+
+@pytest.mark.parametrize("scenario", list(PYOPENCL_SCENARIOS))
+def test_a_damaged_pyopencl_cache_file_does_not_break_a_later_process(scenario, tmp_path):
+    """A process fills pyopencl's caches, its files are damaged (a writer killed, a full disk),
+    and every later process failed (``sqlite3.DatabaseError: database disk image is malformed``,
+    a segfault, a KeyError, a 60 s stall).  Now the next processes print the right numbers:
+    the damaged files were found before pyopencl opened them, deleted and made again."""
+    prefix, damaged = PYOPENCL_SCENARIOS[scenario]
+    code = prefix + PROGRAM
+    pocl = tmp_path / "ft" / "opencl" / "pocl"
+    expected = "ok None" if prefix == PRELOADED else f"ok {pocl}"
+    assert run(tmp_path, code=code) == expected
+    files = pyopencl_cache_files(tmp_path)
+    assert any(p.suffix == ".sqlite" for p in files)
+    if prefix == NO_DRIVER_CACHE:
+        assert any(p.name == "binary" for p in files) and any(p.name == "info" for p in files)
+    if damaged == "lock":
+        _stale_lock(tmp_path)
+    else:
+        for p in files:
+            if damaged == "every file" or p.name == "binary":
+                truncate(p)
+    start = time.monotonic()
+    assert run(tmp_path, code=code) == expected
+    assert time.monotonic() - start < 50  # (no wait on pyopencl's lock: it waits 60 s)
+    assert run(tmp_path, code=code) == expected
+    for p in pyopencl_cache_files(tmp_path):
+        if p.suffix == ".sqlite":
+            assert pyopencl_cache.sqlite_verdict(str(p))[0] is True, p
+        if p.name == "info":
+            assert pyopencl_cache.entry_sound(str(p.parent)) is True, p
+
+
+def _pytools_file(directory, identifier: str = "pyopencl-invoker-cache-v42-nano", rows: int = 60) -> str:
+    """A sqlite file as pytools writes one for pyopencl (``rows`` pickled entries: several pages)."""
+    import pickle
+    import sqlite3
+    path = os.path.join(str(directory), f"pdict-v5-{identifier}-{pyopencl_cache._version()}.sqlite")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE IF NOT EXISTS dict (keyhash TEXT NOT NULL PRIMARY KEY, key_value TEXT NOT NULL)")
+    for i in range(rows):
+        conn.execute("INSERT INTO dict VALUES (?, ?)", (f"key{i}", pickle.dumps((i, os.urandom(700)))))
+    conn.close()
+    return path
+
+
+def test_the_sqlite_check_tells_sound_from_damaged(tmp_path):
+    """``PRAGMA quick_check``: a whole file passes, a truncated or overwritten one fails (an
+    empty file is an empty database), and one another process holds locked is left alone."""
+    import sqlite3
+    path = _pytools_file(tmp_path)
+    data = open(path, "rb").read()
+    assert len(data) > 8 * 4096 and pyopencl_cache.sqlite_verdict(path) == (True, "")
+    for cut in (50, 100, 4096, 5000, len(data) // 2, len(data) - 4096, len(data) - 1000):
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        assert pyopencl_cache.sqlite_verdict(path)[0] is False, cut
+    for at in (0, 4096, len(data) // 2):
+        damaged = bytearray(data)
+        damaged[at:at + 4096] = os.urandom(4096)
+        with open(path, "wb") as f:
+            f.write(bytes(damaged))
+        assert pyopencl_cache.sqlite_verdict(path)[0] is False, at
+    with open(path, "wb") as f:
+        f.write(data)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        assert pyopencl_cache.sqlite_verdict(path)[0] is None  # busy: not judged
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_sound_file_is_checked_once_then_trusted_by_its_record(tmp_path, monkeypatch):
+    """A file whose size, time and inode match the record of its last successful check is not
+    opened again (the check of a large file costs ~2 ms per MB); one that changed is."""
+    pytools = tmp_path / "pytools"
+    pytools.mkdir()
+    path = _pytools_file(pytools)
+    record = str(tmp_path / "record")
+    checked = []
+    verdict = pyopencl_cache.sqlite_verdict
+    monkeypatch.setattr(pyopencl_cache, "sqlite_verdict", lambda p: checked.append(p) or verdict(p))
+    for _ in range(3):
+        pyopencl_cache.check(record, [str(pytools)], [])
+    assert checked == [path]
+    os.utime(path, ns=(time.time_ns() + 10**9,) * 2)
+    pyopencl_cache.check(record, [str(pytools)], [])
+    assert checked == [path, path]
+    truncate(pathlib.Path(path))
+    pyopencl_cache.check(record, [str(pytools)], [])
+    assert not os.path.exists(path)  # damaged: deleted (pyopencl makes an empty one)
+
+
+def test_a_damaged_file_pyopencl_has_open_is_named_not_deleted(tmp_path):
+    """pyopencl imported before functrace, its invoker module loaded: the invoker cache file is
+    open in this process, so it is not deleted under pyopencl; a warning names it, once.  A
+    dictionary whose module is not loaded yet (the scan kernels') is deleted as usual."""
+    import warnings
+    import pyopencl.invoker  # noqa: F401  (loaded: its file is open)
+    invoker = _pytools_file(tmp_path)
+    truncate(pathlib.Path(invoker))
+    scan = None
+    if "pyopencl.scan" not in sys.modules:
+        scan = _pytools_file(tmp_path, "pyopencl-generated-scan-kernel-cache-v1")
+        truncate(pathlib.Path(scan))
+    pyopencl_cache._warned.discard(invoker)
+    with pytest.warns(RuntimeWarning, match="delete that file|Delete that file") as caught:
+        pyopencl_cache.check(None, [str(tmp_path)], [])
+    assert any(invoker in str(w.message) for w in caught)
+    assert os.path.exists(invoker)
+    assert scan is None or not os.path.exists(scan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pyopencl_cache.check(None, [str(tmp_path)], [])  # once per process
+
+
+def _compiler_entry(root, name: str, binary: bytes, info: bytes | None = None):
+    """An entry of pyopencl's compiler cache as pyopencl writes one (source, binary, info)."""
+    import pickle
+    entry = root / name
+    entry.mkdir(parents=True)
+    (entry / "source.cl").write_bytes(b"__kernel void k() {}")
+    (entry / "binary").write_bytes(binary)
+    if info is not False:
+        (entry / "info").write_bytes(pickle.dumps({"dependencies": [], "log": ""}) if info is None else info)
+    return entry
+
+
+def test_compiler_cache_entries_are_checked_under_pyopencl_lock(tmp_path):
+    """An entry pyopencl would crash or fail on is deleted (a truncated ELF binary, an empty one,
+    one written after its info, a truncated info, an info without its binary); a sound one, and
+    one still without its info (pyopencl handles that itself), stay.  A lock older than 60 s is
+    removed; while a live one is held nothing is checked."""
+    import pickle
+    so = next(d for p, d in _pocl_files().items() if p.endswith(".so"))
+    root = tmp_path / "pyopencl" / f"pyopencl-compiler-cache-v2-py{pyopencl_cache._version()}"
+    info = pickle.dumps({"dependencies": [], "log": ""})
+    sound = [_compiler_entry(root, "elf", so), _compiler_entry(root, "other", b"not an ELF object"),
+             _compiler_entry(root, "writing", so, info=False)]
+    damaged = [_compiler_entry(root, "truncated-elf", so[:len(so) // 2]), _compiler_entry(root, "empty", b""),
+               _compiler_entry(root, "truncated-info", so, info[:-3])]
+    late = _compiler_entry(root, "binary-after-info", so)
+    os.utime(late / "info", ns=(time.time_ns() - 10**9,) * 2)
+    damaged.append(late)
+    lonely = _compiler_entry(root, "no-binary", so)
+    (lonely / "binary").unlink()
+    damaged.append(lonely)
+
+    lock = root / "lock"
+    lock.write_bytes(b"")  # a live holder: nothing checked, nothing deleted
+    pyopencl_cache.check(None, [], [str(tmp_path / "pyopencl")])
+    assert lock.exists() and all(e.exists() for e in sound + damaged)
+
+    os.utime(lock, (time.time() - 120,) * 2)  # its holder died
+    record = str(tmp_path / "record")
+    pyopencl_cache.check(record, [], [str(tmp_path / "pyopencl")])
+    assert not lock.exists()
+    assert all(e.exists() for e in sound) and not any(e.exists() for e in damaged)
+    # the sound entries are recorded: a later change of their binary is found
+    truncate(sound[0] / "binary")
+    pyopencl_cache.check(record, [], [str(tmp_path / "pyopencl")])
+    assert not sound[0].exists() and sound[1].exists()

@@ -49,6 +49,8 @@ _lock = threading.Lock()
 def _cl():
     if "root" not in _pocl_cache:
         _choose_pocl_cache()
+    if not _pyopencl_caches_checked:
+        _check_pyopencl_caches()
     try:
         import pyopencl as cl
     except Exception as e:  # pragma: no cover - depends on the machine
@@ -130,6 +132,24 @@ def _choose_pocl_cache() -> None:
             except OSError:
                 pass  # a cache directory we cannot write: PoCL's own default
         _pocl_cache["root"] = _pocl_cache_dir()
+
+
+_pyopencl_caches_checked: list = []  # (not empty once done)
+
+
+def _check_pyopencl_caches() -> None:
+    """Once per process, before pyopencl opens them: check pyopencl's own cache files (its sqlite
+    cache of kernels' argument-setting code, its compiler cache) and delete the damaged ones, which
+    made every later process fail (``pyopencl_cache``).  A check that fails itself is skipped."""
+    with _pocl_cache_lock:
+        if _pyopencl_caches_checked:
+            return
+        try:
+            from . import pyopencl_cache
+            pyopencl_cache.check(os.path.join(cache_dir(), pyopencl_cache.RECORD_NAME))
+        except Exception:  # pragma: no cover - a check must never be what breaks a run
+            pass
+        _pyopencl_caches_checked.append(True)
 
 
 def _driver_cache(device):
