@@ -20,6 +20,11 @@ SIZES = [1, 7, 127, 1000]
 DTYPES = [np.float32, np.float64]
 
 
+def kind() -> str:
+    """The device kind programs compile for now (``opencl_device_kind``; tests force "gpu" on PoCL)."""
+    return cl_runtime.get_runtime().kind
+
+
 def both(f, *args, **jit_kwargs):
     """(OpenCL result, numpy-backend result) of jit(f)."""
     out_cl = ft.jit(f, backend="opencl", **jit_kwargs)(*args)
@@ -447,14 +452,16 @@ def test_small_steps_run_as_one_batched_launch(monkeypatch, dtype):
     y = RNG.standard_normal(5).astype(dtype)
     i = RNG.integers(-20, 20, (7, 5)).astype(np.int32)
     exe = ft.jit(tail, backend="opencl").lower(x, y, i).compile()
-    assert exe.num_kernel_launches == 1 and exe.num_host_steps == 0, exe.report()
-    assert "small steps in one launch" in exe.report()
+    assert exe.num_host_steps == 0, exe.report()
+    if kind() == "cpu":  # (the gpu kind launches each step: it has no host steps to batch against)
+        assert exe.num_kernel_launches == 1 and "small steps in one launch" in exe.report(), exe.report()
     got, want = both(tail, x, y, i)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
     monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 10**9)  # too little work: the host
     exe = ft.jit(tail, backend="opencl").lower(x, y, i).compile()
-    assert exe.num_kernel_launches == 0 and exe.num_host_steps > 0
+    if kind() == "cpu":
+        assert exe.num_kernel_launches == 0 and exe.num_host_steps > 0
 
 
 def test_ten_op_chain_is_one_launch():
@@ -463,7 +470,8 @@ def test_ten_op_chain_is_one_launch():
     exe = ft.jit(f, backend="opencl").lower(x).compile()
     assert exe.num_kernel_launches == 1
     src = exe.as_text()
-    assert re.search(r"float(8|16) ", src) and re.search(r"vload(8|16)\(", src) and "fma(" not in src
+    lanes = "8|16" if kind() == "cpu" else "4"  # the cpu kind: the device's width (16 on AVX-512)
+    assert re.search(rf"float({lanes}) ", src) and re.search(rf"vload({lanes})\(", src) and "fma(" not in src
     got, want = both(f, x)
     assert_close(got, want, np.float32)
 
@@ -478,7 +486,8 @@ def test_kernels_larger_than_the_cache_stream_their_stores(monkeypatch, dtype):
         x, y = RNG.standard_normal((n // 16, 16)).astype(dtype), RNG.standard_normal(16).astype(dtype)
         monkeypatch.setattr(executable, "cache_bytes", lambda rt: 64 * 1024)
         exe = ft.jit(f, backend="opencl").lower(x, y).compile()
-        assert "FT_STREAM_STORE(" in exe.as_text().replace(executable.PREAMBLE, "")  # used, not just defined
+        streams = "FT_STREAM_STORE(" in exe.as_text().replace(executable.PREAMBLE, "")  # used, not just defined
+        assert streams == (kind() == "cpu")  # (the gpu kind: plain stores)
         got = [np.asarray(a) for a in exe(x, y)]
         np.testing.assert_array_equal(got[1], x > y)
         np.testing.assert_allclose(got[0], x * y + 0.5 * x - y, rtol=1e-6 if dtype == np.float32 else 1e-14)
@@ -544,7 +553,7 @@ def small_steps(request, monkeypatch):
 
 def _assert_batched(small_steps, f, *args):
     report = ft.jit(f, backend="opencl").lower(*args).compile().report()
-    assert ("small steps in one launch" in report) == (small_steps == "batched"), report
+    assert ("small steps in one launch" in report) == (small_steps == "batched" and kind() == "cpu"), report
 
 
 def test_mlp_grad_with_cross_entropy(small_steps):
@@ -944,7 +953,7 @@ def test_small_programs_run_on_the_host_of_a_cpu_device():
     f = ft.jit(lambda x: fnp.sin(x) * 2.0 + 1.0, backend="opencl")
     x = RNG.standard_normal(100)
     exe = f.lower(x).compile()
-    if rt.kind == "cpu":  # (the cpu kind's plan)
+    if kind() == "cpu":  # (the cpu kind's plan)
         assert exe.num_kernel_launches == 0 and "host" in exe.report()
     out = f(x)
     assert isinstance(out, ft.Array)
@@ -1123,4 +1132,4 @@ def test_a_view_of_a_strided_host_result_reads_the_right_elements(monkeypatch):
     jf = ft.jit(f, backend="opencl")
     np.testing.assert_allclose(np.asarray(jf(s)), np.cumsum(2.0 * s[..., ::-1, 0], axis=2), rtol=1e-12)
     report = jf.lower(s).compile().report()
-    assert "host    reshape" in report and "kernel  cumsum" in report, report
+    assert "kernel  cumsum" in report and ("host    reshape" in report) == (kind() == "cpu"), report

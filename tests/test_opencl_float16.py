@@ -132,7 +132,7 @@ def test_every_kernel_form(monkeypatch, form):
         _assert_bitwise(g, w)
     assert _ulps(got[1], want[1]).max() <= 1  # 37 terms, float16 pairwise vs float: rarely 1 ulp
     assert compiled.num_host_steps == 0, compiled.report()
-    if form == "batched":
+    if form == "batched" and runtime.get_runtime().kind == "cpu":  # (the gpu kind batches nothing)
         assert compiled.num_kernel_launches == 1, compiled.report()
 
 

@@ -66,7 +66,7 @@ def _runs_kernels(exe) -> bool:
 
 
 def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
-    """Run the loop ``eqn`` as one host step?  On a CPU device: when its sub-programs (``programs``,
+    """Run the loop ``eqn`` as one host step?  On the cpu kind (``policy.host_steps``): when its sub-programs (``programs``,
     compiled) run no kernel (the driven loop would only add its per-iteration overhead to the same
     numpy work), or when numpy's estimated time for one iteration's equations is under
     ``WORKER_MARGIN`` times a driven iteration's (its launches and ``copies`` row copies, at least

@@ -617,7 +617,7 @@ def _layout_steps(plan: Plan, rt, item, k: int) -> list:
 
 
 def _streaming(rt, values: list) -> bool:
-    """Should a kernel over ``values`` store its outputs past the caches?  On a CPU device, when
+    """Should a kernel over ``values`` store its outputs past the caches?  On the cpu kind, when
     its data outgrow the last-level cache: stores that miss it read each line first (write
     allocate), a third more memory traffic for ``x * y + z``; the arithmetic chain of
     bench_elementwise went from 85% to 103% of the copy bandwidth (1.19 -> 0.98 ms)."""
@@ -860,10 +860,10 @@ class HostExecutable:
 
     def report(self) -> str:
         if self.plan is None:
-            return (f"device: {self.rt.name}\nkernel launches per call: 0 (small program: run on the host; "
+            return (f"device: {self.rt.name} ({self.rt.kind} kind)\nkernel launches per call: 0 (small program: run on the host; "
                     f"fewer than {config.opencl_small_program_elements} elements of work, below a kernel launch's latency)\n"
                     f"peak live intermediate bytes: {self.peak_bytes}")
-        lines = [f"device: {self.rt.name}",
+        lines = [f"device: {self.rt.name} ({self.rt.kind} kind)",
                  "kernel launches per call: 0 (every step a host step: run as one numpy program, no device buffers)",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         for step in self.plan.steps:
@@ -1147,7 +1147,7 @@ class OpenCLExecutable:
         return outs
 
     def _new_trial(self) -> HostTrial | None:
-        """The trial of this program as one numpy program, or None: on a CPU device whose
+        """The trial of this program as one numpy program, or None: on the cpu kind, whose
         placements are not pinned, a program under ``TRIAL_ELEMENTS`` of work: any program when
         kernels run in the calling thread, else one with a kernel."""
         if not self.rt.policy.timed_trials or self._placements_pinned or not self._within_trial_bound():
@@ -1216,7 +1216,7 @@ class OpenCLExecutable:
         return self.source
 
     def report(self) -> str:
-        lines = [f"device: {self.rt.name}", f"kernel launches per call: {self.num_kernel_launches}",
+        lines = [f"device: {self.rt.name} ({self.rt.kind} kind)", f"kernel launches per call: {self.num_kernel_launches}",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         if self._on_host is not None:
             lines[1] += f" ({self._on_host_why})"

@@ -10,8 +10,8 @@ and matrix-vector products.  Other layouts return ``None`` (the executable runs 
 Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_MATMUL``):
 
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
-* ``blas``: on CPU devices, the host BLAS (numpy) on the buffers' host memory (no copies);
-* ``auto`` (default): on a CPU device, each shape runs on whichever of the two an earlier
+* ``blas``: on the cpu device kind (``policy``), the host BLAS (numpy) on the buffers' host memory (no copies);
+* ``auto`` (default): on the cpu kind, each shape runs on whichever of the two an earlier
   measurement found faster (kept per shape and dtype in memory and on disk).  A product that has
   none runs on the host BLAS for the life of the program that met it undecided -- a program's
   numerics are fixed by its first call, so the same inputs give the same bits on every call --
@@ -23,7 +23,7 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   ~30 ms), keeps the faster as the shape's verdict and writes the program's own (BLAS) result.
   Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
   MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
-  for the 784-512-512-10 MLP step).  On other devices always OpenCL.  Under MPI (more than one
+  for the 784-512-512-10 MLP step).  On the gpu kind always OpenCL, whatever the option.  Under MPI (more than one
   process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
 * the host BLAS runs on the process's own thread count (never changed here: OpenBLAS rounds
   differently at different counts).

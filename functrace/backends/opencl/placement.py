@@ -129,8 +129,8 @@ MIN_KERNEL_ELEMENTS = 1024
 def host_reason(rt, eqns, elements: int, after_kernel: bool = False) -> str | None:
     """Why this step (``eqns`` fused over ``elements``) runs on the host -- the report's words --
     or None when it is a kernel.  ``after_kernel``: the step before it in the program launches a
-    kernel (the device's wait then falls on a host step, else on a kernel).  CPU devices only:
-    elsewhere every step is a kernel."""
+    kernel (the device's wait then falls on a host step, else on a kernel).  The cpu kind only
+    (``policy.host_steps``): on the gpu kind every step is a kernel."""
     if rt is None or not rt.policy.host_steps:
         return None
     limit = config.opencl_host_step_elements

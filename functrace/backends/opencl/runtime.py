@@ -59,12 +59,29 @@ def _cl():
 
 
 def devices() -> list:
-    """All OpenCL devices of all platforms (empty when no platform is installed)."""
+    """All OpenCL devices of all platforms (empty when none is found: ``_state["no_devices"]`` then
+    says why, for the warning of ``get_runtime``)."""
     try:
         cl = _cl()
-        return [d for p in cl.get_platforms() for d in p.get_devices()]
-    except Exception:
+    except Exception as e:
+        _state["no_devices"] = f"{e} (pip install pyopencl)"
         return []
+    try:
+        platforms = cl.get_platforms()
+    except Exception as e:
+        _state["no_devices"] = (f"no OpenCL platform ({str(e).strip() or type(e).__name__}): no driver is "
+                                f"registered by an ICD file in /etc/OpenCL/vendors or in a directory named by "
+                                f"OCL_ICD_VENDORS")
+        return []
+    found = []
+    for p in platforms:
+        try:
+            found += p.get_devices()
+        except Exception:  # (pyopencl raises for a platform without devices)
+            pass
+    if not found:
+        _state["no_devices"] = f"the OpenCL platforms {[p.name for p in platforms]} list no device"
+    return found
 
 
 _PROBE = "__kernel void probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
@@ -1024,10 +1041,14 @@ def get_runtime() -> Runtime | None:
             problem = None if devs else _pocl_cache_problem()  # PoCL then lists no device
             hint = (f" PoCL, if installed, lists no devices: {problem}; set POCL_CACHE_DIR to a writable "
                     f"directory." if problem else "")
-            warnings.warn("functrace: no usable OpenCL device found; jit falls back to the numpy backend. "
-                          "Install one (for the CPU: Debian's pocl-opencl-icd, or `pip install "
-                          "pocl-binary-distribution`)." + hint, RuntimeWarning,
-                          stacklevel=3)
+            why = "" if devs else f" ({_state.get('no_devices', 'no OpenCL device listed')})"
+            warnings.warn(f"functrace: no usable OpenCL device found{why}; jit falls back to the numpy backend. "
+                          "Install one: for the CPU, Debian's pocl-opencl-icd or `pip install "
+                          "pocl-binary-distribution`; for an NVIDIA GPU, register its driver with an ICD file "
+                          "(`mkdir -p /etc/OpenCL/vendors && echo libnvidia-opencl.so.1 > "
+                          "/etc/OpenCL/vendors/nvidia.icd`). Or set ft.config.update('default_backend', 'numpy') "
+                          "(FUNCTRACE_DEFAULT_BACKEND=numpy) to run on numpy without this warning." + hint,
+                          RuntimeWarning, stacklevel=3)
             _state["warned"] = True
         _state["want"], _state["runtime"] = want, rt
         return rt

@@ -1,0 +1,155 @@
+"""Device kinds (issue 27): the gpu kind forced on this machine's device runs a representative set of
+the OpenCL files' numeric tests, its plans put every step on the device, and a machine without
+OpenCL falls back to numpy with one warning that says what to install.
+
+The numeric tests below are the other files' own functions, collected here a second time and run
+under ``opencl_device_kind = "gpu"`` (the autouse fixture): every program they compile gets the gpu
+kind's policy (plain OpenCL C sources, no host steps, no host BLAS, no trials, buffers on the
+device).  ``FUNCTRACE_OPENCL_DEVICE_KIND=gpu python -m pytest tests/test_opencl*.py`` runs all of
+them so.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+# the numeric tests run again under the gpu kind (imported: pytest collects them here too)
+from test_opencl import (  # noqa: F401
+    small_steps,
+    test_binary_broadcasting,
+    test_control_flow_runs_its_bodies_as_kernels,
+    test_conv2d_and_its_gradient_on_opencl,
+    test_cumsum_and_arg_reductions_are_kernels,
+    test_float32_transcendentals_are_accurate_everywhere,
+    test_hessian,
+    test_mlp_grad_with_cross_entropy,
+    test_pad_and_concatenate_are_kernels,
+    test_reductions_any_axes,
+    test_transformer_block_grad,
+    test_unary_elementwise,
+)
+from test_opencl_float16 import test_correctly_rounded_ops_match_bit_for_bit, test_transcendentals_within_one_ulp  # noqa: F401
+from test_opencl_kernels import (  # noqa: F401
+    test_attention_forward_lse_and_grads,
+    test_elementwise_builtins_with_special_values_in_neighbouring_lanes,
+    test_float_floor_divide_is_numpys,
+    test_float_remainder_matches_numpy_at_infinite_and_signed_zero_divisors,
+    test_gather_and_scatter_add_kernels,
+    test_rms_norm_forward_and_grad,
+    test_softmax_and_log_softmax_kernels,
+)
+from test_opencl_matmul import test_batched, test_grad_uses_transposed_variants, test_transpose_variants_all_shapes  # noqa: F401
+from test_opencl_random import test_samplers_run_as_kernels_and_equal_eager  # noqa: F401
+from test_opencl_sort_scatter import test_argsort_kernel_matches_numpy, test_scatter_kernels_match_numpy  # noqa: F401
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace.backends.opencl import runtime as cl_runtime
+from functrace.backends.opencl.policy import ROUNDING_OPTION, make_policy, rounds_fp32_correctly
+
+pytestmark = pytest.mark.skipif(cl_runtime.get_runtime() is None, reason="no usable OpenCL device on this machine")
+
+
+@pytest.fixture(autouse=True)
+def gpu_kind(monkeypatch):
+    """Every test here runs with the gpu kind forced on this machine's device."""
+    monkeypatch.setattr(ft.config, "opencl_device_kind", "gpu")
+
+
+def test_the_option_takes_a_kind_and_is_checked():
+    ft.config.update("opencl_device_kind", " GPU ")
+    assert ft.config.opencl_device_kind == "gpu"
+    with pytest.raises(ValueError, match="opencl_device_kind must be one of"):
+        ft.config.update("opencl_device_kind", "tpu")
+
+
+def test_each_kind_keeps_its_runtime(monkeypatch):
+    """Switching kinds back and forth reuses each kind's runtime (one context each)."""
+    gpu = cl_runtime.get_runtime()
+    assert gpu.kind == "gpu" and gpu.policy.build_options == gpu.policy.build_options
+    assert not gpu.unified and not gpu.policy.host_blas and not gpu.policy.host_steps
+    monkeypatch.setattr(ft.config, "opencl_device_kind", "cpu")
+    cpu = cl_runtime.get_runtime()
+    assert cpu.kind == "cpu" and cpu is not gpu and cpu.policy.host_blas
+    monkeypatch.setattr(ft.config, "opencl_device_kind", "gpu")
+    assert cl_runtime.get_runtime() is gpu
+
+
+def test_gpu_kind_plans_put_every_step_on_the_device(monkeypatch):
+    """At the default placement options a small program, a tiny step and a product with
+    ``matmul="blas"`` all stay kernels on the gpu kind; nothing is timed against numpy; inputs are
+    copied to device buffers (no host memory wrapped); the report names the kind."""
+    monkeypatch.setattr(ft.config, "opencl_small_program_elements", 16384)
+    monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
+    monkeypatch.setattr(ft.config, "matmul", "blas")
+    a, b = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    f = ft.jit(lambda a, b: fnp.tanh(a @ b) + fnp.sum(a), backend="opencl")
+    exe = f.lower(a, b).compile().executable
+    assert exe.num_host_steps == 0 and exe.num_kernel_launches >= 3
+    np.testing.assert_allclose(np.asarray(f(a, b)), np.tanh(a @ b) + a.sum(), rtol=1e-6)
+    assert exe._on_host is None and "(gpu kind)" in exe.report()
+    assert not exe.rt.wraps_host_memory(np.ones(1024, np.float32))
+
+
+def test_float32_programs_are_built_for_correct_rounding():
+    """The driver reports the rounding option among the build options of a float32 program."""
+    rt = cl_runtime.get_runtime()
+    if not rounds_fp32_correctly(rt.device):
+        pytest.skip("the device does not report CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT")
+    x = np.linspace(1, 2, 100, dtype=np.float32)
+    exe = ft.jit(lambda x, y: x / y + fnp.sqrt(y), backend="opencl").lower(x, x[::-1].copy()).compile().executable
+    options = exe.program.get_build_info(rt.device, rt.cl.program_build_info.OPTIONS)
+    assert ROUNDING_OPTION in options
+
+
+def test_no_platform_warns_once_with_what_to_install(monkeypatch):
+    """No ICD file (no platform): one warning naming the cause and what to install or set, and the
+    numpy backend runs the program."""
+    class NoPlatforms:
+        @staticmethod
+        def get_platforms():
+            raise RuntimeError("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+
+    monkeypatch.setattr(cl_runtime, "_cl", lambda: NoPlatforms)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ft.jit(lambda x: x * 2, backend="opencl")(np.ones(3))
+        ft.jit(lambda x: x * 3, backend="opencl")(np.ones(3))
+    assert isinstance(out, np.ndarray) and out.tolist() == [2.0, 2.0, 2.0]
+    (message,) = [str(w.message) for w in caught if "OpenCL" in str(w.message)]
+    for words in ("PLATFORM_NOT_FOUND_KHR", "/etc/OpenCL/vendors", "pocl", "default_backend"):
+        assert words in message
+
+
+def test_no_pyopencl_says_to_install_it(monkeypatch):
+    def broken():
+        raise RuntimeError("pyopencl is not usable: No module named 'pyopencl'")
+
+    monkeypatch.setattr(cl_runtime, "_cl", broken)
+    monkeypatch.setattr(cl_runtime, "_state", {})
+    assert cl_runtime.devices() == []
+    assert "pip install pyopencl" in cl_runtime._state["no_devices"]
+
+
+def test_a_device_without_correct_rounding_gets_the_corrected_division():
+    """Where the device does not report correctly rounded float32 division and sqrt, fused kernels
+    correct the driver's quotient and root (``policy.CORRECTED_DIVISION_PREFIX``): the program builds
+    without the option and gives numpy's bits, zeros, infinities, NaNs and subnormals included."""
+    from functrace.backends.opencl.executable import OpenCLExecutable
+    rt = cl_runtime.Runtime(cl_runtime.get_runtime().device)
+    rt.policy = make_policy("gpu", correct_rounding=False, unified=False)
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(997) * 1e3, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, 3e38]])
+    y = np.concatenate([rng.standard_normal(997), [0.0, 1.0, 2.0, np.inf, 1.0, 3.0, 0.1]])
+    x, y = x.astype(np.float32), y.astype(np.float32)
+    f = lambda x, y: (x / y, fnp.sqrt(fnp.abs(x)))
+    exe = OpenCLExecutable(ft.jit(f, backend="opencl").lower(x, y).jaxpr, rt)
+    assert "ft_fdiv_fix" in exe.program.get_info(rt.cl.program_info.SOURCE)
+    assert ROUNDING_OPTION not in exe.program.get_build_info(rt.device, rt.cl.program_build_info.OPTIONS)
+    with np.errstate(all="ignore"):
+        want = (x / y, np.sqrt(np.abs(x)))
+    for got, w in zip(exe(x, y), want):
+        np.testing.assert_array_equal(np.asarray(got), w)
