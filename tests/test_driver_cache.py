@@ -392,6 +392,8 @@ def test_a_sound_file_is_checked_once_then_trusted_by_its_record(tmp_path, monke
     pyopencl_cache.check(record, [str(pytools)], [])
     assert checked == [path, path]
     truncate(pathlib.Path(path))
+    for module in ("pyopencl", "pyopencl.invoker"):  # as in a process that has not opened the file yet
+        monkeypatch.delitem(sys.modules, module, raising=False)
     pyopencl_cache.check(record, [str(pytools)], [])
     assert not os.path.exists(path)  # damaged: deleted (pyopencl makes an empty one)
 
@@ -401,6 +403,7 @@ def test_a_damaged_file_pyopencl_has_open_is_named_not_deleted(tmp_path):
     open in this process, so it is not deleted under pyopencl; a warning names it, once.  A
     dictionary whose module is not loaded yet (the scan kernels') is deleted as usual."""
     import warnings
+
     import pyopencl.invoker  # noqa: F401  (loaded: its file is open)
     invoker = _pytools_file(tmp_path)
     truncate(pathlib.Path(invoker))
