@@ -324,6 +324,7 @@ def test_saved_decisions_are_per_blas_thread_budget(monkeypatch):
     paths.add(mm._decisions_path(rt))
     assert len(paths) == 3
 
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's host BLAS and auto mode")
 def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, tmp_path):
     """What one process measured, the next loads (same keys, same timings); a file that does not
     verify against its checksum (garbage, truncated, a flipped bit, the older plain-text format)
@@ -355,6 +356,7 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
         assert (mm._DECISIONS, mm._TIMINGS) == (measured if saved is valid else ({}, {}))
         assert os.path.exists(path) == (saved is valid)  # a bad file is deleted
 
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's host BLAS and auto mode")
 def test_blas_and_auto_modes(monkeypatch):
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     with mm.forced_mode("blas"):
@@ -396,6 +398,7 @@ def test_blas_and_auto_modes(monkeypatch):
         type(ft.config)()
 
 
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's host BLAS and auto mode")
 def test_auto_mode_warms_kernels_up_in_the_background(monkeypatch, tmp_path):
     """Auto mode with the background warm-up: no call builds the kernels; runs go to BLAS until
     the warm-up (a child process on PoCL) is done, and the first run after it measures."""

@@ -42,6 +42,7 @@ from .fusion import (
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
 from .placement import compute_units, elements_touched, host_reason
+from .policy import PLAIN_MACROS
 from .runtime import Array, CompileProgress, Runtime
 
 load_builtin_lowerings()
@@ -780,20 +781,12 @@ __kernel void {name}(__global const {st}* restrict partial, __global {st}* restr
 
 # Macros whose cpu-kind forms the device kind's prefix defines first (``policy``): FT_STREAM_STORE, a
 # store past the caches for elementwise kernels whose data exceed them (see _streaming; the cpu kind:
-# clang's non-temporal store); FT_SIN / FT_COS (the cpu kind: PoCL's native forms); FT_FDIV /
+# clang's non-temporal store); FT_SIN_* / FT_COS_* (the cpu kind: PoCL's native forms); FT_FDIV /
 # FT_FSQRT, float32 division and sqrt (corrected on a device that does not round them correctly)
 PREAMBLE = FP64_PRAGMA + """#ifndef FT_STREAM_STORE
 #  define FT_STREAM_STORE(v, p) (*(p) = (v))
 #endif
-#ifndef FT_SIN
-#  define FT_SIN sin
-#  define FT_COS cos
-#endif
-#ifndef FT_FDIV
-#  define FT_FDIV(a, b) ((a) / (b))
-#  define FT_FSQRT(x) sqrt(x)
-#endif
-"""
+""" + PLAIN_MACROS
 
 def work_elements(closed: ClosedJaxpr) -> int | None:
     """Elements produced by all the program's equations; None when it has sub-programs (loops may

@@ -471,11 +471,12 @@ class Op:
         return getattr(self, kind).format(*args)
 
 
-# float32 operations written as macros whose form the device kind and device choose (executable's
-# PREAMBLE, policy's prefixes): PoCL's native sin / cos on the cpu kind (measured 5x faster, within
-# 1.2e-7 of sin / cos on |x| <= 1e4), plain ones elsewhere; a corrected division and sqrt on a device
-# that does not round them correctly
-_F32_MACROS = {"sin": "FT_SIN({0})", "cos": "FT_COS({0})", "div": "FT_FDIV({0}, {1})", "sqrt": "FT_FSQRT({0})"}
+# float32 operations written as macros whose form the device kind and device choose (``policy``):
+# sin / cos as FT_SIN_<type> / FT_COS_<type> (the cpu kind: PoCL's native forms, measured 5x faster
+# and within 1.2e-7 of sin / cos on |x| <= 1e4; elsewhere lane by lane, as a GPU computes them
+# anyway: PoCL's vector forms are wrong next to 0, inf or NaN); a corrected division and sqrt on a
+# device that does not round them correctly
+_F32_MACROS = {"div": "FT_FDIV({0}, {1})", "sqrt": "FT_FSQRT({0})"}
 
 
 def _write_float(w: ExprWriter, eqn, tmpl: str, args: list, ct: str, e: str) -> str:
@@ -483,6 +484,8 @@ def _write_float(w: ExprWriter, eqn, tmpl: str, args: list, ct: str, e: str) -> 
     float32 exp / tanh / log / log1p, lane-by-lane calls where its vector forms are wrong)."""
     name = eqn.primitive.name
     one = w.atom(Literal(np.ones((), eqn.out_vars[0].aval.dtype)), ct, e)
+    if ct == "float" and name in ("sin", "cos"):  # (a named operand: the gpu kind's macro reads each lane)
+        return f"FT_{name.upper()}_{w.vtype(ct)}({w.fresh(ct, args[0])})"
     if ct == "float" and name in _F32_MACROS:
         tmpl = _F32_MACROS[name]
     elif ct == "float" and name in ("exp", "tanh", "log", "log1p"):

@@ -208,7 +208,7 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         job = repr(((s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act),
-                    runtime.devices().index(rt.device), os.path.dirname(runtime.cache_dir())))
+                    runtime.devices().index(rt.device), os.path.dirname(runtime.cache_dir()), rt.kind))
         worker.child = subprocess.Popen(
             [sys.executable, "-c", f"from {__name__} import _warm_up_main; _warm_up_main(*{job})"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -224,9 +224,9 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
         ready.set()
 
 
-def _warm_up_main(spec: tuple, device: int, cache_dir: str) -> None:
+def _warm_up_main(spec: tuple, device: int, cache_dir: str, kind: str) -> None:
     """The child process of ``_warm_up_elsewhere``: at low priority, warm up one plan on the
-    parent's device (an index into ``devices()``), with its cache directory."""
+    parent's device (an index into ``devices()``), with its cache directory and device kind."""
     # the lowest priority: it runs on idle cores only.  At nice 10 it took ~10% of a busy core
     # (bench_linalg pinned, fresh caches: cholesky grad 1.85x JAX, 0.95x once warm); and at any
     # nice level a waking thread of the parent (a BLAS thread between jobs) can wait a time slice
@@ -239,6 +239,7 @@ def _warm_up_main(spec: tuple, device: int, cache_dir: str) -> None:
     from .runtime import get_runtime
     config.update("device", device)
     config.update("cache_dir", cache_dir)
+    config.update("opencl_device_kind", kind)  # (the parent's kind: the same program sources)
     dtype, batch, M, N, K, ta, tb, bias, act = spec
     rt = get_runtime()
     _warm_up(_Plan(MatmulSpec(batch, M, N, K, ta, tb, np.dtype(dtype)), rt, bias, act), rt)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 ROUNDING_OPTION = "-cl-fp32-correctly-rounded-divide-sqrt"
 
 # CPU-only macros, put before every program of the cpu kind (and only there): clang's prefetch
@@ -42,9 +41,22 @@ CPU_PREFIX = """#define FT_CPU_KIND 1
 #    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
 #  endif
 #endif
-#define FT_SIN native_sin
-#define FT_COS native_cos
-"""
+""" + "".join(f"#define FT_{f.upper()}_float{n}(v) native_{f}(v)\n" for f in ("sin", "cos")
+             for n in ("", 2, 3, 4, 8, 16))
+
+
+def _lane_by_lane(f: str, n: int) -> str:
+    """``#define FT_<F>_float<n>(v)``: ``f`` of each lane of the named float<n> ``v``."""
+    lanes = ", ".join(f"{f}((v).s{'0123456789abcdef'[k]})" for k in range(n))
+    return f"#define FT_{f.upper()}_float{n}(v) ((float{n})({lanes}))\n"
+
+
+# the plain forms of the kind-dependent macros (``executable.PREAMBLE``, after the kind's prefix):
+# sin / cos of vectors lane by lane (PoCL's float vector forms are wrong next to 0, inf or NaN; a
+# GPU computes lanes one by one anyway), float32 division and sqrt as the driver rounds them
+PLAIN_MACROS = ("#ifndef FT_SIN_float\n#define FT_SIN_float(v) sin(v)\n#define FT_COS_float(v) cos(v)\n"
+                + "".join(_lane_by_lane(f, n) for f in ("sin", "cos") for n in (2, 3, 4, 8, 16)) + "#endif\n"
+                "#ifndef FT_FDIV\n#define FT_FDIV(a, b) ((a) / (b))\n#define FT_FSQRT(x) sqrt(x)\n#endif\n")
 
 # a device without correctly rounded float32 division and sqrt: one residual step on the
 # driver's result (fma gives the exact residual), zeros, infinities and NaNs passed through
