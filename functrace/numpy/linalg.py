@@ -37,6 +37,7 @@ import numpy as _np
 from .. import primitives as _P
 from ..autodiff import vjp_flat as _vjp_flat
 from ..core import ShapedArray as _ShapedArray
+from ..custom import custom_jvp as _custom_jvp
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
@@ -244,7 +245,26 @@ lu_factor_p.abstract_eval = lambda a: [_square_aval("lu_factor", a, "fc"), _Shap
 def _lu_solve_impl(a, factors, pivots, b, *, transpose_a):
     if _lapack.usable(a):
         return _lapack.lu_solve(factors, pivots, b, transpose_a)
-    return _np.linalg.solve(_np.swapaxes(a, -1, -2) if transpose_a else a, b)
+    a = _np.swapaxes(a, -1, -2) if transpose_a else a
+    try:
+        return _np.linalg.solve(a, b)
+    except _np.linalg.LinAlgError:  # a singular matrix: inf / NaN as LAPACK's getrs (and JAX), no exception
+        return _substitution_solve(a, b)
+
+
+def _substitution_solve(a, b):
+    """a^-1 b by partial-pivoting LU and substitutions in numpy, batched; a zero pivot gives inf / NaN."""
+    n = a.shape[-1]
+    lu, pivots = _lu_numpy(_np.asarray(a, _np.result_type(a, b)))
+    perm = _pivots_to_permutation(pivots, n)
+    y = _np.take_along_axis(_np.asarray(b, lu.dtype), perm[..., None], axis=-2).copy()
+    with _np.errstate(all="ignore"):
+        for i in range(1, n):
+            y[..., i, :] -= _np.einsum("...j,...jk->...k", lu[..., i, :i], y[..., :i, :])
+        for i in range(n - 1, -1, -1):
+            y[..., i, :] -= _np.einsum("...j,...jk->...k", lu[..., i, i + 1:], y[..., i + 1:, :])
+            y[..., i, :] /= lu[..., i, i, None]
+    return y
 
 
 lu_solve_p = _new_primitive("lu_solve")
@@ -300,8 +320,65 @@ def _trace_of_solve(a, t):
 det_p = _new_primitive("det")
 det_p.impl = lambda a: _np.asarray(_np.linalg.det(a))
 det_p.abstract_eval = lambda a: _ShapedArray(_square_aval("det", a).shape[:-2], a.dtype)
-det_p.jvp = [lambda t, d, a: d * _trace_of_solve(a, t)]
-det_p.vjp = [lambda g, d, a: _fnp.expand_dims(g * d, (-1, -2)) * _mT(_inverse(a))]
+# d det(A)[T] = trace(adj(A) T): the adjugate, not det(A) A^-1, so the derivative exists (and is
+# right) at singular matrices too, as JAX's; its own derivative is _adjugate's rule.
+det_p.jvp = [lambda t, d, a: _fnp.sum(_mT(_adjugate(a)) * t, axis=(-2, -1))]
+det_p.vjp = [lambda g, d, a: _fnp.expand_dims(g, (-1, -2)) * _mT(_adjugate(a))]
+
+
+def _exclusive_products(x, axis: int, reverse: bool = False):
+    from ..scans import exclusive_products
+    return exclusive_products(x, axis % len(_P.shape_of(x)), reverse)
+
+
+def _products_of_others(s):
+    """(c, E) from s (..., n): c_i = prod_{k != i} s_k and E_ij = prod_{k not in {i, j}} s_k (0 on the
+    diagonal), without dividing by s (exact at zeros) and differentiable again: prefix and suffix
+    products, and for E_ij (i < j) the product strictly between i and j as the exclusive products
+    along each row of W_ik = s_k (k > i), 1 (k <= i)."""
+    n = _P.shape_of(s)[-1]
+    before, after = _exclusive_products(s, -1), _exclusive_products(s, -1, reverse=True)
+    one = _P.scalar_like(s, 1)
+    w = _fnp.where(_np.arange(n)[None, :] > _np.arange(n)[:, None], _fnp.expand_dims(s, -2), one)
+    upper = _fnp.expand_dims(before, -1) * _exclusive_products(w, -1) * _fnp.expand_dims(after, -2)
+    above = _np.triu(_np.ones((n, n), bool), 1)
+    e = _fnp.where(above, upper, _fnp.where(above.T, _mT(upper), _P.scalar_like(s, 0)))
+    return before * after, e
+
+
+def _adjugate_factors(a):
+    """(u, s, vt, sign) with a = u diag(s) vt and sign = det(u) det(vt) (+-1, locally constant: no
+    derivative): adj(a) = adj(vt) adj(diag(s)) adj(u) = sign vt^T diag(c) u^T."""
+    u, s, vt = svd_p.bind(a, full_matrices=False, compute_uv=True)
+    sign = slogdet_p.bind(u)[0] * slogdet_p.bind(vt)[0]  # slogdet's sign carries no derivative
+    return u, s, vt, _fnp.expand_dims(sign, (-1, -2))
+
+
+@_custom_jvp
+def _adjugate(a):
+    """adj(a) = det(a) a^-1 for every square a (also singular), through the SVD: sign * V diag(c) U^T
+    with c_i the product of the other singular values (no division).  Its derivative (below) is exact
+    at every matrix, repeated or zero singular values included, so second derivatives of det are;
+    higher ones differentiate the SVD (whose rule takes 1 / (s_j^2 - s_i^2) as 0 where s_i = s_j)."""
+    u, s, vt, sign = _adjugate_factors(a)
+    c, _ = _products_of_others(s)
+    return sign * _mm(_mT(vt) * _fnp.expand_dims(c, -2), _mT(u))
+
+
+@_adjugate.defjvp
+def _adjugate_jvp(primals, tangents):
+    """a + eps T = U (S + eps T') V^T with T' = U^T T V, so d adj(a)[T] = sign V (d adj(S)[T']) U^T and
+    at the diagonal S: d adj(S)[T']_ii = sum_{k != i} E_ik T'_kk and d adj(S)[T']_ij = -E_ij T'_ij
+    (i != j), E_ij the product of the singular values other than s_i and s_j."""
+    (a,), (t,) = primals, tangents
+    u, s, vt, sign = _adjugate_factors(a)
+    c, e = _products_of_others(s)
+    v = _mT(vt)
+    adj = sign * _mm(v * _fnp.expand_dims(c, -2), _mT(u))
+    tp = _mm(_mT(u), _mm(t, v))
+    inner = _diag_matrix(_fnp.sum(e * _fnp.expand_dims(_diag_part(tp), -2), axis=-1)) - e * tp
+    return adj, sign * _mm(v, _mm(inner, _mT(u)))
+
 
 slogdet_p = _new_primitive("slogdet", multiple_results=True)
 slogdet_p.impl = lambda a: [_np.asarray(v) for v in _np.linalg.slogdet(a)]
@@ -785,11 +862,14 @@ class _QRResult(_NamedTuple):
     R: _Any
 
 
-def _pinv_cutoff(s, shape, rtol):
-    """The singular values kept by pinv / lstsq: those above rtol * max(s)."""
-    if rtol is None:
-        rtol = max(shape[-2:]) * _np.finfo(_P.dtype_of(s)).eps
-    return _fnp.max(s, axis=-1, keepdims=True) * _fnp.asarray(rtol, _P.dtype_of(s))[..., None]
+def _eps(s):
+    return float(_np.finfo(_P.dtype_of(s)).eps)
+
+
+def _relative_cutoff(s, rtol):
+    """rtol * max(s) (rtol a number or an array of the batch shape), shape (..., 1)."""
+    rtol = _fnp.asarray(rtol, _P.dtype_of(s))
+    return _fnp.max(s, axis=-1, keepdims=True) * rtol[..., None]
 
 
 def _reciprocal_above(s, cutoff):
@@ -798,20 +878,28 @@ def _reciprocal_above(s, cutoff):
 
 
 def pinv(a, rcond=None, hermitian: bool = False, *, rtol=None):
-    """Moore-Penrose pseudo-inverse through the SVD; singular values below rcond * max(s) count as 0
-    (default rcond: numpy's 1e-15, or ``rtol``, whose default is max(m, n) * eps)."""
+    """Moore-Penrose pseudo-inverse through the SVD; singular values at or below rtol * max(s) count
+    as 0.  ``rcond`` (numpy's older name) and ``rtol`` are the same relative cutoff (one of them);
+    the default is JAX's, 10 * max(m, n) * eps of the dtype (numpy's fixed 1e-15 lies below
+    float32's rounding, so noise singular values of a rank-deficient float32 matrix would be
+    inverted)."""
     x = _as_float_matrix("pinv", a)
-    if rcond is None:
-        rcond = 1e-15 if rtol is None else rtol
+    if rcond is not None and rtol is not None:
+        raise ValueError("linalg.pinv: only one of rtol and rcond may be specified")
+    rtol = rtol if rcond is None else rcond
     u, s, vt = svd_p.bind(x, full_matrices=False, compute_uv=True)
-    s_inv = _reciprocal_above(s, _pinv_cutoff(s, x.shape, rcond))
+    if rtol is None:
+        rtol = 10 * max(x.shape[-2:]) * _eps(s)
+    s_inv = _reciprocal_above(s, _relative_cutoff(s, rtol))
     return _mm(_mT(vt) * _fnp.expand_dims(s_inv, -2), _mT(u))
 
 
 def lstsq(a, b, rcond=None):
     """(x, residuals, rank, s) as numpy's: x minimizes |a x - b| (the minimum-norm one), through
-    the SVD; residuals are the squared residual norms when m > n (numpy leaves them empty when
-    rank < n, a shape that depends on values: here they are always given for m > n)."""
+    the SVD; singular values below rcond * max(s) count as 0 (JAX's and numpy's default rcond:
+    max(m, n) * eps of the dtype; a negative rcond means eps); residuals are the squared residual
+    norms when m > n (numpy leaves them empty when rank < n, a shape that depends on values: here
+    they are always given for m > n)."""
     x = _as_float_matrix("lstsq", a)
     b = _fnp._to_float(b, _np.float64)
     x, b = _fnp._promote(x, b)
@@ -819,11 +907,15 @@ def lstsq(a, b, rcond=None):
         raise _ShapeError(f"linalg.lstsq: a must be (m, n) and b (m,) or (m, k); got {x.shape} and {b.shape} {_where()}")
     m, n = x.shape
     u, s, vt = svd_p.bind(x, full_matrices=False, compute_uv=True)
-    cutoff = _pinv_cutoff(s, x.shape, rcond)
-    s_inv = _reciprocal_above(s, cutoff)
+    if rcond is None:
+        rcond = _eps(s) * max(m, n)
+    else:
+        rcond = _fnp.where(_fnp.asarray(rcond) < 0, _eps(s), rcond)
+    keep = (s > _P.scalar_like(s, 0)) & (s >= _relative_cutoff(s, rcond)[..., 0])
+    s_inv = _fnp.where(keep, 1 / _fnp.where(keep, s, _P.scalar_like(s, 1)), _P.scalar_like(s, 0))
     ub = _fnp.matmul(_mT(u), b)
     sol = _fnp.matmul(_mT(vt), ub * (s_inv if b.ndim == 1 else s_inv[:, None]))
-    rank = _fnp.sum(s > cutoff, axis=-1)
+    rank = _fnp.sum(keep, axis=-1)
     if m > n:
         resid = _fnp.sum((b - _fnp.matmul(x, sol)) ** 2, axis=0)
         resid = _fnp.reshape(resid, (1,)) if b.ndim == 1 else resid
@@ -833,13 +925,16 @@ def lstsq(a, b, rcond=None):
 
 
 def matrix_rank(A, tol=None, hermitian: bool = False, *, rtol=None):
-    """The number of singular values above tol (default max(m, n) * eps * max(s), as numpy)."""
+    """The number of singular values above a cutoff: ``tol`` (absolute, numpy's), else rtol * max(s),
+    rtol defaulting to max(m, n) * eps of the dtype (numpy's and JAX's default)."""
     x = _fnp._to_float(A, _np.float64)
     if x.ndim < 2:
         return _fnp.asarray(_fnp.any(x != 0), _np.int64)
+    if tol is not None and rtol is not None:
+        raise ValueError("linalg.matrix_rank: only one of tol and rtol may be specified")
     s = svd(x, compute_uv=False)
     if tol is None:
-        cut = _pinv_cutoff(s, x.shape, rtol)
+        cut = _relative_cutoff(s, max(x.shape[-2:]) * _eps(s) if rtol is None else rtol)
     else:
         cut = _fnp.expand_dims(_fnp.asarray(tol, x.dtype), -1)
     return _fnp.sum(s > cut, axis=-1)
@@ -976,13 +1071,22 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
 
 
 def cond(x, p=None):
-    """The condition number: s_max / s_min for p in (None, 2, -2), else norm(x, p) * norm(inv(x), p)."""
+    """The condition number: s_max / s_min for p in (None, 2, -2) (inf for a singular matrix), else
+    norm(x, p) * norm(inv(x), p), where a NaN from a singular matrix without NaN entries is inf (as
+    JAX).  No tolerance is involved: the dtype's rounding shows as a large finite number."""
     x = _as_float_matrix("cond", x)
-    if p in (None, 2, -2):
+    if p in (None, 2):
         s = svd(x, compute_uv=False)
-        ratio = s[..., 0] / s[..., -1]
-        return ratio if p != -2 else 1 / ratio
-    return norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
+        return s[..., 0] / s[..., -1]
+    if p == -2:
+        s = svd(x, compute_uv=False)
+        r = s[..., -1] / s[..., 0]
+    else:
+        if x.shape[-1] != x.shape[-2]:
+            raise _ShapeError(f"linalg.cond: p={p!r} needs square matrices, got shape {x.shape} {_where()}")
+        r = norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
+    nan_free = ~_fnp.any(_fnp.isnan(x), axis=(-2, -1))
+    return _fnp.where(_fnp.isnan(r) & nan_free, _P.scalar_like(r, _np.inf), r)
 
 
 def matrix_transpose(x, /):
