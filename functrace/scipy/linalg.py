@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as fnp
-from ..autodiff import stop_gradient
+from ..autodiff import stop_gradient as _stop_gradient
 from ..core import Tracer
 from ..errors import ConcretizationError
 from ..numpy import linalg as _la
@@ -90,7 +90,7 @@ def lu(a, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool
     factors, _, perm = _la.lu_p.bind(x)
     m, n = x.shape[-2:]
     k = min(m, n)
-    lower = _strict_lower(factors[..., :, :k]) + np.eye(m, k)
+    lower = _strict_lower(factors[..., :, :k]) + np.eye(m, k, dtype=x.dtype)
     upper = _upper(factors[..., :k, :])
     p = fnp.swapaxes(_la.permutation_matrix(perm, x.dtype), -1, -2)
     return (p @ lower, upper) if permute_l else (p, lower, upper)
@@ -155,7 +155,7 @@ def expm(A):
         return r
     norm1 = fnp.max(fnp.sum(fnp.abs(a), axis=-2), axis=-1)
     steps = fnp.clip(fnp.ceil(fnp.log2(fnp.maximum(norm1, _THETA13) / _THETA13)), 0, _MAX_TRACED_SQUARINGS)
-    steps = stop_gradient(steps)[..., None, None]
+    steps = _stop_gradient(steps)[..., None, None]
     r = _pade13(a / 2.0 ** steps)
     for i in range(_MAX_TRACED_SQUARINGS):
         r = fnp.where(steps > i, r @ r, r)
@@ -164,7 +164,7 @@ def expm(A):
 
 def _pade13(a):
     """The [13/13] Pade approximant of exp at a matrix of 1-norm <= theta13."""
-    eye = fnp.broadcast_to(np.eye(a.shape[-1]), a.shape)
+    eye = fnp.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
     b = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
          10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
     a2 = a @ a

@@ -22,7 +22,7 @@ import numpy as np
 from .. import nn
 from .. import numpy as fnp
 from .. import primitives as P
-from ..autodiff import stop_gradient
+from ..autodiff import stop_gradient as _stop_gradient
 from ..custom import custom_jvp
 
 _erfc_object = np.frompyfunc(math.erfc, 1, 1)  # (numpy has no erfc ufunc: math.erfc per element)
@@ -75,7 +75,7 @@ def entr(x):
     x = _float(x)
     positive = x > 0
     inner = -x * fnp.log(fnp.where(positive, x, 1.0))
-    return fnp.where(positive, inner, fnp.where(x == 0, 0.0, -fnp.inf))
+    return fnp.where(positive, inner, fnp.where(x == 0, P.scalar_like(x, 0.0), P.scalar_like(x, -np.inf)))
 
 
 # --------------------------------------------------------------------------- gamma family
@@ -152,7 +152,8 @@ def digamma(x):
     pole = r == 0
     safe_r = fnp.where(pole, 0.25, r)
     reflected = psi - np.pi * fnp.cos(np.pi * safe_r) / fnp.sin(np.pi * safe_r)
-    return fnp.where(right, psi, fnp.where(pole, fnp.where(x == 0, -fnp.inf, fnp.nan), reflected))
+    at_pole = fnp.where(x == 0, P.scalar_like(x, -np.inf), P.scalar_like(x, np.nan))
+    return fnp.where(right, psi, fnp.where(pole, at_pole, reflected))
 
 
 def betaln(a, b):
@@ -217,7 +218,7 @@ def _normal_quantile(h, t):
     hc = fnp.where(central, h, 0.0)
     r = hc * hc
     guess_central = fnp.abs(hc) * _poly(r, _A) / _poly(r, _B)
-    tt = fnp.where(central, 0.25, fnp.maximum(t, 1e-300))
+    tt = fnp.where(central, 0.25, fnp.maximum(t, float(np.finfo(P.dtype_of(t)).tiny)))  # log(0) never taken
     q = fnp.sqrt(-2 * fnp.log(tt))
     guess_tail = -_poly(q, _C) / _poly(q, _D)
     a = fnp.where(central, guess_central, guess_tail)
@@ -228,7 +229,7 @@ def _normal_quantile(h, t):
         u = residual * (math.sqrt(2 * math.pi) * fnp.exp(0.5 * a * a))
         a = a - u / (1 + 0.5 * a * u)
     out = fnp.where(h < 0, -a, a)
-    out = fnp.where(t == 0, fnp.where(h < 0, -fnp.inf, fnp.inf), out)
+    out = fnp.where(t == 0, fnp.where(h < 0, P.scalar_like(out, -np.inf), P.scalar_like(out, np.inf)), out)
     return fnp.where((t < 0) | fnp.isnan(t), fnp.nan, out)
 
 
@@ -266,7 +267,7 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
         a = a + fnp.zeros_like(b)  # broadcast
         b = fnp.broadcast_to(b, a.shape)
     shift = fnp.max(a, axis=axis, keepdims=True)
-    shift = stop_gradient(fnp.where(fnp.isfinite(shift), shift, 0.0))
+    shift = _stop_gradient(fnp.where(fnp.isfinite(shift), shift, 0.0))
     e = fnp.exp(a - shift)
     if b is not None:
         e = e * b
