@@ -39,9 +39,10 @@ from .primitives import new_primitive, shape_of
 
 
 def relu(x):
-    """max(x, 0), with derivative 0 at 0 and NaN kept (as JAX)."""
+    """max(x, 0), NaN kept, with JAX's derivative: 1 where x > 0, else 0 (at the kink 0 and at NaN
+    too); the value elsewhere is held by ``stop_gradient`` (as ``relu6``)."""
     x = fnp.asarray(x)
-    return fnp.where(x <= 0, fnp.zeros_like(x), x)
+    return fnp.where(x > 0, x, P.stop_gradient(fnp.maximum(x, fnp.zeros_like(x))))
 
 
 def sigmoid(x):
@@ -604,9 +605,10 @@ def selu(x):
 
 
 def celu(x, alpha: float = 1.0):
-    """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
+    """max(x, 0) + alpha * (exp(min(x, 0) / alpha) - 1), written with max and min as JAX's, so that
+    the derivatives at the kink 0 are JAX's (1, then 1 / (4 alpha) from the ties' halves)."""
     x = fnp._to_float(x)
-    return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x) / alpha))
+    return fnp.maximum(x, 0.0) + alpha * fnp.expm1(fnp.minimum(x, 0.0) / alpha)
 
 
 def glu(x, axis: int = -1):
@@ -620,24 +622,29 @@ def glu(x, axis: int = -1):
 
 
 def relu6(x):
-    """min(max(x, 0), 6)."""
+    """min(max(x, 0), 6), with JAX's derivative: 1 strictly inside (0, 6), else 0 -- the kinks at 0
+    and 6 included (one-sided values, not the 1/2 of a max/min tie) and at NaN.  The clipped value is
+    held by ``stop_gradient``, so that every derivative (jvp, vjp, nested, batched, compiled) is this
+    mask and the second derivative is 0."""
     x = fnp._to_float(x)
-    return fnp.minimum(fnp.maximum(x, 0.0), 6.0)
+    inside = (x > 0) & (x < 6)
+    return fnp.where(inside, x, P.stop_gradient(fnp.minimum(fnp.maximum(x, 0.0), 6.0)))
 
 
 def hard_tanh(x):
-    """x clipped to [-1, 1]."""
+    """x clipped to [-1, 1] (derivative 1 on [-1, 1], the kinks included, and at NaN, as JAX)."""
     x = fnp._to_float(x)
     return fnp.where(x > 1, fnp.ones_like(x), fnp.where(x < -1, -fnp.ones_like(x), x))
 
 
 def hard_sigmoid(x):
-    """relu6(x + 3) / 6, a piecewise-linear sigmoid."""
+    """relu6(x + 3) / 6, a piecewise-linear sigmoid (derivative 1/6 strictly inside (-3, 3), 0 at
+    the kinks -3 and 3, as JAX)."""
     return relu6(fnp._to_float(x) + 3.0) / 6.0
 
 
 def hard_silu(x):
-    """x * hard_sigmoid(x) (a.k.a. hard swish)."""
+    """x * hard_sigmoid(x) (a.k.a. hard swish); derivative 0 at -3 and 1 at 3, as JAX."""
     x = fnp._to_float(x)
     return x * hard_sigmoid(x)
 
