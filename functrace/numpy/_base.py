@@ -1078,6 +1078,8 @@ def _normalize_index(idx, n: int, clamp: bool = False):
     """Integer index array with negative entries wrapped; out-of-range concrete indices raise, or
     with ``clamp`` (reading ``x[i]``, as JAX does) become the nearest valid one."""
     arr = _to_array(idx)
+    if clamp and n:
+        return _clamped_index(arr, n)[0]
     if isinstance(arr, _Tracer):
         if arr.dtype.kind not in "iu":
             raise IndexError(f"arrays used as indices must be of integer type, got {arr.dtype.name} "
@@ -1087,12 +1089,30 @@ def _normalize_index(idx, n: int, clamp: bool = False):
     if arr.dtype.kind not in "iu":
         raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
                          f"{_user_frame_description()}")
-    if clamp and n:
-        return _np.clip(_np.where(arr < 0, arr + n, arr), 0, n - 1).astype(_np.int64)
     if arr.size and (arr.max() >= n or arr.min() < -n):
         raise IndexError(f"index {int(arr.max() if arr.max() >= n else arr.min())} is out of bounds for axis "
                          f"with size {n} {_user_frame_description()}")
     return _np.where(arr < 0, arr + n, arr).astype(_np.int64)
+
+
+def _clamped_index(idx, n: int):
+    """How ``x[idx]`` reads an axis of size ``n``, as JAX: (the index with negative entries wrapped
+    once and then clamped into ``[0, n)``, the mask of the entries that were out of bounds or None
+    when none can be).  Concrete or traced alike (a traced index gets a traced mask)."""
+    arr = _to_array(idx)
+    if arr.dtype.kind not in "iu":
+        raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
+                         f"{_user_frame_description()}")
+    if not n:
+        return _normalize_index(arr, n), None  # only an empty index reads an empty axis
+    if isinstance(arr, _Tracer):
+        arr = _cast(arr, _np.dtype(_np.int64))
+        wrapped = where(less(arr, 0), add(arr, n), arr)
+        bad = logical_or(less(wrapped, 0), greater_equal(wrapped, n))
+        return minimum(maximum(wrapped, 0), n - 1), bad
+    wrapped = _np.where(arr < 0, arr.astype(_np.int64) + n, arr.astype(_np.int64))
+    bad = (wrapped < 0) | (wrapped >= n)
+    return _np.clip(wrapped, 0, n - 1), (bad if bad.any() else None)
 
 
 def _is_array_index(i) -> bool:
@@ -1187,11 +1207,18 @@ def _basic_index(x, idx: list):
     return _P.squeeze(x, tuple(squeeze_axes)) if squeeze_axes else x
 
 
-def _advanced_index(x, indices: list, positions: list):
+def _advanced_index(x, indices: list, positions: list, drop_oob: bool = True):
     """Integer-array indexing of the axes ``positions`` of ``x``, by numpy's rules: the indices
     broadcast together, and their axes replace the indexed ones where those are adjacent, else
-    come first.  One ``take`` along the indexed axes merged into one, at the linear index."""
-    arrays = [_normalize_index(i, x.shape[p], clamp=True) for i, p in zip(indices, positions)]
+    come first.  One ``take`` along the indexed axes merged into one, at the linear index.
+
+    Out-of-bounds indices read the nearest element (clamped, as JAX); with ``drop_oob`` (JAX's
+    gather) such a read carries no derivative -- its value is held by ``stop_gradient`` -- in every
+    mode (JAX's reverse mode drops it; its forward mode gathers the clamped tangent, which would make
+    forward and reverse disagree, so functrace drops it in both)."""
+    pairs = [_clamped_index(i, x.shape[p]) for i, p in zip(indices, positions)]
+    arrays = [a for a, _ in pairs]
+    masks = [m for _, m in pairs if m is not None] if drop_oob else []
     bshape = _P.broadcast_shapes("indexing", *(_shape_of(a) for a in arrays))
     arrays = [a if _shape_of(a) == bshape else broadcast_to(a, bshape) for a in arrays]
     if positions != list(range(positions[0], positions[0] + len(positions))):
@@ -1202,8 +1229,16 @@ def _advanced_index(x, indices: list, positions: list):
     lin = arrays[0]
     for a, n in zip(arrays[1:], dims[1:]):
         lin = add(multiply(lin, n), a)
-    merged = x.shape[:first] + (int(_np.prod(dims, dtype=_np.int64)),) + x.shape[first + len(dims):]
-    return _P.take(reshape(x, merged), lin, first)
+    rest = x.shape[first + len(dims):]
+    merged = x.shape[:first] + (int(_np.prod(dims, dtype=_np.int64)),) + rest
+    out = _P.take(reshape(x, merged), lin, first)
+    if not masks:
+        return out
+    bad = masks[0]
+    for m in masks[1:]:
+        bad = logical_or(bad, m)
+    bad = reshape(broadcast_to(bad, bshape), (1,) * first + bshape + (1,) * len(rest))
+    return where(bad, _P.stop_gradient(out), out)
 
 
 def getitem(x, idx):
@@ -1220,7 +1255,14 @@ def getitem(x, idx):
         idx = [slice(None) if i is None else i for i in idx]
     x = _basic_index(x, idx)  # integers are squeezed only when there are no array indices
     positions = [d for d, i in enumerate(idx) if _is_array_index(i)]
-    return _advanced_index(x, [idx[d] for d in positions], positions) if positions else x
+    if not positions:
+        return x
+    # JAX reads an index of scalars (0-d arrays too) and unit-step slices as a dynamic slice, whose
+    # clamped reads keep their derivative; any other index with arrays is a gather, whose
+    # out-of-bounds reads have none
+    gather = _builtins.any(len(_shape_of(idx[d])) for d in positions) or _builtins.any(
+        isinstance(i, slice) and i.step not in (None, 1, -1) for i in idx)
+    return _advanced_index(x, [idx[d] for d in positions], positions, drop_oob=gather)
 
 
 # --------------------------------------------------------------------------- unsupported

@@ -8,9 +8,10 @@ by ``functrace.numpy.getitem``); the update is then one primitive on the flatten
 
 Out-of-bounds indices follow JAX (after negative indices wrap once):
 
-* ``get``: clamped by default (``mode="clip"`` / ``"promise_in_bounds"``); ``mode="fill"`` (or
-  ``"drop"``) returns ``fill_value`` there (NaN for floats, the smallest integer for signed,
-  the largest for unsigned, True for bools, as JAX);
+* ``get``: clamped by default (``x[index]``, whose out-of-bounds reads through index arrays carry
+  no derivative, as JAX's gather) and with ``mode="clip"`` (derivative kept on the clamped
+  element); ``mode="fill"`` (or ``"drop"``) returns ``fill_value`` there (NaN for floats, the
+  smallest integer for signed, the largest for unsigned, True for bools, as JAX);
 * updates: dropped by default (``mode="drop"`` / ``"fill"`` / ``"promise_in_bounds"``);
   ``mode="clip"`` clamps them onto the edge.
 
@@ -145,10 +146,17 @@ class IndexUpdateRef:
         return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
 
     def get(self, *, mode=None, fill_value=None, indices_are_sorted=False, unique_indices=False):
-        """``x[index]``, out-of-bounds indices clamped (default) or filled (``mode="fill"``)."""
+        """``x[index]``, out-of-bounds indices clamped (default) or filled (``mode="fill"``).
+
+        By default (and ``mode="promise_in_bounds"``) this is ``x[index]``, so its derivatives are
+        JAX's: an out-of-bounds read through an index with arrays (a gather) carries none, one
+        through scalars and slices (a dynamic slice) keeps it.  ``mode="clip"`` clamps and keeps
+        every derivative; ``mode="fill"`` reads ``fill_value`` there (no derivative)."""
         _check_mode(mode)
         fnp = _fnp()
         x = fnp._to_array(self.array)
+        if mode in (None, "promise_in_bounds"):
+            return fnp.getitem(x, self.index)
         fill = mode in ("fill", "drop")
         if _all_concrete(self.index) and not flat_positions(x.shape, self.index, clip=False)[1]:
             return fnp.getitem(x, self.index)  # in bounds: slices stay slices (no gather)
