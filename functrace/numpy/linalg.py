@@ -10,9 +10,15 @@ batches and jits through them.
 * Matrices are the last two axes; leading axes are batch axes (the batching rule of every
   primitive moves the vmapped axis to the front, where numpy.linalg loops over it).
 * Derivative rules are written with these primitives and functrace.numpy (so derivatives
-  nest): the classic results (Giles 2008 for solve/det/inverse, Murray 2016 for Cholesky,
+  nest): the classic results (Giles 2008 for solve/inverse, Murray 2016 for Cholesky,
   the eigenvector and singular-vector formulas as JAX writes them).  ``svd`` and ``qr`` give
   their forward-mode rule; their reverse-mode rule is its transpose (``_transposed_jvp``).
+* ``det``'s derivative is trace(adj(A) dA) with the adjugate from the SVD (``_adjugate``), not
+  det(A) A^-1: it is right at singular matrices too (as JAX's LU-based rule), and the adjugate's
+  own derivative rule is exact at zero and repeated singular values, so second derivatives are.
+* Default cutoffs of ``pinv`` / ``lstsq`` / ``matrix_rank`` are relative to the largest singular
+  value and scaled by the dtype's eps, as JAX's (``pinv``: 10 max(m, n) eps).  A solve of a
+  singular matrix gives inf / NaN as LAPACK's (and JAX's), not an exception mid-program.
 * Symmetric inputs (``cholesky``, ``eigh``) are symmetrized first, (A + A^T) / 2, as JAX
   does: the derivative then matches the function for every perturbation, not only
   symmetric ones.  Where eigenvalues (or singular values) coincide exactly, the eigenvector
