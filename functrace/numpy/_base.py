@@ -1259,9 +1259,9 @@ def getitem(x, idx):
         return x
     # JAX reads an index of scalars (0-d arrays too) and unit-step slices as a dynamic slice, whose
     # clamped reads keep their derivative; any other index with arrays is a gather, whose
-    # out-of-bounds reads have none
-    gather = _builtins.any(len(_shape_of(idx[d])) for d in positions) or _builtins.any(
-        isinstance(i, slice) and i.step not in (None, 1, -1) for i in idx)
+    # out-of-bounds reads have none (only inexact values carry derivatives: no mask for the others)
+    gather = x.dtype.kind in "fc" and (_builtins.any(len(_shape_of(idx[d])) for d in positions) or _builtins.any(
+        isinstance(i, slice) and i.step not in (None, 1, -1) for i in idx))
     return _advanced_index(x, [idx[d] for d in positions], positions, drop_oob=gather)
 
 
