@@ -144,6 +144,7 @@ def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
     from functrace.backends.opencl import executable
     monkeypatch.setattr(executable, "compute_units", lambda rt: 1)
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
+    monkeypatch.setattr(executable, "_TRIAL_VERDICTS", {})  # (no verdict from an earlier test's program)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)  # (a number pins placements: no trial)
     x, w = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 80)).astype(np.float32)
@@ -173,6 +174,7 @@ def test_worker_device_program_with_kernels_is_tried_under_trial_elements(monkey
     monkeypatch.setattr(placement, "compute_units", lambda rt: 2)
     monkeypatch.setattr(rt, "_launch_costs", placement.LaunchCosts(0.0, 0.0), raising=False)  # kernels
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
+    monkeypatch.setattr(executable, "_TRIAL_VERDICTS", {})  # (no verdict from an earlier test's program)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", None)
     x = RNG.standard_normal(50_000).astype(np.float32)

@@ -187,6 +187,7 @@ def test_any_layout_runs_as_kernels(monkeypatch):
              ((2, 7, 3, 1), (3, 9, 2), (((2,), (0,)), ((0,), (2,)))),   # K between free dims, batch last
              ((5, 1, 6), (6, 5), (((2, 0), (0, 1)), ((), ())))]         # K dims reversed, odd sizes
     monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_IN_FORCE", {})
     monkeypatch.setattr(mm, "_RUNS", {})
     monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
     for dtype, mode in zip(DTYPES, ("opencl", "auto")):  # auto: the launch count follows the decision
@@ -332,6 +333,7 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
     monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     x, w = rand((200, 100), np.float32), rand((100, 50), np.float32)
     monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_IN_FORCE", {})
     monkeypatch.setattr(mm, "_TIMINGS", {})
     monkeypatch.setattr(mm, "_RUNS", {})
     monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
@@ -350,6 +352,7 @@ def test_saved_decisions_round_trip_and_a_corrupt_file_is_ignored(monkeypatch, t
         with open(path, "wb") as f:
             f.write(saved)
         monkeypatch.setattr(mm, "_DECISIONS", {})
+        monkeypatch.setattr(mm, "_IN_FORCE", {})
         monkeypatch.setattr(mm, "_TIMINGS", {})
         monkeypatch.setattr(rt, "_matmul_choices_loaded", False)
         mm._load_decisions(rt)
@@ -365,6 +368,7 @@ def test_blas_and_auto_modes(monkeypatch):
         check(f(x, w), x, w, np.float32, 100)
         assert "host BLAS" in labels(exe)[0] and exe.num_kernel_launches == 0
     monkeypatch.setattr(mm, "_DECISIONS", {})
+    monkeypatch.setattr(mm, "_IN_FORCE", {})
     monkeypatch.setattr(mm, "_RUNS", {})
     monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)  # ignore choices earlier processes saved
     with mm.forced_mode("auto"):
@@ -373,10 +377,14 @@ def test_blas_and_auto_modes(monkeypatch):
         assert "run 3 of the shape" in labels(exe)[0] and exe.num_kernel_launches == 0
         first = np.asarray(g(x, w))
         check(first, x, w, np.float32, 100)
-        for run in range(2, mm.MEASURE_AT_RUN + 2):  # BLAS for this program's life; run 3 measures
-            np.testing.assert_array_equal(np.asarray(g(x, w)), first)  # (for later programs)
+        for run in range(2, mm.MEASURE_AT_RUN + 2):  # BLAS for this process's life; run 3 measures
+            np.testing.assert_array_equal(np.asarray(g(x, w)), first)  # (for later processes)
             assert bool(mm._DECISIONS) == (run >= mm.MEASURE_AT_RUN)
         assert "host BLAS" in labels(exe)[0] and exe.num_kernel_launches == 0
+        again = ft.jit(lambda x, w: x @ w, backend="opencl")  # jitted again in this process: as the first
+        np.testing.assert_array_equal(np.asarray(again(x, w)), first)
+        assert "undecided when this process first compiled" in labels(again.lower(x, w).compile())[0]
+        monkeypatch.setattr(mm, "_IN_FORCE", {})  # a later process: the verdict is in force
         exe2 = ft.jit(lambda x, w: x @ w * 1.0, backend="opencl").lower(x, w).compile()
         line = labels(exe2)[0]  # cached per shape: a new program of this shape knows it
         assert "measured" in line and ("host BLAS" in line or "OpenCL" in line)
@@ -384,6 +392,7 @@ def test_blas_and_auto_modes(monkeypatch):
         # 8-row micro-tiles) is read in place
         assert exe2.num_kernel_launches == (0 if "host BLAS" in line else 2)
         monkeypatch.setattr(mm, "_DECISIONS", {})
+        monkeypatch.setattr(mm, "_IN_FORCE", {})
         monkeypatch.setattr(mm, "_RUNS", {})
         h = ft.jit(lambda x, w: (x @ w, (x * 2.0) @ w, x @ (w * 3.0)), backend="opencl")
         for _ in range(2):  # runs of one shape count together: the second call measures once
@@ -405,7 +414,7 @@ def test_auto_mode_warms_kernels_up_in_the_background(monkeypatch, tmp_path):
     import time
     monkeypatch.setattr(ft.config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(mm, "BACKGROUND_WARM_UP", True)
-    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM", "_IN_FORCE"):
         monkeypatch.setattr(mm, table, {})
     monkeypatch.setattr(rt, "_matmul_choices_loaded", True, raising=False)
     x, w = rand((48, 40), np.float32), rand((40, 24), np.float32)
@@ -445,7 +454,7 @@ def test_auto_mode_does_not_measure_under_mpi(monkeypatch):
     if rt.kind != "cpu":
         pytest.skip("auto mode measures on the cpu kind only")
     monkeypatch.setattr(ft.config, "matmul", "auto")
-    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM", "_IN_FORCE"):
         monkeypatch.setattr(mm, table, {})
     monkeypatch.setattr(mm, "_load_decisions", lambda rt: None)
     monkeypatch.setattr(ft.distributed, "process_count", lambda: 2)

@@ -216,7 +216,7 @@ def test_unmeasured_products_among_host_steps_settle_on_the_host_at_once(monkeyp
     from functrace.backends.opencl import matmul as mm
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**9)
     monkeypatch.setattr(ft.config, "matmul", "auto")
-    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM"):
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM", "_IN_FORCE"):
         monkeypatch.setattr(mm, table, {})
     monkeypatch.setattr(mm, "_load_decisions", lambda rt: None)  # (none from the disk cache either)
     rng = np.random.default_rng(6)

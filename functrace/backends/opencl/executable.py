@@ -9,6 +9,7 @@ view of the buffers (CPU devices) or on host copies; ``report()`` lists them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -820,6 +821,10 @@ def is_small(closed: ClosedJaxpr) -> bool:
 # (median 424 us) replaced a kernel that runs at 150-310 us once warm.
 TRIAL_ELEMENTS = 1 << 22
 TRIAL_MARGIN = 1.2
+# a program's text (its kernels' source and its IR) -> how its trial ended in this process ("" the
+# device path, else the report's reason for one numpy program): a program jitted again runs as the
+# first did, with its numerics, without a second trial
+_TRIAL_VERDICTS: dict = {}
 
 
 class HostExecutable:
@@ -1055,7 +1060,7 @@ class OpenCLExecutable:
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
         dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
         backend 1.18) -- unless it has no host step and a product auto mode has still to measure
-        (the device path measures it for programs compiled later, see ``matmul``).  Returns the
+        (the device path measures it for later processes, see ``matmul``).  Returns the
         trial to run before the first result (``HostTrial``), if any: when some of those matmuls
         were measured faster as kernels, or as ``_new_trial`` says."""
         matmuls = self._matmuls()
@@ -1099,7 +1104,14 @@ class OpenCLExecutable:
             if self._settled:  # (another thread's first call settled it meanwhile)
                 return None
             trial = self._settle()
-            outs = None if trial is None else self._run_trial(trial, args)
+            outs = None
+            if trial is not None:
+                key = hashlib.sha256((self.source + str(self.closed.jaxpr)).encode()).hexdigest()
+                if key not in _TRIAL_VERDICTS:
+                    outs = self._run_trial(trial, args)
+                    _TRIAL_VERDICTS[key] = self._on_host_why if self._on_host is not None else ""
+                elif _TRIAL_VERDICTS[key]:
+                    self._on_host, self._on_host_why = trial.host, _TRIAL_VERDICTS[key]
             self._settled = True
             return outs
 

@@ -12,10 +12,11 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
 * ``opencl``: always the OpenCL kernels (tests and ``benchmarks/bench_matmul.py`` force this);
 * ``blas``: on the cpu device kind (``policy``), the host BLAS (numpy) on the buffers' host memory (no copies);
 * ``auto`` (default): on the cpu kind, each shape runs on whichever of the two an earlier
-  measurement found faster (kept per shape and dtype in memory and on disk).  A product that has
-  none runs on the host BLAS for the life of the program that met it undecided -- a program's
-  numerics are fixed by its first call, so the same inputs give the same bits on every call --
-  and from its ``MEASURE_AT_RUN``-th run, programs compiled later get a verdict: that run hands
+  measurement found faster (kept per shape and dtype in memory and on disk), as it stood when the
+  process first compiled the shape (``_IN_FORCE``).  A product that had none runs on the host BLAS
+  in every program of the process -- the numerics of a shape are fixed for the process, so the
+  same inputs give the same bits on every call, even of a function jitted again -- and from its
+  ``MEASURE_AT_RUN``-th run, later processes get a verdict: that run hands
   the build of the kernels it would launch, and one launch of each (PoCL compiles a kernel's
   work-group function at its first launch), to the background (:func:`_warm_up_elsewhere`: on
   PoCL a low-priority child process, which leaves them in PoCL's disk cache); the first run after
@@ -78,6 +79,10 @@ MEASURE_AT_RUN = 3          # auto mode: the run of an undecided shape that meas
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
 _RUNS: dict = {}            # same key -> runs so far while undecided (host BLAS meanwhile)
+# same key -> the verdict in force for this process's programs, fixed when it first lowers the key
+# (None: undecided, the host BLAS): a verdict measured later applies from the next process, so every
+# program of a shape rounds alike for the process's life
+_IN_FORCE: dict = {}
 _DECIDING = threading.Lock()  # one thread at a time counts runs and measures (the dicts, the file)
 # auto mode's kernel warm-ups: (runtime id, dtype, bias, act, kernel names) -> Event set when
 # they are built and launched once; done by one background thread, in the calling thread when
@@ -595,9 +600,9 @@ def _label(plan: _Plan, impl: str | None, how: str) -> str:
 def _how(plan: _Plan, impl: str | None, auto_cpu: bool) -> str:
     """Why this implementation runs, for the report label."""
     if impl is None:
-        return (f", undecided when compiled: kept for this program's numerics; run {MEASURE_AT_RUN} of the "
-                "shape, or the first after its OpenCL kernels are built in the background, measures it "
-                "against them for programs compiled later")
+        return (f", undecided when this process first compiled the shape: kept for its numerics; run "
+                f"{MEASURE_AT_RUN} of the shape, or the first after its OpenCL kernels are built in the "
+                "background, measures it against them for later processes")
     if not auto_cpu:
         return ""
     t = _TIMINGS.get(_key(plan))
@@ -619,7 +624,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
         impl = "blas"
     else:
         _load_decisions(rt)
-        impl = _DECISIONS.get(_key(plan))  # None: measure on the first call
+        impl = _IN_FORCE.setdefault(_key(plan), _DECISIONS.get(_key(plan)))  # None: undecided in this process
     # Under MPI (more than one process) an undecided product stays on the host BLAS: each process
     # would measure on its own (the measurements include waiting for the others, so processes can
     # choose differently and the slower one holds back every collective), and the background
@@ -627,7 +632,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     # (benchmarks/bench_distributed.py, PoCL basic device): 4.8-11.7 ms a step in auto mode, both
     # processes at CPU/wall 0.5-1.0; 4.76-4.88 ms and 1.0 with matmul="blas".
     under_mpi = impl is None and m == "auto" and host_blas and distributed.process_count() > 1
-    # undecided: the host BLAS for this program's life, measured (below) for programs compiled later
+    # undecided: the host BLAS for this process's life, measured (below) for later processes
     state = {"impl": impl or "blas", "measure": impl is None and not under_mpi}
     how = (", not measured under MPI (each process would measure on its own)" if under_mpi
            else _how(plan, impl, m == "auto" and host_blas))
@@ -644,9 +649,9 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     lowered.label = _label(plan, impl, how)
 
     def measure(ctx, a, b, out, bias_arr) -> bool:
-        """Auto mode, a shape undecided when this program first ran it (so on the host BLAS for
-        the program's life): count the run; at ``MEASURE_AT_RUN`` measure it for programs
-        compiled later (the measurement leaves this program's BLAS result in ``out``: True)."""
+        """Auto mode, a shape undecided when this process first compiled it (so on the host BLAS
+        for the process's life): count the run; at ``MEASURE_AT_RUN`` measure it for later
+        processes (the measurement leaves this program's BLAS result in ``out``: True)."""
         key = _key(plan)
         with _DECIDING:
             if key in _DECISIONS:
