@@ -1,11 +1,13 @@
-"""Where a loop runs on a CPU device (issue 15): a small body as ONE host step with the numpy
+"""Where a loop runs on the cpu device kind (issue 15): a small body as ONE host step with the numpy
 backend's implementation (bit-identical values, a reason in the report), a body with real work
-driven from the host with its kernels.  Decisions, not timings."""
+driven from the host with its kernels.  Decisions, not timings.  The gpu kind drives every loop
+with its kernels: there only the numbers are checked."""
 import numpy as np
 import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends.opencl import runtime as cl_runtime
 
 lax = ft.lax
 
@@ -42,6 +44,12 @@ def _while(params, theta0):
     return lax.while_loop(lambda c: c[0] < 50, lambda c: (c[0] + 1, c[1] * params[1] + fnp.cos(c[1])), (0, theta0))
 
 
+def _cpu_kind() -> bool:
+    """Do programs compile for the cpu kind, whose loop placements these tests describe?"""
+    rt = cl_runtime.get_runtime()
+    return rt is None or rt.kind == "cpu"
+
+
 def _lines(compiled, kind: str, name: str) -> list:
     return [line for line in compiled.report().splitlines() if line.strip().startswith(f"{kind}  {name}")]
 
@@ -52,11 +60,15 @@ def test_a_small_loop_is_one_host_step_bit_identical_to_numpy(placement, f, loop
     placement(None)  # the cost estimate
     args = (np.array([9.8, 0.1]), np.float64(0.5))
     compiled = ft.jit(f, backend="opencl").lower(*args).compile()
+    got = ft.tree_util.tree_leaves(ft.tree_util.tree_map(np.asarray, compiled(*args)))
+    want = ft.tree_util.tree_leaves(ft.jit(f, backend="numpy")(*args))
+    if not _cpu_kind():  # (driven with kernels: numpy's numbers within rounding)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+        return
     hosted = _lines(compiled, "host  ", loop)
     assert hosted and all("one numpy loop" in line for line in hosted), compiled.report()
     assert not _lines(compiled, "kernel", loop), compiled.report()
-    got = ft.tree_util.tree_leaves(ft.tree_util.tree_map(np.asarray, compiled(*args)))
-    want = ft.tree_util.tree_leaves(ft.jit(f, backend="numpy")(*args))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -91,8 +103,9 @@ def test_the_element_pin_places_each_loop_by_its_largest_value(placement):
         nested = lax.fori_loop(0, 2, lambda i, c: c + lax.fori_loop(0, 2, lambda j, d: d * c[0], big)[:8], small)
         return s, b, nested
     compiled = ft.jit(f, backend="opencl").lower(small, big).compile()
-    assert len(_lines(compiled, "host  ", "scan")) == 1, compiled.report()
-    assert len(_lines(compiled, "kernel", "scan")) == 2, compiled.report()
+    hosted = 1 if _cpu_kind() else 0
+    assert len(_lines(compiled, "host  ", "scan")) == hosted, compiled.report()
+    assert len(_lines(compiled, "kernel", "scan")) == 3 - hosted, compiled.report()
     got = [np.asarray(v) for v in compiled(small, big)]
     for g, w in zip(got, ft.jit(f, backend="numpy")(small, big)):
         np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -11,13 +11,17 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   page-aligned numpy memory (``USE_HOST_PTR``) on unified memory, elementwise kernels use the
   device's preferred vector width and store past the cache when their data outgrow it, and the
   sources may use clang's builtins (prefetch, non-temporal stores) and ``native_sin``/``native_cos``
-  (measured on PoCL within 1.2e-7 of sin/cos on |x| <= 1e4) -- those only behind ``FT_CPU_KIND``,
-  defined in the text that only this kind puts before its programs.
+  (measured on PoCL within 1.2e-7 of sin/cos on |x| <= 1e4): those are defined in ``CPU_PREFIX``,
+  the text only this kind puts before its programs (with ``FT_CPU_KIND``, for sources that need
+  to test for it); the sources themselves fall back to plain forms (``executable.PREAMBLE``,
+  ``matmul.cl``'s ``MM_PREFETCH``).
 * ``gpu`` (any other device, or any device forced to it): every step with a lowering is a kernel,
   no host BLAS, no timed trials, buffers live on the device (copies in and out, no wrapping of
-  host memory), elementwise kernels use 4 lanes, and the sources are plain OpenCL C 1.2: no
-  ``__builtin_*``, no ``native_*`` (NVIDIA's compiler rejects ``__builtin_prefetch`` on a
-  ``__global`` pointer; its native functions drift by thousands of ulp).
+  host memory), elementwise kernels use 4 lanes, float32 sin / cos of vectors run lane by lane,
+  and the sources are plain OpenCL C 1.2: no ``__builtin_*``, no ``native_*`` (NVIDIA's compiler
+  rejects ``__builtin_prefetch`` on a ``__global`` pointer; its native functions drift by
+  thousands of ulp).  Still CPU-shaped: the matmul kernels (one work-item per register-tiled block,
+  work-groups of one) run correctly there, but a GPU design (local-memory tiles) is not written.
 
 On both kinds float32 division and sqrt are correctly rounded, as numpy's: programs are built with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device reports

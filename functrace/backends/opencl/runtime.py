@@ -3,9 +3,10 @@
 * ``devices()`` lists the OpenCL devices; ``ft.config.update("device", ...)`` or
   ``FUNCTRACE_DEVICE`` picks one (an index into that list or a substring of its name).
 * ``Array`` is a device buffer with a shape and dtype; ``np.asarray`` copies it to the host.
-  On CPU devices with unified host memory every array *is* a page-aligned numpy array and its
-  buffer wraps that memory (``USE_HOST_PTR``): host steps, host BLAS and ``np.asarray`` read it
-  after a queue ``finish()``, without copies or map calls.
+  On the cpu device kind (``policy``) with unified host memory every array *is* a page-aligned
+  numpy array and its buffer wraps that memory (``USE_HOST_PTR``): host steps, host BLAS and
+  ``np.asarray`` read it after a queue ``finish()``, without copies or map calls.  The gpu kind's
+  buffers live on the device.
 * Programs are cached by a hash of their source, device and driver: in memory while an
   executable uses them (and the ``config.opencl_program_cache_size`` most recently asked for,
   after that), and on disk as device binaries.  Every file of the disk cache (binaries, device
