@@ -353,9 +353,10 @@ class ExprWriter:
                 self.lines.append(f"{ct} t_{p}[{self.vec}]; for (int k = 0; k < {self.vec}; k++) "
                                   f"t_{p}[k] = {e} + k < n ? {load_scalar(st, p, acc.index(f'({e} + k)'))} : ({ct})1;")
             raw = f"vload{self.vec}(0, t_{p})"
-        elif vector_readable(acc, self.vec, self.segment):
-            raw = f"vload{'_half' if st == 'half' else ''}{self.vec}(0, {p} + {acc.index(e)})"
-        else:  # lane by lane, each at its own index
+        elif vector_readable(acc, self.vec, self.segment) and st != "half":
+            raw = f"vload{self.vec}(0, {p} + {acc.index(e)})"
+        else:  # lane by lane, each at its own index (float16 always: Debian's PoCL 3.1 (LLVM 15)
+            # faults on a vload_half8 whose address is not 16-byte aligned, which the spec allows)
             lanes = ", ".join(load_scalar(st, p, acc.index(f"({e} + {k})")) for k in range(self.vec))
             raw = f"(({ct}{self.vec})({lanes}))"
         return f"(-convert_int{self.vec}({raw}))" if ct == "uchar" else raw
