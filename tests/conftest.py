@@ -7,19 +7,24 @@ import functrace as ft
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_canaries: an OpenCL test about asynchronous buffer lifetimes, "
                                        "which canary mode's wait after every launch would hide")
+    config.addinivalue_line("markers", "opencl_kernels: a test outside the test_opencl modules whose small "
+                                       "programs must run as OpenCL kernels too (no host shortcut)")
 
 
 @pytest.fixture(autouse=True)
 def opencl_kernels_for_small_programs(request):
-    """OpenCL tests use small shapes but must exercise the kernels: the CPU-device shortcut that
-    runs small programs on the host is switched off for them (test_opencl checks it separately).
+    """OpenCL tests (and tests marked ``opencl_kernels``) use small shapes but must exercise the
+    kernels: the CPU-device shortcut that runs small programs on the host is switched off for them
+    (test_opencl checks it separately).
     They run in canary mode (``opencl_debug_canaries``): every buffer between guard regions, so
     a kernel reading outside a buffer gives NaN and one writing outside it raises."""
-    if not request.module.__name__.startswith("test_opencl"):
+    opencl_module = request.module.__name__.startswith("test_opencl")
+    if not opencl_module and request.node.get_closest_marker("opencl_kernels") is None:
         yield
         return
-    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0,
-                "opencl_debug_canaries": request.node.get_closest_marker("no_canaries") is None}
+    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0}
+    if opencl_module:
+        settings["opencl_debug_canaries"] = request.node.get_closest_marker("no_canaries") is None
     saved = {n: getattr(ft.config, n) for n in settings}
     for n, v in settings.items():
         ft.config.update(n, v)

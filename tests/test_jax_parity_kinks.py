@@ -24,17 +24,9 @@ NAN = math.nan
 BACKENDS = ("numpy", "opencl")
 
 
-@pytest.fixture(autouse=True)
-def opencl_runs_kernels():
-    """Small programs run as OpenCL kernels (not the host shortcut for tiny programs), as the
-    test_opencl modules run them."""
-    settings = {"opencl_small_program_elements": 0, "opencl_host_step_elements": 0}
-    saved = {n: getattr(ft.config, n) for n in settings}
-    for n, v in settings.items():
-        ft.config.update(n, v)
-    yield
-    for n, v in saved.items():
-        ft.config.update(n, v)
+# small programs run as OpenCL kernels (not the host shortcut for tiny programs), as in test_opencl
+pytestmark = pytest.mark.opencl_kernels
+
 
 # --------------------------------------------------------------------------- kinks
 

@@ -1157,13 +1157,14 @@ class OpenCLExecutable:
         kernels run in the calling thread, else one with a kernel."""
         if not self.rt.policy.timed_trials or self._placements_pinned or not self._within_trial_bound():
             return None
-        host = HostExecutable(self.closed, self.rt)
         if compute_units(self.rt) <= 1:
-            return HostTrial(host, "a device running kernels in the calling thread between host BLAS products")
+            return HostTrial(HostExecutable(self.closed, self.rt),
+                             "a device running kernels in the calling thread between host BLAS products")
         if not any(s.launches for s in self.plan.steps):
-            return None
-        return HostTrial(host, f"kernels placed one step at a time, {work_elements(self.closed)} elements of "
-                               f"work; the numpy program must win by {TRIAL_MARGIN:g}x", TRIAL_MARGIN)
+            return None  # (no numpy program built for nothing)
+        return HostTrial(HostExecutable(self.closed, self.rt),
+                         f"kernels placed one step at a time, {work_elements(self.closed)} elements of work; "
+                         f"the numpy program must win by {TRIAL_MARGIN:g}x", TRIAL_MARGIN)
 
     def _launch(self, env: dict, args) -> list:
         """Enqueue one call's kernels (and run its host steps) with their values in ``env``."""
