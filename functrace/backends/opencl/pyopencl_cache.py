@@ -85,32 +85,30 @@ def _user_cache_dirs(app: str) -> list:
     return unique
 
 
-def dict_files(dirs=None) -> list:
-    """The pytools sqlite files of pyopencl's dictionaries this Python would open."""
-    suffix = f"-{_version()}.sqlite"
-    files = []
-    for d in _user_cache_dirs("pytools") if dirs is None else dirs:
+def _named(dirs, keep) -> list:
+    """The paths in ``dirs`` (those that can be listed) whose names ``keep`` accepts, sorted per directory."""
+    found = []
+    for d in dirs:
         try:
             names = os.listdir(d)
         except OSError:
             continue
-        files += [os.path.join(d, n) for n in sorted(names)
-                  if n.startswith("pdict-") and "pyopencl" in n and n.endswith(suffix)]
-    return files
+        found += [os.path.join(d, n) for n in sorted(names) if keep(n)]
+    return found
+
+
+def dict_files(dirs=None) -> list:
+    """The pytools sqlite files of pyopencl's dictionaries this Python would open."""
+    suffix = f"-{_version()}.sqlite"
+    return _named(_user_cache_dirs("pytools") if dirs is None else dirs,
+                  lambda n: n.startswith("pdict-") and "pyopencl" in n and n.endswith(suffix))
 
 
 def compiler_dirs(bases=None) -> list:
     """pyopencl's compiler cache directories this Python would use."""
-    name = f"-py{_version()}"
-    found = []
-    for d in _user_cache_dirs("pyopencl") if bases is None else bases:
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        found += [os.path.join(d, n) for n in sorted(names)
-                  if n.startswith("pyopencl-compiler-cache-v") and n.endswith(name)]
-    return found
+    suffix = f"-py{_version()}"
+    return _named(_user_cache_dirs("pyopencl") if bases is None else bases,
+                  lambda n: n.startswith("pyopencl-compiler-cache-v") and n.endswith(suffix))
 
 
 def _stamp(st) -> list:
