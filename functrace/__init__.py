@@ -10,6 +10,7 @@ from .batching import vmap
 from .callback import pure_callback
 from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
+from .core import Tracer as _Tracer
 from .custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
 from .errors import ConcretizationError, DtypeError, ShapeError, TracerArrayConversionError, UnexpectedTracerError
 from .jit import disable_jit, jit
@@ -59,10 +60,9 @@ _MISSING = {
 def device_get(tree: _Any) -> _Any:
     """The arrays of a pytree as numpy arrays (``ft.Array`` leaves read from the device), as
     ``jax.device_get``: leaves without ``__array__`` (Python scalars, ...) and traced values stay."""
-    from .core import Tracer
 
     def get(x: _Any) -> _Any:
-        if isinstance(x, Tracer) or not hasattr(x, "__array__"):
+        if isinstance(x, _Tracer) or not hasattr(x, "__array__"):
             return x
         return _np.asarray(x)
 

@@ -23,11 +23,13 @@ import numpy as np
 
 from . import core, tree_util
 from . import primitives as P
-from .core import ShapedArray, Trace, Tracer, get_aval, is_float_dtype, new_main
+from .batching import vmap
+from .core import ShapedArray, Trace, Tracer, eval_jaxpr, get_aval, is_float_dtype, new_main
 from .errors import ConcretizationError, DtypeError, api_boundary, check_callable, function_name
 from .errors import argnum_tuple as _argnum_tuple
+from .optimize import without_effects
 from .primitives import add
-from .staging import check_output
+from .staging import check_output, make_jaxpr, trace_to_jaxpr
 
 # --------------------------------------------------------------------------- forward mode
 
@@ -467,8 +469,6 @@ def linearize(fun: Callable, *primals: Any) -> tuple:
     """``out, f_jvp = linearize(f, *primals)``: the primal computation runs once; ``f_jvp(*t)``
     replays only the tangent equations (staged into a jaxpr with the primal values as constants)."""
     check_callable(fun, "linearize")
-    from .core import eval_jaxpr
-    from .staging import make_jaxpr
     box = []
 
     def tangent_fn(*tangents):
@@ -516,7 +516,6 @@ def _std_basis(leaves):
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
            holomorphic: bool = False) -> Callable:
     """Jacobian by forward mode: ``vmap`` of ``jvp`` over the standard basis of the inputs."""
-    from .batching import vmap
     fname = function_name(fun)
     check_callable(fun, "jacfwd")
     multiple = not isinstance(argnums, int)
@@ -572,7 +571,6 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
            holomorphic: bool = False) -> Callable:
     """Jacobian by reverse mode: ``vmap`` of the ``vjp`` function over the output basis."""
-    from .batching import vmap
     check_callable(fun, "jacrev")
     fname = function_name(fun)
     multiple = not isinstance(argnums, int)
@@ -697,7 +695,6 @@ def float_mask(avals) -> list:
 def jvp_of_closed(closed) -> "core.ClosedJaxpr":
     """IR-to-IR forward mode: ``[*primals, *tangents of float inputs] -> [*outs, *tangents of
     float outputs]`` (zero tangents instantiated)."""
-    from .staging import trace_to_jaxpr
     in_avals = closed.in_avals
     in_float, out_float = float_mask(in_avals), float_mask(closed.out_avals)
     n = len(in_avals)
@@ -716,8 +713,6 @@ def vjp_of_closed(closed, diff_mask: Sequence[bool]) -> "core.ClosedJaxpr":
     """IR-to-IR reverse mode: ``[*primals, *cts of float outputs] -> [cts of the inputs in
     diff_mask]`` (zeros instantiated).  The forward pass is recomputed inside, without its
     effects (a debug print there ran with the primal pass)."""
-    from .optimize import without_effects
-    from .staging import trace_to_jaxpr
     closed = without_effects(closed)
     in_avals, out_avals = closed.in_avals, closed.out_avals
     out_float = float_mask(out_avals)

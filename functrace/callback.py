@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import numpy as fnp
 from . import tree_util
 from .core import ShapedArray
 from .errors import user_frame_description
@@ -56,7 +57,6 @@ def _batch(vals, dims, *, callback, result_avals, vmap_method, name):
                     for k, aval in enumerate(result_avals)]
         new_callback, args = looped, moved
     else:
-        from . import numpy as fnp
         if vmap_method == "expand_dims":
             args = [m if b else fnp.expand_dims(m, 0) for m, b in zip(moved, batched)]
         else:  # broadcast_all
@@ -68,7 +68,6 @@ def _batch(vals, dims, *, callback, result_avals, vmap_method, name):
 
 
 def _to_front(v, d):
-    from . import numpy as fnp
     return v if d is None or d == 0 else fnp.moveaxis(v, d, 0)
 
 
@@ -103,7 +102,6 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, vmap
             raise TypeError(f"pure_callback: {name} returned a result of structure {tree}, declared {out_tree}")
         return out_leaves
 
-    from . import numpy as fnp
     outs = pure_callback_p.bind(*[fnp.asarray(x) for x in leaves], callback=flat_callback,
                                 result_avals=result_avals, vmap_method=vmap_method, name=name)
     return tree_util.tree_unflatten(out_tree, outs)

@@ -106,14 +106,3 @@ class Config:
 _CACHE_SIZES = ("jit_cache_size", "opencl_program_cache_size")
 
 config = Config()
-
-
-def check_nans(primitive_name: str, value) -> None:
-    """With ``debug_nans`` on: raise FloatingPointError when an operation produced a NaN."""
-    import numpy as np
-
-    from .errors import user_frame_description
-    arr = np.asarray(value)
-    if arr.dtype.kind in "fc" and np.isnan(arr).any():
-        raise FloatingPointError(f"NaN produced by primitive '{primitive_name}' {user_frame_description()} "
-                                 "(ft.config.debug_nans is on)")

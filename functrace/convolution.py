@@ -26,6 +26,7 @@ from typing import NamedTuple, Sequence, Union
 
 import numpy as np
 
+from . import numpy as fnp
 from . import primitives as P
 from .core import ShapedArray, get_aval
 from .errors import DtypeError, ShapeError, user_frame_description
@@ -332,7 +333,6 @@ def conv_general_dilated(lhs, rhs, window_strides: Sequence[int], padding, lhs_d
     nothing (``ft.lax.Precision`` says why: the operands' dtype at full precision, on every device);
     ``preferred_element_type``: one that holds the operands' values (wider, or integers to floats)
     converts the operands first, so the products accumulate in it; another casts the result."""
-    from . import numpy as fnp
     canonicalize_precision(precision, "conv_general_dilated")
     lhs, rhs = fnp.asarray(lhs), fnp.asarray(rhs)
     dtype = fnp.result_type(lhs, rhs)
@@ -397,7 +397,6 @@ def conv_transpose(lhs, rhs, strides: Sequence[int], padding, rhs_dilation: Sequ
     """``lax.conv_transpose``: a fractionally strided convolution (lhs dilated by ``strides``), as
     JAX's: layouts default to ``NHWC`` / ``HWIO``; with ``transpose_kernel`` it is the gradient of
     the forward convolution with the same kernel, strides and 'SAME' / 'VALID' padding."""
-    from . import numpy as fnp
     lhs, rhs = fnp.asarray(lhs), fnp.asarray(rhs)
     ndim = len(shape_of(lhs))
     if len(shape_of(rhs)) != ndim or ndim < 2:

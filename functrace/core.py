@@ -22,7 +22,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .config import check_nans
 from .config import config as _config
 from .eager import as_eager
 from .errors import (
@@ -30,8 +29,10 @@ from .errors import (
     FunctraceError,
     TracerArrayConversionError,
     UnexpectedTracerError,
+    check_nans,
     user_frame_description,
 )
+from .reports import html_table
 
 # --------------------------------------------------------------------------- avals
 
@@ -229,7 +230,6 @@ class ClosedJaxpr:
         """The program, and a table of its constants: name, shape and dtype, and their values in short."""
         import html
 
-        from .reports import html_table
         text = f"<pre>{html.escape(str(self))}</pre>"
         if not self.consts:
             return text

@@ -27,27 +27,11 @@ class EagerArray(np.ndarray):
     """A numpy array with JAX's ``.at[...]`` (functional index updates) and JAX's rules where a
     JAX program depends on them: immutable (``x[i] = v`` raises, ``x += 1`` makes a new array),
     out-of-range reads clamp, shape errors are functrace's ``ShapeError`` as under ``jit``; it
-    prints as ``Array(...)``, as jitted results do."""
+    prints as ``Array(...)``, as jitted results do.
 
-    @property
-    def at(self):
-        """``x.at[idx].set(v)`` / ``.add`` / ``.multiply`` / ``.min`` / ``.max`` / ``.get`` ...:
-        a new array, ``x`` unchanged (see ``functrace/numpy/_indexing.py``)."""
-        from .numpy._indexing import IndexUpdateHelper
-        return IndexUpdateHelper(self)
-
-    def __getitem__(self, index):
-        """numpy's indexing; an index holding a traced value (``X[t]`` inside ``jit`` or ``scan``),
-        or one numpy rejects (an out-of-range integer, which JAX clamps when reading), is
-        ``functrace.numpy.getitem``, as for a JAX array."""
-        if _holds_tracer(index):
-            from .numpy import getitem
-            return getitem(self, index)
-        try:
-            return super().__getitem__(index)
-        except IndexError:
-            from .numpy import getitem
-            return getitem(self, index)
+    What needs ``functrace.numpy`` (``.at``, indexing with traced or out-of-range indices, the
+    operators' shape errors) is installed by ``functrace/numpy/_tracer_methods.py``, with the
+    tracers' operators: this module sits below the numpy API and imports nothing of functrace."""
 
     def __setitem__(self, index, value):
         raise TypeError(IMMUTABLE)
@@ -84,39 +68,9 @@ def _out_of_place(name: str):
     return lambda self, other: operator(self, other)
 
 
-def _shape_checked(name: str):
-    """numpy's binary operator; when numpy rejects the operands' shapes, functrace.numpy's
-    function runs instead to raise its ``ShapeError`` (the error ``jit`` gives)."""
-    operator = getattr(np.ndarray, name)
-    function = {"matmul": "matmul", "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
-                "floordiv": "floor_divide", "mod": "mod", "pow": "power"}[name.strip("_").removeprefix("r")]
-    reflected = name.startswith("__r")
-
-    def method(self, other):
-        try:
-            return operator(self, other)
-        except ValueError:
-            from . import numpy as fnp
-            args = (other, self) if reflected else (self, other)
-            return getattr(fnp, function)(*args)
-    return method
-
-
-for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
-    setattr(EagerArray, f"__{_op}__", _shape_checked(f"__{_op}__"))
-    setattr(EagerArray, f"__r{_op}__", _shape_checked(f"__r{_op}__"))
 for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
             "rshift"):
     setattr(EagerArray, f"__i{_op}__", _out_of_place(f"__i{_op}__"))
-
-
-def _holds_tracer(index) -> bool:
-    if isinstance(index, (np.ndarray, int, slice)) or index is None:  # the common cases, at once
-        return False
-    from .core import Tracer
-    if isinstance(index, Tracer):
-        return True
-    return isinstance(index, (tuple, list)) and any(_holds_tracer(i) for i in index)
 
 
 def as_eager(value):

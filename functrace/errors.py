@@ -7,6 +7,8 @@ import sys
 import types
 from typing import Callable, TypeVar
 
+import numpy as np
+
 from .config import config
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -203,3 +205,11 @@ def api_boundary(fun: _F, wraps: Callable | None = None) -> _F:
 
     _BOUNDARY_CODES.add(api_call.__code__)
     return api_call
+
+
+def check_nans(primitive_name: str, value) -> None:
+    """With ``debug_nans`` on: raise FloatingPointError when an operation produced a NaN."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "fc" and np.isnan(arr).any():
+        raise FloatingPointError(f"NaN produced by primitive '{primitive_name}' {user_frame_description()} "
+                                 "(ft.config.debug_nans is on)")

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import numpy as fnp
 from . import primitives as P
 from . import tree_util
 from .autodiff import float_mask, jvp_of_closed, vjp_of_closed
@@ -687,7 +688,6 @@ def __getattr__(name: str):
     """``lax.add`` / ``lax.max`` / ``lax.min`` (e.g. for ``reduce_window``), looked up here so that
     this module's own ``max`` / ``min`` stay Python's; for a missing name, an AttributeError that
     says what to use instead."""
-    from . import numpy as fnp
     ops = {"add": fnp.add, "max": fnp.maximum, "min": fnp.minimum}
     if name in ops:
         return ops[name]

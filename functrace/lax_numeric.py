@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
+from . import arrays
 from . import numpy as fnp
 from . import primitives as P
 from .core import Tracer
@@ -62,7 +63,7 @@ def _check_sizes(name, shape, starts, sizes):
 
 def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence):
     """``operand[s0:s0+k0, s1:s1+k1, ...]`` with run-time starts, clamped into the operand (JAX)."""
-    x = fnp._to_array(operand)
+    x = arrays.to_array(operand)
     starts = list(start_indices) if not isinstance(start_indices, (np.ndarray, Tracer)) else \
         [start_indices[i] for i in range(len(start_indices))]
     sizes = [operator.index(s) for s in slice_sizes]
@@ -79,7 +80,7 @@ def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence):
 
 def dynamic_update_slice(operand, update, start_indices: Sequence):
     """``operand`` with the block at ``start_indices`` replaced by ``update``; starts clamped (JAX)."""
-    x = fnp._to_array(operand)
+    x = arrays.to_array(operand)
     u = fnp.asarray(update, x.dtype)
     starts = list(start_indices) if not isinstance(start_indices, (np.ndarray, Tracer)) else \
         [start_indices[i] for i in range(len(start_indices))]
@@ -100,8 +101,8 @@ def dynamic_update_slice(operand, update, start_indices: Sequence):
 
 
 def dynamic_slice_in_dim(operand, start_index, slice_size: int, axis: int = 0):
-    x = fnp._to_array(operand)
-    axis = fnp._axis(axis, x.ndim, "dynamic_slice_in_dim")
+    x = arrays.to_array(operand)
+    axis = arrays.normalize_axis(axis, x.ndim, "dynamic_slice_in_dim")
     starts = [start_index if d == axis else 0 for d in range(x.ndim)]
     return dynamic_slice(x, starts, [slice_size if d == axis else n for d, n in enumerate(x.shape)])
 
@@ -112,15 +113,15 @@ def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True):
 
 
 def dynamic_update_slice_in_dim(operand, update, start_index, axis: int):
-    x = fnp._to_array(operand)
-    axis = fnp._axis(axis, x.ndim, "dynamic_update_slice_in_dim")
+    x = arrays.to_array(operand)
+    axis = arrays.normalize_axis(axis, x.ndim, "dynamic_update_slice_in_dim")
     return dynamic_update_slice(x, update, [start_index if d == axis else 0 for d in range(x.ndim)])
 
 
 def dynamic_update_index_in_dim(operand, update, index, axis: int):
-    x = fnp._to_array(operand)
-    axis = fnp._axis(axis, x.ndim, "dynamic_update_index_in_dim")
-    u = fnp._to_array(update)
+    x = arrays.to_array(operand)
+    axis = arrays.normalize_axis(axis, x.ndim, "dynamic_update_index_in_dim")
+    u = arrays.to_array(update)
     if u.ndim == x.ndim - 1:
         u = fnp.expand_dims(u, axis)
     return dynamic_update_slice_in_dim(x, u, index, axis)
@@ -136,7 +137,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
 
 def select(pred, on_true, on_false):
     """Elementwise ``on_true if pred else on_false`` (JAX's ``lax.select``: equal shapes and dtypes)."""
-    pred, t, f = (fnp._to_array(v) for v in (pred, on_true, on_false))
+    pred, t, f = (arrays.to_array(v) for v in (pred, on_true, on_false))
     if t.dtype != f.dtype or not (fnp.shape(pred) in ((), t.shape) and t.shape == f.shape):
         raise TypeError(f"lax.select: needs a boolean predicate of the branches' shape (or a scalar) and "
                         f"branches of one shape and dtype; got {fnp.shape(pred)}, {t.dtype}{t.shape}, "
@@ -151,7 +152,7 @@ def clamp(min, x, max):  # noqa: A002  (JAX's argument names)
 
 def rsqrt(x):
     """``1 / sqrt(x)``."""
-    return P.rsqrt_p.bind(fnp._to_float(x))
+    return P.rsqrt_p.bind(arrays.to_float(x))
 
 
 # --------------------------------------------------------------------------- erf and erf_inv (also ft.nn's)
@@ -164,7 +165,7 @@ erf_p = P.elementwise("erf", lambda x: np.asarray(_erf_object(x), dtype=np.asarr
 
 
 def erf(x):
-    return erf_p.bind(fnp._to_float(x))
+    return erf_p.bind(arrays.to_float(x))
 
 
 # erf_inv: M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single-precision
@@ -232,13 +233,13 @@ erf_inv_p = P.elementwise("erf_inv", _erf_inv_impl,
 
 def erf_inv(x):
     """The inverse of erf on (-1, 1) (+-inf at +-1, NaN outside), as jax.lax.erf_inv."""
-    return erf_inv_p.bind(fnp._to_float(x))
+    return erf_inv_p.bind(arrays.to_float(x))
 
 
 def _cumulative_op(prim, name: str):
     def f(operand, axis: int = 0, reverse: bool = False):
-        x = fnp._to_array(operand)
-        axis = fnp._axis(axis, x.ndim, f"lax.{name}")
+        x = arrays.to_array(operand)
+        axis = arrays.normalize_axis(axis, x.ndim, f"lax.{name}")
         if prim is None:
             return P.cumsum(x, axis, reverse)
         return cumulative(prim, x, axis, reverse)
@@ -256,7 +257,7 @@ cummin = _cumulative_op(P.min_p, "cummin")
 def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
     """JAX's ``lax.sort``: one array, or a sequence sorted together by its first ``num_keys``."""
     if isinstance(operand, (list, tuple)):
-        ops = [fnp._to_array(o) for o in operand]
+        ops = [arrays.to_array(o) for o in operand]
         keys = ops[:num_keys]
         perm = fnp.lexsort(keys[::-1], axis=dimension)
         return type(operand)(fnp.take_along_axis(o, perm, dimension) for o in ops)
@@ -270,7 +271,7 @@ def sort_key_val(keys, values, dimension: int = -1, is_stable: bool = True):
 def top_k(operand, k: int):
     """(the ``k`` largest entries along the last axis, in descending order, and their indices);
     ties go to the lower index, as JAX's."""
-    x = fnp._to_array(operand)
+    x = arrays.to_array(operand)
     k = operator.index(k)
     if not 0 <= k <= x.shape[-1]:
         raise ValueError(f"top_k: k={k} must be in [0, {x.shape[-1]}] {user_frame_description()}")
@@ -293,7 +294,7 @@ def reduce_window(operand, init_value, computation, window_dimensions: Sequence,
         fnp.maximum: "max", fnp.minimum: "min", fnp.add: "add"}.get(computation)
     if name not in _WINDOW_REDUCERS:
         raise NotImplementedError("reduce_window: computation must be lax.max, lax.min or lax.add")
-    x = fnp._to_array(operand)
+    x = arrays.to_array(operand)
     dims, strides = tuple(window_dimensions), tuple(window_strides)
     if len(dims) != x.ndim or len(strides) != x.ndim:
         raise ValueError(f"reduce_window: one window size and stride per axis of {x.shape}")
@@ -444,8 +445,8 @@ def dot_operands(fname: str, operands: Sequence, precision: PrecisionLike,
     """(the operands in one dtype, the dtype to cast the result to or None), after checking
     ``precision`` and ``preferred_element_type`` (``preferred_dtypes`` says what it does)."""
     canonicalize_precision(precision, fname)
-    ops = [fnp._to_array(x) for x in operands]
-    ops = list(fnp._promote(*ops)) if len(ops) > 1 else ops
+    ops = [arrays.to_array(x) for x in operands]
+    ops = list(arrays.promote(*ops)) if len(ops) > 1 else ops
     if preferred_element_type is None or not ops:
         return ops, None
     compute, out = preferred_dtypes(fname, fnp.result_type(*ops), preferred_element_type)
@@ -492,7 +493,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Sequence, precision: Prec
 
 def dot(lhs: Any, rhs: Any, precision: PrecisionLike = None, preferred_element_type: Any = None) -> Any:
     """``lax.dot``: a vector or matrix product of 1-D or 2-D operands (lhs's last axis with rhs's first)."""
-    x, y = fnp._to_array(lhs), fnp._to_array(rhs)
+    x, y = arrays.to_array(lhs), arrays.to_array(rhs)
     if not (1 <= x.ndim <= 2 and 1 <= y.ndim <= 2 and x.shape[-1] == y.shape[0]):
         raise TypeError(f"dot: incompatible shapes {x.shape} and {y.shape} (1-D or 2-D operands; lhs's last axis "
                         f"contracts with rhs's first; fnp.dot / fnp.matmul take any rank) {user_frame_description()}")

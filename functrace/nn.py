@@ -16,10 +16,15 @@ from typing import Callable
 
 import numpy as np
 
-from . import initializers  # noqa: F401  (ft.nn.initializers)
+from . import (
+    arrays,
+    initializers,  # noqa: F401  (ft.nn.initializers)
+    random,
+)
 from . import numpy as fnp
 from . import primitives as P
 from .autodiff import jvp_flat, vjp_flat
+from .batching import vmap
 from .convolution import conv_general_dilated
 from .core import ShapedArray, get_aval
 from .errors import ShapeError, user_frame_description
@@ -64,7 +69,7 @@ def swiglu(gate, up):
 
 def gelu(x, approximate: bool = True):
     """Gaussian error linear unit; ``approximate=True`` is the tanh form (as jax.nn.gelu)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     if approximate:
         c = math.sqrt(2.0 / math.pi)
         return 0.5 * x * (1.0 + fnp.tanh(c * (x + 0.044715 * x * x * x)))
@@ -78,7 +83,7 @@ def _stable_max(x, axis):
     """The max along ``axis`` (kept) as a shift for exp: 0 where it is not finite (rows of -inf)
     or where the axis is empty (a max of nothing; the sum of exps is then 0)."""
     shape = shape_of(x)
-    axes = fnp._norm_axes(axis, len(shape), "max")
+    axes = arrays.reduction_axes(axis, len(shape), "max")
     if any(shape[a] == 0 for a in axes):
         return np.zeros(tuple(1 if d in axes else n for d, n in enumerate(shape)), x.dtype)
     m = P.stop_gradient(fnp.max(x, axis=axis, keepdims=True))
@@ -87,7 +92,7 @@ def _stable_max(x, axis):
 
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) without overflow; the max shift carries no derivative (it cancels)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     m = _stable_max(x, axis)
     out = fnp.log(fnp.sum(fnp.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else fnp.squeeze(out, axis=axis) if axis is not None else fnp.reshape(out, ())
@@ -95,11 +100,11 @@ def logsumexp(x, axis=None, keepdims: bool = False):
 
 def _over_axis(prim, reference, x, axis: int):
     """``prim`` on the last axis; another axis runs the reference decomposition there."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     nd = len(shape_of(x))
     if nd == 0:
         raise ShapeError(f"{prim.name}: needs an array with at least one axis {user_frame_description()}")
-    if fnp._axis(axis, nd, prim.name) != nd - 1 or shape_of(x)[axis] == 0:  # (the primitive needs a max)
+    if arrays.normalize_axis(axis, nd, prim.name) != nd - 1 or shape_of(x)[axis] == 0:  # (the primitive needs a max)
         return fnp.moveaxis(reference(fnp.moveaxis(x, axis, -1)), -1, axis)
     return prim.bind(x)
 
@@ -117,7 +122,7 @@ def cross_entropy(logits, labels, reduction: str = "mean"):
     ``logits.shape[:-1]``) or probabilities shaped like ``logits``."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    logits = fnp._to_float(logits)
+    logits = arrays.to_float(logits)
     logp = log_softmax(logits, axis=-1)
     labels = fnp.asarray(labels)
     if labels.dtype.kind in "iu":
@@ -141,7 +146,7 @@ def cross_entropy(logits, labels, reduction: str = "mean"):
 def layer_norm(x, weight, bias, eps: float = 1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (``weight`` or ``bias``
     None: no scale or no shift)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     mu = fnp.mean(x, axis=-1, keepdims=True)
     xc = x - mu
     var = fnp.mean(xc * xc, axis=-1, keepdims=True)
@@ -271,7 +276,6 @@ def _batch_or_reference(prim, batched_args, reference):
         res = fast(vals, dims, **params)
         if res is not None:
             return res
-        from .batching import vmap
         axes = tuple(dims)
         outs = vmap(lambda *a: reference(*a, **params), in_axes=axes)(*vals)
         return (outs, [0] * len(outs)) if prim.multiple_results else (outs[0], 0)
@@ -352,7 +356,7 @@ log_softmax_p.vjp_rule = _log_softmax_vjp
 
 def rms_norm(x, weight, eps: float = 1e-6):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis (one fused primitive)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     w = fnp.asarray(weight, get_aval(x).dtype)
     _check_last_axis("rms_norm", x, w)
     return rms_norm_p.bind(x, w, eps=float(eps))
@@ -500,7 +504,7 @@ def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = No
     True positions; ``causal`` keeps key j for query i when j <= i (as JAX and PyTorch: aligned at
     the first positions when T != S; a KV cache needs an explicit ``mask``).  One fused primitive
     whose backward pass is recomputed from the saved log-sum-exp."""
-    q, k, v = fnp._promote(fnp._to_float(q), fnp._to_float(k), fnp._to_float(v))
+    q, k, v = arrays.promote(arrays.to_float(q), arrays.to_float(k), arrays.to_float(v))
     qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
     if len(qs) < 3 or ks != vs or qs[:-3] != ks[:-3] or qs[-2:] != ks[-2:]:
         raise ShapeError(f"attention: expected q (batch..., T, N, H) and k, v (batch..., S, N, H) with equal "
@@ -542,7 +546,7 @@ def conv2d(x, w, stride=1, padding=0):
 
     ``padding``: an int, an (int, int) pair of symmetric paddings, ((lo, hi), (lo, hi)) pairs, or
     'SAME' / 'VALID'."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     w = fnp.asarray(w, get_aval(x).dtype)
     xs, ws = shape_of(x), shape_of(w)
     if len(xs) != 4 or len(ws) != 4 or xs[1] != ws[1]:
@@ -585,13 +589,13 @@ def one_hot(x, num_classes: int, dtype=np.float32, axis: int = -1):
 
 def leaky_relu(x, negative_slope: float = 0.01):
     """x where x >= 0, else negative_slope * x."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     return fnp.where(x >= 0, x, negative_slope * x)
 
 
 def elu(x, alpha: float = 1.0):
     """x where x > 0, else alpha * (exp(x) - 1) (the unused branch kept finite for the gradient)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     return fnp.where(x > 0, x, alpha * fnp.expm1(fnp.where(x > 0, fnp.zeros_like(x), x)))
 
 
@@ -607,13 +611,13 @@ def selu(x):
 def celu(x, alpha: float = 1.0):
     """max(x, 0) + alpha * (exp(min(x, 0) / alpha) - 1), written with max and min as JAX's, so that
     the derivatives at the kink 0 are JAX's (1, then 1 / (4 alpha) from the ties' halves)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     return fnp.maximum(x, 0.0) + alpha * fnp.expm1(fnp.minimum(x, 0.0) / alpha)
 
 
 def glu(x, axis: int = -1):
     """The gated linear unit: the first half of ``axis`` times the sigmoid of the second half."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     n = shape_of(x)[axis]
     if n % 2:
         raise ShapeError(f"glu: axis {axis} has odd length {n} {user_frame_description()}")
@@ -626,26 +630,26 @@ def relu6(x):
     and 6 included (one-sided values, not the 1/2 of a max/min tie) and at NaN.  The clipped value is
     held by ``stop_gradient``, so that every derivative (jvp, vjp, nested, batched, compiled) is this
     mask and the second derivative is 0."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     inside = (x > 0) & (x < 6)
     return fnp.where(inside, x, P.stop_gradient(fnp.minimum(fnp.maximum(x, 0.0), 6.0)))
 
 
 def hard_tanh(x):
     """x clipped to [-1, 1] (derivative 1 on [-1, 1], the kinks included, and at NaN, as JAX)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     return fnp.where(x > 1, fnp.ones_like(x), fnp.where(x < -1, -fnp.ones_like(x), x))
 
 
 def hard_sigmoid(x):
     """relu6(x + 3) / 6, a piecewise-linear sigmoid (derivative 1/6 strictly inside (-3, 3), 0 at
     the kinks -3 and 3, as JAX)."""
-    return relu6(fnp._to_float(x) + 3.0) / 6.0
+    return relu6(arrays.to_float(x) + 3.0) / 6.0
 
 
 def hard_silu(x):
     """x * hard_sigmoid(x) (a.k.a. hard swish); derivative 0 at -3 and 1 at 3, as JAX."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     return x * hard_sigmoid(x)
 
 
@@ -654,18 +658,18 @@ hard_swish = hard_silu
 
 def softplus(x):
     """log(1 + exp(x)), without overflow."""
-    return fnp.logaddexp(fnp._to_float(x), 0.0)
+    return fnp.logaddexp(arrays.to_float(x), 0.0)
 
 
 def log_sigmoid(x):
     """log(sigmoid(x)) = -softplus(-x)."""
-    return -softplus(-fnp._to_float(x))
+    return -softplus(-arrays.to_float(x))
 
 
 def standardize(x, axis=-1, mean=None, variance=None, epsilon: float = 1e-5):
     """(x - mean) / sqrt(variance + epsilon) over ``axis`` (statistics computed unless given),
     as jax.nn.standardize (variance as E[x^2] - E[x]^2)."""
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     if mean is None:
         mean = fnp.mean(x, axis=axis, keepdims=True)
     if variance is None:
@@ -677,10 +681,9 @@ def dropout(key, rate: float, x, deterministic: bool = False):
     """``x`` with each element zeroed with probability ``rate`` and the kept ones scaled by
     1 / (1 - rate) (inverted dropout, as flax's Dropout: keep = bernoulli(key, 1 - rate));
     ``deterministic=True`` or ``rate == 0`` returns ``x``."""
-    from . import random
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"dropout: rate must be in [0, 1], got {rate!r} {user_frame_description()}")
-    x = fnp._to_float(x)
+    x = arrays.to_float(x)
     if deterministic or rate == 0.0:
         return x
     if rate == 1.0:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import primitives as P
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
+from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Tracer, Var
 from .primitives import broadcast_in_dim_p, convert_element_type_p, mul_p, reduce_sum_p, repeat_dtype, reshape_p
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
@@ -192,7 +192,6 @@ def _static_branch(eqn: JaxprEqn, vals: list):
 def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Evaluate equations whose inputs are all constants (when the result stays small); a
     ``cond`` whose index is known is replaced by the equations of the branch it takes."""
-    from .core import Tracer
     known = {v: c for v, c in zip(closed.jaxpr.const_vars, closed.consts) if not isinstance(c, Tracer)}
     const_vars, consts = list(closed.jaxpr.const_vars), list(closed.consts)
     rename = _Renamer()

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import lax_numeric
+from . import arrays, lax_numeric
 from . import numpy as fnp
 from . import primitives as P
 from .core import ShapedArray, Tracer
@@ -360,7 +360,7 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
     ``jax.random.categorical`` (int32): the Gumbel-max trick, or without replacement the
     Gumbel-top-k trick (the leading axes of ``shape`` past the batch shape number the draws)."""
     key = _check_key("categorical", key)
-    logits = fnp._to_float(logits)
+    logits = arrays.to_float(logits)
     logits_shape = tuple(P.shape_of(logits))
     ndim = len(logits_shape)
     if not -ndim <= axis < ndim:
@@ -521,7 +521,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     else:
         if isinstance(p, (list, tuple)):
             p = np.asarray(p, np.float32)  # Python numbers: JAX's default float
-        p = fnp._to_float(p)
+        p = arrays.to_float(p)
         if tuple(P.shape_of(p)) != (n,):
             raise ShapeError(f"ft.random.choice: p must have shape ({n},), got {tuple(P.shape_of(p))} {user_frame_description()}")
         if replace:
@@ -547,7 +547,7 @@ def multivariate_normal(key, mean, cov, shape: Sequence[int] | None = None, dtyp
     key = _check_key("multivariate_normal", key)
     if method not in ("cholesky", "eigh", "svd"):
         raise ValueError(f"ft.random.multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r} {user_frame_description()}")
-    mean, cov = fnp._to_float(mean), fnp._to_float(cov)
+    mean, cov = arrays.to_float(mean), arrays.to_float(cov)
     dtype = _float_dtype("multivariate_normal", P.dtype_of(mean) if dtype is None else dtype)
     mean, cov = _as(mean, dtype), _as(cov, dtype)
     n = P.shape_of(mean)[-1] if P.shape_of(mean) else None

@@ -21,6 +21,7 @@ from .core import (
     trace_stack,
 )
 from .errors import ConcretizationError, api_boundary
+from .optimize import dce
 
 
 class StagingTracer(Tracer):
@@ -152,7 +153,6 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], fun_name: str
 @api_boundary
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., ClosedJaxpr]:
     """``make_jaxpr(f)(*args)`` returns the IR of ``f`` specialised to the args' shapes and dtypes."""
-    from .optimize import dce
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     def staged(*args, **kwargs) -> ClosedJaxpr:

@@ -17,9 +17,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import check_nans, config
+from .. import primitives as P
+from ..config import config
 from ..core import ClosedJaxpr, Literal
 from ..eager import as_eager
+from ..errors import check_nans
 from ..optimize import analyze
 
 
@@ -177,7 +179,7 @@ def _paired_matrix_vector_products(jaxpr) -> dict:
 
 def _matvec_key(eqn):
     """What identifies ``eqn`` as a product of a matrix (a variable) with a vector, or None."""
-    if eqn.primitive.name != "dot_general" or eqn.params["dimension_numbers"][1] != ((), ()):
+    if eqn.primitive is not P.dot_general_p or eqn.params["dimension_numbers"][1] != ((), ()):
         return None
     dn = eqn.params["dimension_numbers"]
     for matrix in (0, 1):
@@ -196,7 +198,7 @@ def _two_matrix_vector_products(m, a, b, *, contracted: int):
 
 # primitives whose numpy implementation returns a new array (never a view of an operand, nor the
 # operand itself): a value read only by these has no alias when its last reader runs
-_FRESH_RESULTS = {"dot_general", "reduce_sum", "reduce_max", "reduce_min"}
+FRESH_RESULTS = frozenset({P.dot_general_p, P.reduce_sum_p, P.reduce_max_p, P.reduce_min_p})
 
 
 def _is_ufunc_step(eqn) -> bool:
@@ -242,7 +244,7 @@ def _freshness(jaxpr) -> _Freshness:
     made_fresh = set()
     other_readers: dict = {}
     for i, eqn in enumerate(jaxpr.eqns):
-        fresh = _is_ufunc_step(eqn) or eqn.primitive.name in _FRESH_RESULTS
+        fresh = _is_ufunc_step(eqn) or eqn.primitive in FRESH_RESULTS
         for a in eqn.inputs:
             if type(a) is not Literal:
                 other_readers.setdefault(a, [])

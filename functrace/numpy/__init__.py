@@ -7,16 +7,12 @@ arrays.  Broadcasting and dtype promotion follow numpy; Python scalars are *weak
 # This package only re-exports: the core functions live in ``_base`` (which imports none of its
 # siblings), the rest in submodules that import ``_base`` and each other, so no import is circular.
 # The public names of the package are numpy's (``dir(functrace.numpy)`` lists the API).
-from . import _base
+import sys as _sys
+
+# submodules: operators and methods on Tracer and EagerArray (installed at import), linalg and fft
+from . import _base, _tracer_methods, fft, linalg
 from ._base import *  # noqa: F403  (the core functions and numpy's constants: dtype, pi, inf, nan, newaxis, ...)
 from ._base import __getattr__  # a numpy name functrace lacks raises NotInFunctrace, saying what to do
-
-# the core's helpers too: functrace's other modules call fnp._to_array, fnp._to_float, fnp._axis, ...
-globals().update({name: value for name, value in vars(_base).items()
-                  if name.startswith("_") and not name.startswith("__")})
-
-# submodules: operators and methods on Tracer (installed at import), linalg and fft
-from . import _tracer_methods, fft, linalg
 
 # creation helpers (functrace/numpy/_creation.py)
 from ._creation import (
@@ -201,3 +197,12 @@ from ._sorting import (
     sort,
     unique,
 )
+
+# numpy's protocols on tracers (np.sin(tracer), np.sum(tracer)) reach these names
+_tracer_methods.route_numpy_protocols(_sys.modules[__name__])
+
+# the modules this package is written in (_base, _shape, ...) are not numpy's names: dir(functrace.numpy)
+# lists the API only
+for _name in [name for name in globals() if name.startswith("_") and not name.startswith("__")]:
+    del globals()[_name]
+del _name

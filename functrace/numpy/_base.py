@@ -2,7 +2,7 @@
 and promotion, the ufuncs, reductions, shapes and indexing, written over the primitives.  It
 imports none of its sibling modules (they import it), so no import is circular.
 """
-# Every helper name here starts with an underscore: the public names of this module are numpy's
+# Every other name here starts with an underscore: the public names of this module are numpy's
 # (``dir(functrace.numpy)`` lists the API, not the modules it is written with).
 import builtins as _builtins
 import functools as _functools
@@ -15,6 +15,60 @@ import numpy as _np
 from numpy import dtype, e, inf, nan, ndarray, newaxis, pi
 
 from .. import primitives as _P
+from ..arrays import (  # (the helpers functrace's other modules share: functrace/arrays.py)
+    accumulate_as as _accumulate_as,
+)
+from ..arrays import (
+    cast as _cast,
+)
+from ..arrays import (
+    concrete_only as _concrete_only,
+)
+from ..arrays import (
+    distinct_axes as _axis_list,
+)
+from ..arrays import (
+    dtype_info as _dtype_info,
+)
+from ..arrays import (
+    expand_bool_indices as _expand_bool_indices,
+)
+from ..arrays import (
+    expand_ellipsis as _expand_ellipsis,
+)
+from ..arrays import (
+    holds_tracer as _holds_tracer,
+)
+from ..arrays import (
+    is_array_index as _is_array_index,
+)
+from ..arrays import (
+    normalize_axis as _axis,
+)
+from ..arrays import (
+    normalize_index as _normalize_index,
+)
+from ..arrays import (
+    promote as _promote,
+)
+from ..arrays import (
+    promote_divide as _promote_divide,
+)
+from ..arrays import (
+    promote_float as _promote_float,
+)
+from ..arrays import (
+    reduction_axes as _norm_axes,
+)
+from ..arrays import (
+    result_dtype as _result_dtype,
+)
+from ..arrays import (
+    to_array as _to_array,
+)
+from ..arrays import (
+    to_float as _to_float,
+)
 from ..core import PY_SCALAR_TYPES as _PY_SCALARS
 from ..core import Tracer as _Tracer
 from ..eager import as_eager as _as_eager  # eager results are numpy arrays with .at (eager.py says why)
@@ -23,65 +77,7 @@ from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _user_frame_description
 from ..primitives import shape_of as _shape_of
 
-_WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-_DEFAULT_DTYPE = {"b": _np.dtype(bool), "i": _np.dtype(_np.int64), "f": _np.dtype(_np.float64),
-                  "c": _np.dtype(_np.complex128)}
 _F64 = _np.dtype(_np.float64)
-_C64 = _np.dtype(_np.complex64)
-# numpy's default accumulator of sum/prod/cumsum for narrower integers and bools (by kind)
-_ACCUMULATOR = {"b": _np.dtype(_np.int_), "i": _np.dtype(_np.int_), "u": _np.dtype(_np.uint)}
-
-
-def _dtype_info(x):
-    """(dtype, weak) of an operand."""
-    if isinstance(x, _Tracer):
-        a = x.aval
-        return a.dtype, a.weak_type
-    t = type(x)
-    if t in _PY_SCALARS:
-        return _P.get_aval(x).dtype, True
-    if isinstance(x, (_np.ndarray, _np.generic)):
-        return x.dtype, False
-    return _numeric_asarray(x).dtype, False
-
-
-@_functools.lru_cache(maxsize=2048)
-def _result_dtype(infos: tuple) -> tuple:
-    """(dtype, weak) of combining operands given as (dtype, weak) pairs, by numpy 2 (NEP 50) rules.
-
-    A weak Python scalar only matters when its kind is higher than the arrays' kind: an integer
-    or bool array then goes to the scalar's default dtype (``int32_array * 2.5`` is float64), a
-    float array to the complex dtype of its precision (``float32_array + 1j`` is complex64).
-    """
-    strong = [d for d, w in infos if not w]
-    weak = [d for d, w in infos if w]
-    if not strong:
-        return _np.result_type(*weak), True
-    out = _np.result_type(*strong)
-    for d in weak:
-        if _WEAK_KIND_ORDER[d.kind] > _WEAK_KIND_ORDER.get(out.kind, 3):
-            out = _np.result_type(out, _DEFAULT_DTYPE[d.kind] if out.kind in "biu" else _C64)
-    return out, False
-
-
-def _float_dtype(dtype: _np.dtype, int_dtype=None) -> _np.dtype:
-    """The inexact dtype numpy computes a float function of ``dtype`` in.
-
-    Inexact dtypes stay.  Integers and bools go to ``int_dtype`` when given (``true_divide``,
-    means and norms use float64), else to the smallest float holding them, like numpy's ufunc
-    loops: bool/int8/uint8 -> float16, int16/uint16 -> float32, wider integers -> float64.
-    """
-    if dtype.kind in "fc":
-        return dtype
-    return _np.dtype(int_dtype) if int_dtype is not None else _np.promote_types(dtype, _np.float16)
-
-
-def _cast(x, dtype):
-    if isinstance(x, _Tracer):
-        return x if x.aval.dtype == dtype else _P.convert_element_type(x, dtype)
-    if isinstance(x, _np.ndarray) and x.dtype == dtype:
-        return x
-    return _np.asarray(x, dtype=dtype)
 
 
 class _ScalarType(type):
@@ -112,88 +108,6 @@ int8, int16, int32, int64 = (_scalar_type(t) for t in (_np.int8, _np.int16, _np.
 uint8, uint32, bool_ = (_scalar_type(t) for t in (_np.uint8, _np.uint32, _np.bool_))
 uint16, uint64, int_ = (_scalar_type(t) for t in (_np.uint16, _np.uint64, _np.int64))
 complex64, complex128 = (_scalar_type(t) for t in (_np.complex64, _np.complex128))
-
-
-def _promote(*args):
-    """Cast operands to their common numpy result dtype (respecting weak Python scalars)."""
-    if len(args) == 2:
-        x, y = args
-        if isinstance(x, _Tracer) and isinstance(y, _Tracer) and x.aval.dtype == y.aval.dtype:
-            return args
-    dt, _ = _result_dtype(tuple(_dtype_info(a) for a in args))
-    return tuple(_cast(a, dt) for a in args)
-
-
-@_functools.lru_cache(maxsize=1024)
-def _float_result_dtype(infos: tuple, int_dtype=None) -> _np.dtype:
-    """The dtype of a float function (arctan2, hypot, ...) of operands given as (dtype, weak):
-    their common result dtype when that is inexact, weak Python scalars respected
-    (``hypot(float32_array, 1.5)`` is float32).  For integer and bool operands ``int_dtype`` if
-    given, else the float numpy's loops use: the promotion of each operand's own float
-    (``_float_dtype``; weak scalars as the common dtype), so int8 with uint8 is float16 although
-    int8 + uint8 is int16, while bool with a Python int is float64."""
-    dt, _ = _result_dtype(infos)
-    if dt.kind in "fc":
-        return dt
-    if int_dtype is not None:
-        return _np.dtype(int_dtype)
-    return _np.result_type(*(_float_dtype(dt if weak else d) for d, weak in infos))
-
-
-def _promote_float(*args, int_dtype=None):
-    """``_promote`` to ``_float_result_dtype``: for the float functions arctan2, hypot, ..."""
-    dt = _float_result_dtype(tuple(_dtype_info(a) for a in args), int_dtype)
-    return tuple(_cast(a, dt) for a in args)
-
-
-def _promote_divide(x, y):
-    """``_promote_float`` for ``true_divide``, whose only integer loop is float64 (int8 / int8 too)."""
-    return _promote_float(x, y, int_dtype=_F64)
-
-
-def _holds_tracer(x) -> bool:
-    """A tracer, or a (nested) list or tuple with one among its entries."""
-    return isinstance(x, _Tracer) or (
-        isinstance(x, (list, tuple)) and _builtins.any(isinstance(v, _Tracer) for v in _flat(x)))
-
-
-def _to_array(x):
-    if isinstance(x, _Tracer) or isinstance(x, _np.ndarray):
-        return x
-    if _holds_tracer(x):
-        return stack([_to_array(v) for v in x])
-    return _numeric_asarray(x)
-
-
-def _numeric_asarray(x):
-    """``np.asarray(x)`` of a value that is no array yet; a non-numeric one (None, a string, ...)
-    raises TypeError naming the user's line, where numpy would make an object array (a jitted
-    program of objects that fails only when it runs)."""
-    arr = _np.asarray(x)
-    if arr.dtype.kind not in "biufc":
-        what = ("None (a None in a pytree argument of ft.jit, grad or vmap is an empty subtree, as in "
-                "JAX: the function receives None, not an array)" if x is None else
-                f"{type(x).__name__} {x!r:.60}")
-        raise TypeError(f"functrace.numpy operations take numbers and numeric arrays, got {what} "
-                        f"{_user_frame_description()}")
-    return arr
-
-
-def _flat(seq):
-    for v in seq:
-        if isinstance(v, (list, tuple)):
-            yield from _flat(v)
-        else:
-            yield v
-
-
-def _to_float(x, int_dtype=None):
-    """``x`` as an inexact array, of dtype ``_float_dtype(x.dtype, int_dtype)``."""
-    x = _to_array(x)
-    d = x.dtype
-    if d.kind in "fc":
-        return x
-    return _cast(x, _float_dtype(d, int_dtype))
 
 
 # --------------------------------------------------------------------------- creation
@@ -280,22 +194,6 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 eye = _np.eye
 identity = _np.identity
 tri = _np.tri
-
-
-def _concrete_only(name):
-    """numpy's ``name`` on concrete values (tracers that know theirs, e.g. under eager ``grad``;
-    others raise ConcretizationError): its result does not depend differentiably on them."""
-    def concrete(a):
-        if isinstance(a, _Tracer):
-            return a._concrete(name)
-        if isinstance(a, (list, tuple)):
-            return type(a)(concrete(b) for b in a)
-        return a
-
-    def f(*args, **kwargs):
-        return getattr(_np, name)(*map(concrete, args), **{k: concrete(v) for k, v in kwargs.items()})
-    f.__name__ = name
-    return f
 
 
 # --------------------------------------------------------------------------- elementwise
@@ -549,43 +447,10 @@ unique = _concrete_only("unique")
 # --------------------------------------------------------------------------- reductions
 
 
-def _axis(a, ndim: int, fname: str) -> int:
-    """Axis ``a`` of an array of ``ndim`` dimensions, made non-negative; out of range: ShapeError
-    (numpy's AxisError; wrapping it around would silently pick another axis)."""
-    if not -ndim <= a < ndim:
-        raise _ShapeError(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim} "
-                         f"{_user_frame_description()}")
-    return int(a) % ndim
-
-
-def _axis_list(axes, ndim: int, fname: str) -> list:
-    """Distinct axes (an int or a sequence), each checked by ``_axis``."""
-    out = [_axis(a, ndim, fname) for a in ((axes,) if isinstance(axes, (int, _np.integer)) else axes)]
-    if len(set(out)) != len(out):
-        raise _ShapeError(f"{fname}: repeated axis in {axes} {_user_frame_description()}")
-    return out
-
-
-def _norm_axes(axis, ndim, fname="reduction"):
-    if axis is None:
-        return tuple(range(ndim))
-    return tuple(sorted(_axis_list(axis, ndim, fname)))
-
-
 def _keep(out, x_shape, axes, keepdims):
     if not keepdims:
         return out
     return _P.reshape(out, tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
-
-
-def _accumulate_as(a, dtype):
-    """``a`` cast for sum/prod/cumsum: to ``dtype`` if given, else to numpy's default accumulator
-    (bools and narrower signed integers -> int64, narrower unsigned -> uint64; others stay)."""
-    x = _to_array(a)
-    if dtype is not None:
-        return _cast(x, _np.dtype(dtype))
-    acc = _ACCUMULATOR.get(x.dtype.kind)
-    return x if acc is None or x.dtype.itemsize >= acc.itemsize else _cast(x, acc)
 
 
 def sum(a, axis=None, dtype=None, keepdims=False):
@@ -1074,27 +939,6 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
 # --------------------------------------------------------------------------- indexing
 
 
-def _normalize_index(idx, n: int, clamp: bool = False):
-    """Integer index array with negative entries wrapped; out-of-range concrete indices raise, or
-    with ``clamp`` (reading ``x[i]``, as JAX does) become the nearest valid one."""
-    arr = _to_array(idx)
-    if clamp and n:
-        return _clamped_index(arr, n)[0]
-    if isinstance(arr, _Tracer):
-        if arr.dtype.kind not in "iu":
-            raise IndexError(f"arrays used as indices must be of integer type, got {arr.dtype.name} "
-                             f"{_user_frame_description()}")
-        arr = _cast(arr, _np.dtype(_np.int64))
-        return _P.select(_P.lt_p.bind(arr, _np.array(0, _np.int64)), _P.add(arr, _np.array(n, _np.int64)), arr)
-    if arr.dtype.kind not in "iu":
-        raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype.name} "
-                         f"{_user_frame_description()}")
-    if arr.size and (arr.max() >= n or arr.min() < -n):
-        raise IndexError(f"index {int(arr.max() if arr.max() >= n else arr.min())} is out of bounds for axis "
-                         f"with size {n} {_user_frame_description()}")
-    return _np.where(arr < 0, arr + n, arr).astype(_np.int64)
-
-
 def _clamped_index(idx, n: int):
     """How ``x[idx]`` reads an axis of size ``n``, as JAX: (the index with negative entries wrapped
     once and then clamped into ``[0, n)``, the mask of the entries that were out of bounds or None
@@ -1115,11 +959,6 @@ def _clamped_index(idx, n: int):
     return _np.clip(wrapped, 0, n - 1), (bad if bad.any() else None)
 
 
-def _is_array_index(i) -> bool:
-    """An advanced (integer-array) index entry, once sequences are arrays: 0-d arrays included."""
-    return isinstance(i, (_np.ndarray, _Tracer))
-
-
 def _int_index(i) -> int:
     """A basic integer index; anything else (a float, a string, ...) raises IndexError like numpy,
     never truncates."""
@@ -1129,49 +968,6 @@ def _int_index(i) -> int:
         raise IndexError("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer "
                          f"or boolean arrays are valid indices, got {i!r} of type {type(i).__name__} "
                          f"{_user_frame_description()}") from None
-
-
-def _index_entry(i):
-    """A sequence inside an index as an array (an empty one an integer array, as in numpy)."""
-    if not isinstance(i, (list, tuple)):
-        return i
-    arr = _to_array(i)
-    return arr.astype(_np.int64) if isinstance(arr, _np.ndarray) and arr.size == 0 else arr
-
-
-def _expand_bool_indices(idx: tuple) -> list:
-    """Boolean scalars become ``None`` (``x[True] == x[None]``), concrete masks their ``nonzero()``
-    integer arrays (one per masked axis); a traced mask (a value-dependent shape) raises."""
-    out = []
-    for i in map(_index_entry, idx):
-        if isinstance(i, (bool, _np.bool_)) or (isinstance(i, _np.ndarray) and i.ndim == 0 and i.dtype == bool):
-            if not bool(i):
-                raise IndexError("a scalar False index (an empty result) is not supported")
-            out.append(None)
-        elif _is_array_index(i) and i.dtype == _np.dtype(bool):
-            if isinstance(i, _Tracer):
-                raise IndexError("boolean mask indexing with a traced mask has a value-dependent shape; "
-                                 f"use fnp.where(mask, x, 0) instead {_user_frame_description()}")
-            out.extend(_np.nonzero(i))
-        else:
-            out.append(i)
-    return out
-
-
-def _expand_ellipsis(idx: list, ndim: int) -> list:
-    """Replace the Ellipsis (or pad at the end) with full slices, so that ``ndim`` axes are indexed."""
-    ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]  # by identity: == on index arrays is elementwise
-    if len(ellipses) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = _builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if consumed > ndim:
-        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {consumed} "
-                         f"were indexed {_user_frame_description()}")
-    fill = [slice(None)] * (ndim - consumed)
-    if not ellipses:
-        return idx + fill
-    k = ellipses[0]
-    return idx[:k] + fill + idx[k + 1:]
 
 
 def _basic_index(x, idx: list):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from . import _base as _fnp
@@ -29,7 +30,7 @@ def triu_indices_from(arr, k=0):
 
 
 def _triangle(m, k: int, lower: bool):
-    x = _fnp._to_array(m)
+    x = _arrays.to_array(m)
     if x.ndim < 2:
         x = _fnp.broadcast_to(x, (x.shape[0] if x.ndim else 1,) * 2)
     rows = _P.iota(_np.int64, x.shape[-2:], 0)
@@ -68,10 +69,10 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
     """``base ** linspace(start, stop)``; traced endpoints and base differentiate."""
-    if not any(isinstance(v, _Tracer) or _fnp._holds_tracer(v) for v in (start, stop, base)):
+    if not any(isinstance(v, _Tracer) or _arrays.holds_tracer(v) for v in (start, stop, base)):
         return _np.logspace(start, stop, num, endpoint, base, dtype, axis)
     y = _fnp.linspace(start, stop, num, endpoint, axis=axis)
-    base = _fnp._to_array(base)
+    base = _arrays.to_array(base)
     if base.ndim:
         base = _fnp.expand_dims(base, axis)
     out = _fnp.power(base, y)
@@ -81,9 +82,9 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
 def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     """Numbers spaced evenly on a log scale between ``start`` and ``stop`` (same sign, nonzero), the
     endpoints exact, as numpy's; traced endpoints differentiate."""
-    if not (_fnp._holds_tracer(start) or _fnp._holds_tracer(stop)):
+    if not (_arrays.holds_tracer(start) or _arrays.holds_tracer(stop)):
         return _np.geomspace(start, stop, num, endpoint, dtype, axis)
-    start, stop = _fnp._promote_float(start, stop)
+    start, stop = _arrays.promote_float(start, stop)
     sign = _P.stop_gradient(_fnp.sign(start))
     y = sign * _fnp.exp(_fnp.linspace(_fnp.log(_fnp.abs(start)), _fnp.log(_fnp.abs(stop)), num, endpoint, axis=0))
     if num > 0:  # the endpoints exactly, as numpy sets them
@@ -98,7 +99,7 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
 def vander(x, N=None, increasing=False):
     """The Vandermonde matrix of a 1-D ``x``: columns ``x ** (N-1), ..., x, 1`` (or increasing), by
     integer powers (differentiable at x = 0 too)."""
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     if x.ndim != 1:
         raise ValueError("vander: x must be a one-dimensional array or sequence")
     n = x.shape[0] if N is None else int(N)
@@ -112,7 +113,7 @@ def ix_(*args):
     """Open-mesh index arrays from 1-D sequences (boolean ones as their nonzero positions)."""
     out = []
     for k, a in enumerate(args):
-        a = _fnp._to_array(a)
+        a = _arrays.to_array(a)
         if a.ndim != 1:
             raise ValueError("ix_: cross index must be 1 dimensional")
         if a.dtype == bool:
@@ -131,13 +132,13 @@ class _Concatenator:
 
     def __getitem__(self, key):
         items = key if isinstance(key, tuple) else (key,)
-        if not any(_fnp._holds_tracer(i) for i in items if not isinstance(i, slice)):
+        if not any(_arrays.holds_tracer(i) for i in items if not isinstance(i, slice)):
             return (_np.c_ if self.columns else _np.r_)[key]
         if any(isinstance(i, str) for i in items):
             raise NotImplementedError("r_ / c_ directive strings with traced values are not implemented")
         parts = []
         for i in items:
-            x = _np.r_[i] if isinstance(i, slice) else _fnp._to_array(i)
+            x = _np.r_[i] if isinstance(i, slice) else _arrays.to_array(i)
             x = _shape.atleast_1d(x)
             if self.columns:
                 x = _fnp.reshape(x, (-1, 1)) if x.ndim == 1 else x

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from ..core import Tracer as _Tracer
 from . import _base as _fnp
 
@@ -40,10 +41,10 @@ def result_type(*arrays_and_dtypes) -> _np.dtype:
     infos = []
     for a in arrays_and_dtypes:
         if isinstance(a, (_Tracer, _np.ndarray, _np.generic)) or type(a) in _fnp._PY_SCALARS:
-            infos.append(_fnp._dtype_info(a))
+            infos.append(_arrays.dtype_info(a))
         else:
             infos.append((_as_dtype(a), False))
-    return _fnp._result_dtype(tuple(infos))[0]
+    return _arrays.result_dtype(tuple(infos))[0]
 
 
 def promote_types(type1, type2) -> _np.dtype:

@@ -8,6 +8,7 @@ import string as _string
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where_in_user_code
@@ -106,8 +107,8 @@ def einsum(*operands, out=None, optimize="auto", precision=None, preferred_eleme
     if out is not None:
         raise NotImplementedError("einsum: out= is not supported (arrays are immutable)")
     subscripts, ops = _parse_arguments(operands)
-    ops = [_fnp._to_array(o) for o in ops]
-    ops = list(_fnp._promote(*ops)) if len(ops) > 1 else ops
+    ops = [_arrays.to_array(o) for o in ops]
+    ops = list(_arrays.promote(*ops)) if len(ops) > 1 else ops
     out_dtype = None
     if precision is not None or preferred_element_type is not None:
         from ..lax_numeric import dot_operands  # (here: lax_numeric imports functrace.numpy)

@@ -8,6 +8,8 @@ import re as _re
 
 import numpy as _np
 
+from .. import arrays as _arrays
+from .. import tree_util
 from ..errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 
@@ -33,7 +35,7 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     def wrapped(*args, **kwargs):
         from .. import vmap
         mapped = [i for i in range(len(args)) if i not in excluded]
-        arrays = [_fnp._to_array(args[i]) for i in mapped]
+        arrays = [_arrays.to_array(args[i]) for i in mapped]
         cores = in_cores if in_cores is not None else [()] * len(arrays)
         if len(cores) != len(arrays):
             raise TypeError(f"vectorize: signature {signature!r} names {len(cores)} inputs, got {len(arrays)} "
@@ -61,7 +63,6 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
             return call(*arrays)
         if count == 0:
             raise NotImplementedError("vectorize over a loop shape with no elements is not implemented")
-        from .. import tree_util
         out = vmap(call)(*flat)
         return tree_util.tree_map(lambda o: _fnp.reshape(o, loop + _fnp.shape(o)[1:]), out)
     wrapped.__name__ = getattr(pyfunc, "__name__", "vectorized")
@@ -72,8 +73,8 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
 def apply_along_axis(func1d, axis: int, arr, *args, **kwargs):
     """``func1d`` on every 1-D slice along ``axis`` (by ``vmap``); its output axes replace ``axis``."""
     from .. import vmap
-    x = _fnp._to_array(arr)
-    axis = _fnp._axis(axis, x.ndim, "apply_along_axis")
+    x = _arrays.to_array(arr)
+    axis = _arrays.normalize_axis(axis, x.ndim, "apply_along_axis")
     moved = _fnp.moveaxis(x, axis, -1)
     lead = moved.shape[:-1]
     out = vmap(lambda v: _fnp.asarray(func1d(v, *args, **kwargs)))(_fnp.reshape(moved, (-1, x.shape[axis])))
@@ -84,9 +85,9 @@ def apply_along_axis(func1d, axis: int, arr, *args, **kwargs):
 
 def apply_over_axes(func, a, axes):
     """``func(a, axis)`` for each axis in turn, keeping the reduced axes (as numpy)."""
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     for axis in ([axes] if isinstance(axes, int) else axes):
-        res = _fnp._to_array(func(x, axis))
+        res = _arrays.to_array(func(x, axis))
         x = res if res.ndim == x.ndim else _fnp.expand_dims(res, axis)
     return x
 
@@ -94,9 +95,9 @@ def apply_over_axes(func, a, axes):
 def piecewise(x, condlist, funclist, *args, **kw):
     """``funclist[k](x)`` (or a constant) where ``condlist[k]`` holds, later conditions winning; one
     more function than conditions is the default.  Every function is evaluated on all of ``x``."""
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     if not isinstance(condlist, (list, tuple)):  # one condition array, or a stack of them
-        cond = _fnp._to_array(condlist)
+        cond = _arrays.to_array(condlist)
         condlist = [cond] if cond.ndim in (0, x.ndim) else [cond[i] for i in range(cond.shape[0])]
     conds = [_fnp.asarray(c, bool) for c in condlist]
     if len(funclist) == len(conds) + 1:

@@ -23,17 +23,15 @@ import math
 
 import numpy as np
 
+from .. import arrays
 from .. import primitives as P
 from .. import scatter as S
 from ..core import Tracer
 from ..errors import user_frame_description
+from . import _base as fnp
 
 _MODES = (None, "clip", "drop", "fill", "promise_in_bounds")
 
-
-def _fnp():
-    import functrace.numpy as fnp
-    return fnp
 
 
 def _check_mode(mode):
@@ -49,11 +47,11 @@ def _axis_index(fnp, entry, n: int, clip: bool):
         raise IndexError("a boolean scalar index inside x.at[...] is not supported")
     if isinstance(entry, (int, np.integer)):
         entry = np.asarray(int(entry), np.int64)
-    i = fnp._to_array(entry)
+    i = arrays.to_array(entry)
     if i.dtype.kind not in "iu":
         raise IndexError(f"x.at[...]: index arrays must be of integer or boolean type, got {i.dtype.name} "
                          f"{user_frame_description()}")
-    i = fnp._cast(i, np.dtype(np.int64))
+    i = arrays.cast(i, np.dtype(np.int64))
     i = fnp.where(i < 0, i + n, i)
     if clip:
         return fnp.clip(i, 0, n - 1), False
@@ -66,9 +64,8 @@ def _axis_index(fnp, entry, n: int, clip: bool):
 def flat_positions(shape: tuple, index, clip: bool):
     """(positions, out of bounds possible): the flat positions in an array of ``shape`` that
     ``x[index]`` reads, shaped like ``x[index]``; an out-of-bounds entry is -1 (unless ``clip``)."""
-    fnp = _fnp()
     entries = index if isinstance(index, tuple) else (index,)
-    entries = fnp._expand_ellipsis(fnp._expand_bool_indices(entries), len(shape))
+    entries = arrays.expand_ellipsis(arrays.expand_bool_indices(entries), len(shape))
     resolved, padded, axis, may_oob = [], [], 0, False
     for e in entries:
         if e is None or isinstance(e, slice):
@@ -132,7 +129,7 @@ def _fill_value(dtype: np.dtype):
 
 def _all_concrete(index) -> bool:
     entries = index if isinstance(index, tuple) else (index,)
-    return not any(_fnp()._holds_tracer(e) for e in entries)
+    return not any(arrays.holds_tracer(e) for e in entries)
 
 
 class IndexUpdateRef:
@@ -153,15 +150,14 @@ class IndexUpdateRef:
         through scalars and slices (a dynamic slice) keeps it.  ``mode="clip"`` clamps and keeps
         every derivative; ``mode="fill"`` reads ``fill_value`` there (no derivative)."""
         _check_mode(mode)
-        fnp = _fnp()
-        x = fnp._to_array(self.array)
+        x = arrays.to_array(self.array)
         if mode in (None, "promise_in_bounds"):
             return fnp.getitem(x, self.index)
         fill = mode in ("fill", "drop")
         if _all_concrete(self.index) and not flat_positions(x.shape, self.index, clip=False)[1]:
             return fnp.getitem(x, self.index)  # in bounds: slices stay slices (no gather)
         pos, may_oob = flat_positions(x.shape, self.index, clip=not fill)
-        vals = P.take(fnp.ravel(x), fnp._cast(fnp.maximum(pos, 0), np.dtype(np.int64)), 0)
+        vals = P.take(fnp.ravel(x), arrays.cast(fnp.maximum(pos, 0), np.dtype(np.int64)), 0)
         if not may_oob:
             return vals
         fv = _fill_value(x.dtype) if fill_value is None else fill_value
@@ -169,8 +165,7 @@ class IndexUpdateRef:
 
     def _update(self, values, op: str, mode):
         _check_mode(mode)
-        fnp = _fnp()
-        x = fnp._to_array(self.array)
+        x = arrays.to_array(self.array)
         pos, may_oob = flat_positions(x.shape, self.index, clip=mode == "clip")
         vals = fnp.broadcast_to(fnp.asarray(values, x.dtype), fnp.shape(pos))
         pos, vals = fnp.ravel(pos), fnp.ravel(vals)
@@ -179,7 +174,7 @@ class IndexUpdateRef:
         if may_oob:  # dropped updates land in a trash slot past the end, cut off afterwards
             flat = fnp.concatenate([flat, fnp.zeros(1, x.dtype)])
             pos = fnp.where(pos < 0, n, pos)
-        pos = fnp._cast(pos, np.dtype(np.int64))
+        pos = arrays.cast(pos, np.dtype(np.int64))
         if op == "add":
             out = P.scatter_add(flat, pos, vals, 0)
         else:
@@ -197,7 +192,7 @@ class IndexUpdateRef:
         return self._update(values, "add", mode)
 
     def subtract(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
-        return self._update(_fnp().negative(values), "add", mode)
+        return self._update(fnp.negative(values), "add", mode)
 
     def multiply(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
         """``x[index] *= values``, repeated indices multiplying."""
@@ -207,15 +202,13 @@ class IndexUpdateRef:
 
     def divide(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
         """``x / (product of values at each position)``, as JAX."""
-        fnp = _fnp()
-        x = fnp._to_array(self.array)
+        x = arrays.to_array(self.array)
         product = IndexUpdateRef(fnp.ones_like(x), self.index)._update(values, "mul", mode)
         return fnp.divide(x, product)
 
     def power(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
         """``x ** (product of values at each position)``, as JAX."""
-        fnp = _fnp()
-        x = fnp._to_array(self.array)
+        x = arrays.to_array(self.array)
         product = IndexUpdateRef(fnp.ones_like(x), self.index)._update(values, "mul", mode)
         return fnp.power(x, product)
 

@@ -9,6 +9,7 @@ import builtins as _builtins
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from ..errors import ShapeError as _ShapeError
@@ -16,9 +17,9 @@ from ..errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 from . import _elementwise, _shape
 
-histogram = _fnp._concrete_only("histogram")
-histogram_bin_edges = _fnp._concrete_only("histogram_bin_edges")
-polyfit = _fnp._concrete_only("polyfit")
+histogram = _arrays.concrete_only("histogram")
+histogram_bin_edges = _arrays.concrete_only("histogram_bin_edges")
+polyfit = _arrays.concrete_only("polyfit")
 
 
 def _concrete(x, what: str):
@@ -30,7 +31,7 @@ def _concrete(x, what: str):
 
 def kron(a, b):
     """The Kronecker product: blocks ``a[i, j] * b``, ranks aligned by leading unit axes."""
-    a, b = _fnp._promote(_fnp._to_array(a), _fnp._to_array(b))
+    a, b = _arrays.promote(_arrays.to_array(a), _arrays.to_array(b))
     nd = _builtins.max(a.ndim, b.ndim)
     a = _fnp.reshape(a, (1,) * (nd - a.ndim) + a.shape)
     b = _fnp.reshape(b, (1,) * (nd - b.ndim) + b.shape)
@@ -43,9 +44,9 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """The cross product of 3-vectors (or 2-vectors: the z component, as numpy)."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    a = _fnp.moveaxis(_fnp._to_array(a), axisa, -1)
-    b = _fnp.moveaxis(_fnp._to_array(b), axisb, -1)
-    a, b = _fnp._promote(a, b)
+    a = _fnp.moveaxis(_arrays.to_array(a), axisa, -1)
+    b = _fnp.moveaxis(_arrays.to_array(b), axisb, -1)
+    a, b = _arrays.promote(a, b)
     if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
         raise ValueError(f"cross: incompatible dimensions for cross product (dimension must be 2 or 3), got "
                          f"{a.shape[-1]} and {b.shape[-1]} {_where_in_user_code()}")
@@ -60,7 +61,7 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 
 def vecdot(x1, x2, axis=-1):
     """The dot product of vectors along ``axis``, broadcast over the others (conjugating ``x1``)."""
-    x1, x2 = _fnp._promote(_fnp._to_array(x1), _fnp._to_array(x2))
+    x1, x2 = _arrays.promote(_arrays.to_array(x1), _arrays.to_array(x2))
     if x1.shape[axis] != x2.shape[axis]:
         raise _ShapeError(f"vecdot: axis sizes differ, {x1.shape} and {x2.shape} {_where_in_user_code()}")
     return _fnp.sum(_fnp.multiply(_conj(x1), x2), axis)
@@ -77,7 +78,7 @@ def matvec(x1, x2):
 
 def vecmat(x1, x2):
     """Vector-matrix products (``x1`` conjugated): ``x1 (..., m)``, ``x2 (..., m, n)``."""
-    return _fnp.matmul(_fnp.expand_dims(_conj(_fnp._to_array(x1)), -2), x2)[..., 0, :]
+    return _fnp.matmul(_fnp.expand_dims(_conj(_arrays.to_array(x1)), -2), x2)[..., 0, :]
 
 
 # --------------------------------------------------------------------------- selection
@@ -91,7 +92,7 @@ def select(condlist, choicelist, default=0):
         raise ValueError("select with an empty condition list is not possible")
     out = default
     for cond, choice in zip(reversed(condlist), reversed(choicelist)):
-        c = _fnp._to_array(cond)
+        c = _arrays.to_array(cond)
         if c.dtype != bool:
             raise TypeError(f"select: condition arrays must be boolean, got {c.dtype.name} {_where_in_user_code()}")
         out = _fnp.where(c, choice, out)
@@ -100,7 +101,7 @@ def select(condlist, choicelist, default=0):
 
 def choose(a, choices, mode="raise"):
     """``choices[a[i]][i]`` elementwise.  Traced indices need mode 'clip' or 'wrap' (as JAX)."""
-    idx = _fnp._to_array(a)
+    idx = _arrays.to_array(a)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"choose: indices must be integers, got {idx.dtype.name} {_where_in_user_code()}")
     n = len(choices)
@@ -127,9 +128,9 @@ def put_along_axis(arr, indices, values, axis, inplace=True, mode=None):
     if inplace:
         raise ValueError("put_along_axis: functrace arrays are immutable; pass inplace=False to get the "
                          "updated array (as jax.numpy)")
-    x = _fnp._to_array(arr)
-    axis = _fnp._axis(axis, x.ndim, "put_along_axis")
-    idx = _fnp._normalize_index(indices, x.shape[axis])
+    x = _arrays.to_array(arr)
+    axis = _arrays.normalize_axis(axis, x.ndim, "put_along_axis")
+    idx = _arrays.normalize_index(indices, x.shape[axis])
     if _fnp.ndim(idx) != x.ndim:
         raise ValueError("put_along_axis: indices and arr must have the same number of dimensions")
     vals = _fnp.broadcast_to(_fnp.asarray(values, x.dtype), _fnp.shape(idx))
@@ -148,10 +149,10 @@ def put_along_axis(arr, indices, values, axis, inplace=True, mode=None):
 def compress(condition, a, axis=None):
     """The slices of ``a`` along ``axis`` where the concrete ``condition`` holds."""
     cond = _np.asarray(_concrete(condition, "compress's condition (its output shape depends on it)"), bool)
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     if axis is None:
         x, axis = _fnp.ravel(x), 0
-    axis = _fnp._axis(axis, x.ndim, "compress")
+    axis = _arrays.normalize_axis(axis, x.ndim, "compress")
     if cond.ndim != 1:
         raise ValueError("compress: condition must be a 1-d array")
     keep = _np.nonzero(cond[: x.shape[axis]])[0].astype(_np.int64)
@@ -171,8 +172,8 @@ def extract(condition, arr):
 def digitize(x, bins, right=False):
     """The bin of each value of ``x`` (numpy's convention, bins increasing or decreasing), as a count
     of comparisons: no sort needed, traced bins too."""
-    x = _fnp._to_array(x)
-    bins = _fnp._to_array(bins)
+    x = _arrays.to_array(x)
+    bins = _arrays.to_array(bins)
     if bins.ndim != 1:
         raise ValueError("digitize: bins must be 1-dimensional")
     xe = _fnp.expand_dims(x, -1)
@@ -188,7 +189,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     outside take ``left`` / ``right`` (default the end values).  Differentiable in all three."""
     if period is not None:
         raise NotImplementedError("interp: period= is not implemented")
-    x, xp, fp = _fnp._promote_float(x, xp, fp)
+    x, xp, fp = _arrays.promote_float(x, xp, fp)
     if _fnp.ndim(xp) != 1 or _fnp.ndim(fp) != 1 or xp.shape != fp.shape:
         raise ValueError("interp: xp and fp must be 1-D sequences of the same length")
     n = xp.shape[0]
@@ -212,7 +213,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 def bincount(x, weights=None, minlength=0, *, length=None):
     """Counts (or summed weights) of each non-negative integer in ``x``.  Under a transformation
     the output size must be static: pass ``length`` (values >= length are dropped, as JAX)."""
-    idx = _fnp._to_array(x)
+    idx = _arrays.to_array(x)
     if idx.dtype.kind not in "iub":
         raise TypeError(f"bincount: x must be integers, got {idx.dtype.name} {_where_in_user_code()}")
     if idx.ndim != 1:
@@ -222,7 +223,7 @@ def bincount(x, weights=None, minlength=0, *, length=None):
         if _np.size(concrete) and _np.min(concrete) < 0:
             raise ValueError("bincount: x must be non-negative")
         length = _builtins.max(int(minlength), int(_np.max(concrete)) + 1 if _np.size(concrete) else 0)
-    w = _fnp.ones(idx.shape, _np.int64) if weights is None else _fnp._to_array(weights)
+    w = _fnp.ones(idx.shape, _np.int64) if weights is None else _arrays.to_array(weights)
     if weights is not None and w.dtype.kind not in "fc":
         w = _fnp.asarray(w, _np.float64)
     idx = _fnp.asarray(idx, _np.int64)
@@ -256,7 +257,7 @@ def _trim(full, n: int, m: int, mode: str):
 
 def _sequences(name: str, a, v) -> tuple:
     """(a, v, len(a), len(v)) promoted to one dtype: two non-empty 1-D sequences, or a ValueError."""
-    a, v = _fnp._promote(_fnp._to_array(a), _fnp._to_array(v))
+    a, v = _arrays.promote(_arrays.to_array(a), _arrays.to_array(v))
     if a.ndim != 1 or v.ndim != 1:
         raise ValueError(f"{name}: object too deep for desired array (inputs must be 1-D)")
     if a.shape[0] == 0 or v.shape[0] == 0:
@@ -288,14 +289,14 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     """The covariance matrix of the variables (rows, or columns with ``rowvar=False``)."""
     if fweights is not None or aweights is not None:
         raise NotImplementedError("cov: fweights / aweights are not implemented")
-    x = _shape.atleast_2d(_fnp._to_float(m, _np.float64))
+    x = _shape.atleast_2d(_arrays.to_float(m, _np.float64))
     if not rowvar and x.shape[0] != 1:
         x = _fnp.transpose(x)
     if y is not None:
-        y = _shape.atleast_2d(_fnp._to_float(y, _np.float64))
+        y = _shape.atleast_2d(_arrays.to_float(y, _np.float64))
         if not rowvar and y.shape[0] != 1:
             y = _fnp.transpose(y)
-        x = _fnp.concatenate(_fnp._promote(x, y), 0)
+        x = _fnp.concatenate(_arrays.promote(x, y), 0)
     ddof = (0 if bias else 1) if ddof is None else ddof
     n = x.shape[1]
     centered = x - _fnp.mean(x, 1, keepdims=True)
@@ -314,15 +315,15 @@ def corrcoef(x, y=None, rowvar=True):
 
 def trapezoid(y, x=None, dx=1.0, axis=-1):
     """The integral of ``y`` along ``axis`` by the trapezoidal rule (sample points ``x`` or spacing ``dx``)."""
-    y = _fnp._to_float(y, _np.float64)
-    axis = _fnp._axis(axis, y.ndim, "trapezoid")
+    y = _arrays.to_float(y, _np.float64)
+    axis = _arrays.normalize_axis(axis, y.ndim, "trapezoid")
     n = y.shape[axis]
     lo = _fnp.take(y, _np.arange(0, _builtins.max(n - 1, 0)), axis)
     hi = _fnp.take(y, _np.arange(1, n), axis)
     if x is None:
         d = dx
     else:
-        x = _fnp._to_array(x)
+        x = _arrays.to_array(x)
         d = _shape.diff(x) if x.ndim == 1 else _shape.diff(x, axis=axis)
         if x.ndim == 1:
             d = _fnp.reshape(d, tuple(-1 if k == axis else 1 for k in range(y.ndim)))
@@ -332,8 +333,8 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 def gradient(f, *varargs, axis=None, edge_order=1):
     """numpy.gradient: second-order central differences inside, one-sided at the edges (order 1
     or 2); spacings are scalars or coordinate arrays, one per axis."""
-    f = _fnp._to_float(f, _np.float64)
-    axes = tuple(range(f.ndim)) if axis is None else tuple(_fnp._axis_list(axis, f.ndim, "gradient"))
+    f = _arrays.to_float(f, _np.float64)
+    axes = tuple(range(f.ndim)) if axis is None else tuple(_arrays.distinct_axes(axis, f.ndim, "gradient"))
     if not varargs:
         spacing = [1.0] * len(axes)
     elif len(varargs) == 1 and _fnp.ndim(varargs[0]) == 0:
@@ -364,7 +365,7 @@ def _gradient_along(f, axis: int, h, edge_order: int):
             first = (-1.5 * part(0, 1) + 2.0 * part(1, 2) - 0.5 * part(2, 3)) / h
             last = (0.5 * part(n - 3, n - 2) - 2.0 * part(n - 2, n - 1) + 1.5 * part(n - 1, n)) / h
         return _fnp.concatenate([first, interior, last], axis)
-    x = _fnp._to_float(h, _np.float64)
+    x = _arrays.to_float(h, _np.float64)
     if x.ndim != 1 or x.shape[0] != n:
         raise ValueError("gradient: distances must be either scalars or match the length of the axis")
     dx = _shape.diff(x)
@@ -386,10 +387,10 @@ def _gradient_along(f, axis: int, h, edge_order: int):
 
 def polyval(p, x):
     """The polynomial with coefficients ``p`` (highest power first) at ``x``, by Horner's rule."""
-    p = _fnp._to_array(p)
+    p = _arrays.to_array(p)
     if p.ndim != 1:
         raise ValueError("polyval: p must be 1-D")
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     y = _fnp.zeros_like(x)
     for k in range(p.shape[0]):
         y = y * x + p[k]
@@ -401,7 +402,7 @@ def polyval(p, x):
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """``|a - b| <= atol + rtol * |b|`` elementwise; infinities equal only to themselves."""
-    a, b = _fnp._promote(_fnp._to_array(a), _fnp._to_array(b))
+    a, b = _arrays.promote(_arrays.to_array(a), _arrays.to_array(b))
     if a.dtype.kind in "biu":
         a, b = _fnp.asarray(a, _np.float64), _fnp.asarray(b, _np.float64)
     finite = _fnp.logical_and(_fnp.isfinite(a), _fnp.isfinite(b))
@@ -418,7 +419,7 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 def array_equal(a1, a2, equal_nan=False):
     """Same shape and elements (False for different shapes, as numpy)."""
-    a1, a2 = _fnp._to_array(a1), _fnp._to_array(a2)
+    a1, a2 = _arrays.to_array(a1), _arrays.to_array(a2)
     if _fnp.shape(a1) != _fnp.shape(a2):
         return _np.bool_(False)
     eq = _fnp.equal(a1, a2)
@@ -429,7 +430,7 @@ def array_equal(a1, a2, equal_nan=False):
 
 def array_equiv(a1, a2):
     """Equal after broadcasting (False where the shapes do not broadcast)."""
-    a1, a2 = _fnp._to_array(a1), _fnp._to_array(a2)
+    a1, a2 = _arrays.to_array(a1), _arrays.to_array(a2)
     try:
         _np.broadcast_shapes(_fnp.shape(a1), _fnp.shape(a2))
     except ValueError:
@@ -442,7 +443,7 @@ def array_equiv(a1, a2):
 
 def isin(element, test_elements, assume_unique=False, invert=False):
     """Whether each element is among ``test_elements`` (by comparisons: traced values too)."""
-    x = _fnp._to_array(element)
+    x = _arrays.to_array(element)
     tests = _fnp.ravel(test_elements)
     found = _fnp.any(_fnp.equal(_fnp.expand_dims(x, -1), tests), -1) if tests.shape[0] else _fnp.zeros(x.shape, bool)
     return _fnp.logical_not(found) if invert else found
@@ -453,7 +454,7 @@ def fill_diagonal(a, val, wrap=False, inplace=True):
     set (values taken cyclically from ``val``; tall 2-D arrays wrap only with ``wrap=True``)."""
     if inplace:
         raise ValueError("fill_diagonal: functrace arrays are immutable; pass inplace=False (as jax.numpy)")
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     if x.ndim < 2 or (x.ndim > 2 and len(set(x.shape)) != 1):
         raise ValueError("fill_diagonal: array must be at least 2-d, and all dimensions equal beyond 2-d")
     step = int(_np.sum(_np.cumprod((1,) + x.shape[:0:-1]))) if x.ndim > 2 else x.shape[1] + 1
@@ -484,7 +485,7 @@ def put(a, ind, v, mode=None, *, inplace=True):
     """numpy.put as JAX's: pass ``inplace=False``; ``v`` written at the flat indices ``ind``."""
     if inplace:
         raise ValueError("put: functrace arrays are immutable; pass inplace=False (as jax.numpy)")
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     idx = _fnp.ravel(ind)
     if mode == "clip":
         idx = _fnp.clip(idx, 0, x.size - 1)
@@ -505,14 +506,14 @@ def trim_zeros(filt, trim="fb"):
 
 def unstack(x, axis=0):
     """The slices of ``x`` along ``axis``, as a tuple."""
-    x = _fnp._to_array(x)
-    axis = _fnp._axis(axis, x.ndim, "unstack")
+    x = _arrays.to_array(x)
+    axis = _arrays.normalize_axis(axis, x.ndim, "unstack")
     return tuple(_P.take(x, _np.asarray(i, _np.int64), axis) for i in range(x.shape[axis]))
 
 
 def matrix_transpose(x):
     """The last two axes swapped."""
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     if x.ndim < 2:
         raise ValueError(f"matrix_transpose: x must be at least 2-dimensional, got shape {x.shape}")
     return _fnp.swapaxes(x, -1, -2)
@@ -524,7 +525,7 @@ def isscalar(element) -> bool:
 
 
 def iscomplexobj(x) -> bool:
-    return _np.dtype(_fnp._dtype_info(x)[0]).kind == "c"
+    return _np.dtype(_arrays.dtype_info(x)[0]).kind == "c"
 
 
 def isrealobj(x) -> bool:
@@ -532,10 +533,10 @@ def isrealobj(x) -> bool:
 
 
 def iscomplex(x):
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     return _fnp.not_equal(_elementwise.imag(x), 0)
 
 
 def isreal(x):
-    x = _fnp._to_array(x)
+    x = _arrays.to_array(x)
     return _fnp.equal(_elementwise.imag(x), 0)

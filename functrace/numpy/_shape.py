@@ -8,6 +8,7 @@ import operator as _operator
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
 from ..errors import ShapeError as _ShapeError
@@ -24,7 +25,7 @@ def _concrete(x, what: str):
 
 def roll(a, shift, axis=None):
     """numpy.roll; ``shift`` may be traced (a gather at computed indices)."""
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     if axis is None:
         return _fnp.reshape(roll(_fnp.ravel(x), shift, 0), x.shape)
     shifts = list(shift) if isinstance(shift, (list, tuple)) else [shift]
@@ -34,7 +35,7 @@ def roll(a, shift, axis=None):
             raise ValueError(f"roll: shift and axis must be broadcastable ({len(shifts)} vs {len(axes)})")
         shifts, axes = shifts * (len(axes) if len(shifts) == 1 else 1), axes * (len(shifts) if len(axes) == 1 else 1)
     for s, ax in zip(shifts, axes):
-        ax = _fnp._axis(int(ax), x.ndim, "roll")
+        ax = _arrays.normalize_axis(int(ax), x.ndim, "roll")
         n = x.shape[ax]
         if n == 0:
             continue
@@ -48,10 +49,10 @@ def roll(a, shift, axis=None):
 
 def rot90(m, k=1, axes=(0, 1)):
     """Rotate by 90 degrees ``k`` times in the plane of ``axes`` (from the first toward the second)."""
-    x = _fnp._to_array(m)
+    x = _arrays.to_array(m)
     if len(axes) != 2:
         raise ValueError("rot90: len(axes) must be 2")
-    a0, a1 = (_fnp._axis(a, x.ndim, "rot90") for a in axes)
+    a0, a1 = (_arrays.normalize_axis(a, x.ndim, "rot90") for a in axes)
     if a0 == a1:
         raise ValueError("rot90: the axes must be different")
     k %= 4
@@ -68,13 +69,13 @@ def rot90(m, k=1, axes=(0, 1)):
 
 def diff(a, n=1, axis=-1, prepend=None, append=None):
     """The ``n``-th discrete difference along ``axis`` (booleans: not_equal, as numpy)."""
-    x = _fnp._to_array(a)
+    x = _arrays.to_array(a)
     if n < 0:
         raise ValueError(f"diff: order must be non-negative but got {n}")
-    axis = _fnp._axis(axis, x.ndim, "diff")
+    axis = _arrays.normalize_axis(axis, x.ndim, "diff")
 
     def along(v):
-        v = _fnp._to_array(v)
+        v = _arrays.to_array(v)
         if v.ndim == 0:
             return _fnp.broadcast_to(v, tuple(1 if d == axis else s for d, s in enumerate(x.shape)))
         return v
@@ -106,14 +107,14 @@ def append(arr, values, axis=None):
 def insert(arr, obj, values, axis=None):
     """numpy.insert with concrete positions ``obj`` (an int, a slice or a sequence); the values may
     be traced.  The result is a gather from ``arr`` and the values, by numpy's own index rules."""
-    x = _fnp._to_array(arr)
+    x = _arrays.to_array(arr)
     if axis is None:
         x, axis = _fnp.ravel(x), 0
-    axis = _fnp._axis(axis, x.ndim, "insert")
+    axis = _arrays.normalize_axis(axis, x.ndim, "insert")
     n = x.shape[axis]
     obj = _concrete(obj, "insert's positions")
     positions = _np.arange(*obj.indices(n)) if isinstance(obj, slice) else _np.asarray(obj)
-    v = _fnp._to_array(values)
+    v = _arrays.to_array(values)
     v = _fnp.asarray(v, x.dtype) if v.dtype != x.dtype else v
     if positions.ndim == 0:  # numpy: the values' first axis is the inserted one
         v = _fnp.reshape(v, (1,) * (x.ndim - v.ndim) + v.shape) if v.ndim < x.ndim else v
@@ -128,10 +129,10 @@ def insert(arr, obj, values, axis=None):
 
 def delete(arr, obj, axis=None):
     """numpy.delete with concrete positions (an int, a slice, a sequence or a boolean mask)."""
-    x = _fnp._to_array(arr)
+    x = _arrays.to_array(arr)
     if axis is None:
         x, axis = _fnp.ravel(x), 0
-    axis = _fnp._axis(axis, x.ndim, "delete")
+    axis = _arrays.normalize_axis(axis, x.ndim, "delete")
     keep = _np.delete(_np.arange(x.shape[axis], dtype=_np.int64), _concrete(obj, "delete's positions"))
     return _P.take(x, keep, axis)
 
@@ -149,7 +150,7 @@ def atleast_2d(*arys):
 def atleast_3d(*arys):
     """0-d to (1, 1, 1), (N,) to (1, N, 1), (M, N) to (M, N, 1), as numpy."""
     def one(a):
-        x = _fnp._to_array(a)
+        x = _arrays.to_array(a)
         if x.ndim == 0:
             return _fnp.reshape(x, (1, 1, 1))
         if x.ndim == 1:
@@ -161,7 +162,7 @@ def atleast_3d(*arys):
 
 def column_stack(tup):
     """1-D arrays as columns, 2-D arrays as they are, side by side."""
-    cols = [_fnp._to_array(a) for a in tup]
+    cols = [_arrays.to_array(a) for a in tup]
     cols = [_fnp.reshape(c, (-1, 1)) if c.ndim < 2 else c for c in cols]
     return _fnp.concatenate(cols, 1)
 
@@ -179,7 +180,7 @@ def array_split(ary, indices_or_sections, axis=0):
 
 def _split_along(name: str, axis_of):
     def split(ary, indices_or_sections):
-        x = _fnp._to_array(ary)
+        x = _arrays.to_array(ary)
         axis = axis_of(x.ndim)
         if x.ndim <= axis:
             raise ValueError(f"{name} only works on arrays of {axis + 1} or more dimensions")
@@ -196,8 +197,8 @@ dsplit = _split_along("dsplit", lambda nd: 2)
 
 def rollaxis(a, axis, start=0):
     """numpy.rollaxis: ``axis`` moved to lie before position ``start``."""
-    x = _fnp._to_array(a)
-    axis = _fnp._axis(axis, x.ndim, "rollaxis")
+    x = _arrays.to_array(a)
+    axis = _arrays.normalize_axis(axis, x.ndim, "rollaxis")
     if not -x.ndim <= start <= x.ndim:
         raise _ShapeError(f"rollaxis: start {start} is out of bounds for {x.ndim} dimensions {_where_in_user_code()}")
     start = start % (x.ndim + 1) if start < 0 else start
@@ -209,7 +210,7 @@ def rollaxis(a, axis, start=0):
 def unravel_index(indices, shape):
     """Flat indices to a tuple of coordinate arrays; traced indices too (integer division)."""
     shape = tuple(int(s) for s in ((shape,) if isinstance(shape, (int, _np.integer)) else shape))
-    if not isinstance(indices, _Tracer) and not _fnp._holds_tracer(indices):
+    if not isinstance(indices, _Tracer) and not _arrays.holds_tracer(indices):
         return _np.unravel_index(indices, shape)
     idx = _fnp.asarray(indices, _np.int64)
     # as JAX: out-of-range indices clamp (a program cannot raise on a value)
@@ -256,13 +257,13 @@ def block(arrays):
             for u in v:
                 collect(u)
         else:
-            leaves.append(_fnp._to_array(v))
+            leaves.append(_arrays.to_array(v))
     collect(arrays)
     ndim = _builtins.max([d] + [a.ndim for a in leaves])
 
     def assemble(v, level):
         if not isinstance(v, list):
-            x = _fnp._to_array(v)
+            x = _arrays.to_array(v)
             return _fnp.reshape(x, (1,) * (ndim - x.ndim) + x.shape) if x.ndim < ndim else x
         if level >= d or not v:
             raise ValueError("block: list depths are mismatched (or a list is empty)")

@@ -11,25 +11,22 @@ import builtins
 
 import numpy as np
 
+from .. import arrays
 from ..core import Tracer
+from ..eager import as_eager
 from ..errors import user_frame_description
 from ..sorting import argsort_last
-
-
-def _fnp():
-    import functrace.numpy as fnp
-    return fnp
+from . import _base as fnp
 
 
 def _along_last(x, axis, fname):
     """(x with ``axis`` moved last, the normalized axis); ``axis=None`` flattens."""
-    fnp = _fnp()
-    x = fnp._to_array(x)
+    x = arrays.to_array(x)
     if axis is None:
         return fnp.ravel(x), -1
     if x.ndim == 0:
         raise ValueError(f"{fname}: cannot sort a 0-d array along an axis {user_frame_description()}")
-    axis = fnp._axis(axis, x.ndim, fname)
+    axis = arrays.normalize_axis(axis, x.ndim, fname)
     return fnp.moveaxis(x, axis, -1), axis
 
 
@@ -37,7 +34,6 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False)
     """numpy.argsort; always stable (``kind`` is accepted and ignored, as JAX)."""
     if order is not None:
         raise NotImplementedError("argsort(order=...) (structured arrays) is not supported")
-    fnp = _fnp()
     x, ax = _along_last(a, axis, "argsort")
     perm = argsort_last(x, descending)
     return perm if axis is None else fnp.moveaxis(perm, -1, ax)
@@ -47,12 +43,11 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False):
     """numpy.sort (NaNs last); differentiable: the derivative gathers by the sorting permutation."""
     if order is not None:
         raise NotImplementedError("sort(order=...) (structured arrays) is not supported")
-    fnp = _fnp()
     x, ax = _along_last(a, axis, "sort")
     if isinstance(x, Tracer):
         out = fnp.take_along_axis(x, argsort_last(x, descending), -1)
     else:  # concrete: numpy's gather by the same permutation, without staging index arithmetic
-        out = fnp._as_eager(np.take_along_axis(x, argsort_last(x, descending), -1))
+        out = as_eager(np.take_along_axis(x, argsort_last(x, descending), -1))
     return out if axis is None else fnp.moveaxis(out, -1, ax)
 
 
@@ -69,21 +64,19 @@ def argpartition(a, kth, axis=-1):
 
 def lexsort(keys, axis=-1):
     """numpy.lexsort: sort by the last key, ties broken by the previous ones (stable passes)."""
-    fnp = _fnp()
-    keys = [fnp._to_array(k) for k in keys] if not isinstance(keys, (np.ndarray, Tracer)) else \
+    keys = [arrays.to_array(k) for k in keys] if not isinstance(keys, (np.ndarray, Tracer)) else \
         [keys[i] for i in range(len(keys))]
     if not keys:
         raise TypeError("lexsort: need at least one key")
-    moved = [fnp.moveaxis(k, fnp._axis(axis, k.ndim, "lexsort"), -1) for k in keys]
+    moved = [fnp.moveaxis(k, arrays.normalize_axis(axis, k.ndim, "lexsort"), -1) for k in keys]
     perm = argsort_last(moved[0])
     for k in moved[1:]:
         perm = fnp.take_along_axis(perm, argsort_last(fnp.take_along_axis(k, perm, -1)), -1)
-    return fnp.moveaxis(perm, -1, fnp._axis(axis, keys[0].ndim, "lexsort"))
+    return fnp.moveaxis(perm, -1, arrays.normalize_axis(axis, keys[0].ndim, "lexsort"))
 
 
 def _before(a, b):
     """``a`` sorts strictly before ``b`` in numpy's order (NaN largest)."""
-    fnp = _fnp()
     if a.dtype.kind not in "fc":
         return a < b
     return (a < b) | (fnp.isnan(b) & ~fnp.isnan(a))
@@ -98,13 +91,12 @@ def searchsorted(a, v, side="left", sorter=None, *, method=None):
     (one fused reduction); larger ones run a vectorized binary search of ``log2(len(a))`` steps."""
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-    fnp = _fnp()
-    a = fnp._to_array(a)
+    a = arrays.to_array(a)
     if a.ndim != 1:
         raise ValueError(f"searchsorted: a must be 1-D, got shape {a.shape} {user_frame_description()}")
     if sorter is not None:
         a = fnp.take(a, sorter)
-    a, v = fnp._promote(a, fnp._to_array(v))
+    a, v = arrays.promote(a, arrays.to_array(v))
     n = a.shape[0]
     goes_right = (lambda entry, value: _before(entry, value)) if side == "left" else \
         (lambda entry, value: ~_before(value, entry))
@@ -127,17 +119,16 @@ def _quantile(a, q, axis, method, keepdims, ignore_nan: bool, fname: str):
     """Quantiles ``q`` of ``a`` over ``axis`` (numpy's ``method``), NaNs ignored or propagated."""
     if method not in _METHODS:
         raise NotImplementedError(f"{fname}: method={method!r} is not implemented (supported: {_METHODS})")
-    fnp = _fnp()
-    x = fnp._to_float(a, np.float64)
+    x = arrays.to_float(a, np.float64)
     ndim = x.ndim
-    axes = tuple(range(ndim)) if axis is None else tuple(fnp._norm_axes(axis, ndim, fname))
+    axes = tuple(range(ndim)) if axis is None else tuple(arrays.reduction_axes(axis, ndim, fname))
     kept = [d for d in range(ndim) if d not in axes]
     x = fnp.transpose(x, kept + list(axes))
     x = fnp.reshape(x, tuple(x.shape[:len(kept)]) + (-1,))
     n = x.shape[-1]
     if n == 0:
         raise ValueError(f"{fname}: cannot take a quantile of an empty axis {user_frame_description()}")
-    q = fnp._to_array(q)
+    q = arrays.to_array(q)
     q = fnp.asarray(q, x.dtype)
     if not isinstance(q, Tracer) and (np.any(q < 0) or np.any(q > 1)):
         raise ValueError(f"{fname}: quantiles must be in the range [0, 1] {user_frame_description()}")
@@ -176,7 +167,7 @@ def _quantile(a, q, axis, method, keepdims, ignore_nan: bool, fname: str):
     out = fnp.moveaxis(out, -1, 0)
     out = fnp.reshape(out, q.shape + out.shape[1:])
     if keepdims:
-        shape = q.shape + tuple(1 if d in axes else m for d, m in enumerate(fnp._to_array(a).shape))
+        shape = q.shape + tuple(1 if d in axes else m for d, m in enumerate(arrays.to_array(a).shape))
         out = fnp.reshape(out, shape)
     return out
 
@@ -195,12 +186,12 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                interpolation=None):
-    return _quantile(a, _fnp().divide(q, 100.0), axis, interpolation or method, keepdims, False, "percentile")
+    return _quantile(a, fnp.divide(q, 100.0), axis, interpolation or method, keepdims, False, "percentile")
 
 
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                   interpolation=None):
-    return _quantile(a, _fnp().divide(q, 100.0), axis, interpolation or method, keepdims, True, "nanpercentile")
+    return _quantile(a, fnp.divide(q, 100.0), axis, interpolation or method, keepdims, True, "nanpercentile")
 
 
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
@@ -216,15 +207,14 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     """numpy.unique of a flattened array.  On concrete values numpy's; with ``size=`` (as JAX) a
     fixed-size result that works under ``jit``: the first ``size`` sorted unique values, padded
     with ``fill_value`` (default: the smallest value)."""
-    fnp = _fnp()
     if size is None:
         if isinstance(ar, Tracer):
             ar = ar._concrete("unique (its output size depends on the values; pass size=)")
-        out = fnp._concrete_only("unique")(ar, return_index, return_inverse, return_counts, axis, equal_nan=equal_nan)
-        return tuple(map(fnp._as_eager, out)) if isinstance(out, tuple) else fnp._as_eager(out)
+        out = arrays.concrete_only("unique")(ar, return_index, return_inverse, return_counts, axis, equal_nan=equal_nan)
+        return tuple(map(as_eager, out)) if isinstance(out, tuple) else as_eager(out)
     if axis is not None:
         raise NotImplementedError("unique(size=..., axis=...) is not implemented; flatten first")
-    x = fnp.ravel(fnp._to_array(ar))
+    x = fnp.ravel(arrays.to_array(ar))
     n = x.shape[0]
     perm = argsort_last(x)
     s = fnp.take(x, perm)

@@ -1,7 +1,12 @@
-"""Operators and array methods on tracers, and numpy's protocols routed to functrace.numpy.
+"""Operators and array methods on tracers and eager arrays, and numpy's protocols routed to
+functrace.numpy.
 
-Importing this module (``functrace.numpy`` does) installs them on ``Tracer``."""
+Importing this module (``functrace.numpy`` does) installs them on ``Tracer`` and ``EagerArray``,
+which are defined below the numpy API (``core.py``, ``eager.py``); ``functrace.numpy`` routes
+numpy's protocols to itself with ``route_numpy_protocols`` once all its names exist."""
 from __future__ import annotations
+
+import numpy as np
 
 from .. import primitives as _P
 from ..core import Tracer
@@ -76,31 +81,67 @@ for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
 Tracer.__setitem__ = EagerArray.__setitem__  # the same TypeError eagerly and traced
 
 
-def _package():
-    """The whole of ``functrace.numpy``, where numpy's protocols dispatch (imported at the call: the
-    package imports this module)."""
-    from .. import numpy
-    return numpy
+def route_numpy_protocols(package) -> None:
+    """``np.sin(tracer)``, ``ndarray + tracer`` and ``np.sum(tracer)`` dispatch to the function of
+    the same name in ``package`` (all of ``functrace.numpy``, which calls this when its names exist)."""
+
+    def array_ufunc(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            raise NotImplementedError(f"numpy.{ufunc.__name__}.{method} on a functrace tracer is not supported")
+        if ufunc.__name__ == "conjugate":
+            return _complex_part(inputs[0], "conj")
+        name = {"absolute": "abs"}.get(ufunc.__name__, ufunc.__name__)
+        fn = getattr(package, name)  # raises NotImplementedError naming the function when missing
+        return fn(*inputs)
+
+    def array_function(self, func, types, args, kwargs):
+        module = func.__module__ or ""
+        target = package.linalg if module.endswith("linalg") else package.fft if module.endswith("fft") else package
+        return getattr(target, func.__name__)(*args, **kwargs)
+
+    Tracer.__array_ufunc__ = array_ufunc
+    Tracer.__array_function__ = array_function
 
 
-def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
-    """``np.sin(tracer)`` and ``ndarray + tracer`` dispatch to functrace.numpy."""
-    if method != "__call__" or kwargs.get("out") is not None:
-        raise NotImplementedError(f"numpy.{ufunc.__name__}.{method} on a functrace tracer is not supported")
-    if ufunc.__name__ == "conjugate":
-        return _complex_part(inputs[0], "conj")
-    name = {"absolute": "abs"}.get(ufunc.__name__, ufunc.__name__)
-    fn = getattr(_package(), name)  # raises NotImplementedError naming the function when missing
-    return fn(*inputs)
+# --------------------------------------------------------------------------- eager arrays
 
 
-def _array_function(self, func, types, args, kwargs):
-    """``np.sum(tracer)`` etc. dispatch to the functrace.numpy function of the same name."""
-    module = func.__module__ or ""
-    package = _package()
-    target = package.linalg if module.endswith("linalg") else package.fft if module.endswith("fft") else package
-    return getattr(target, func.__name__)(*args, **kwargs)
+def _index_holds_tracer(index) -> bool:
+    if isinstance(index, (np.ndarray, int, slice)) or index is None:  # the common cases, at once
+        return False
+    if isinstance(index, Tracer):
+        return True
+    return isinstance(index, (tuple, list)) and any(_index_holds_tracer(i) for i in index)
 
 
-Tracer.__array_ufunc__ = _array_ufunc
-Tracer.__array_function__ = _array_function
+def _eager_getitem(self, index):
+    """numpy's indexing; an index holding a traced value (``X[t]`` inside ``jit`` or ``scan``), or
+    one numpy rejects (an out-of-range integer, which JAX clamps when reading), is
+    ``functrace.numpy.getitem``, as for a JAX array."""
+    if _index_holds_tracer(index):
+        return fnp.getitem(self, index)
+    try:
+        return np.ndarray.__getitem__(self, index)
+    except IndexError:
+        return fnp.getitem(self, index)
+
+
+def _shape_checked(name: str, function, reflected: bool):
+    """numpy's binary operator; when numpy rejects the operands' shapes, functrace.numpy's
+    ``function`` runs instead to raise its ``ShapeError`` (the error ``jit`` gives)."""
+    operator = getattr(np.ndarray, name)
+
+    def method(self, other):
+        try:
+            return operator(self, other)
+        except ValueError:
+            return function(other, self) if reflected else function(self, other)
+    return method
+
+
+EagerArray.at = property(lambda self: IndexUpdateHelper(self))  # x.at[idx].set(v): a new array, x unchanged
+EagerArray.__getitem__ = _eager_getitem
+for _op, _fn in {"add": fnp.add, "sub": fnp.subtract, "mul": fnp.multiply, "truediv": fnp.divide,
+                 "floordiv": fnp.floor_divide, "mod": fnp.mod, "pow": fnp.power, "matmul": fnp.matmul}.items():
+    setattr(EagerArray, f"__{_op}__", _shape_checked(f"__{_op}__", _fn, False))
+    setattr(EagerArray, f"__r{_op}__", _shape_checked(f"__r{_op}__", _fn, True))

@@ -17,6 +17,7 @@ from typing import Sequence as _Sequence
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import ShapedArray as _ShapedArray
 from ..errors import NotInFunctrace as _NotInFunctrace
@@ -154,9 +155,9 @@ def _transform(a, fft_type: str, s, axes, norm):
     if fft_type == "rfft":
         if x.dtype.kind == "c":
             raise TypeError("fft: rfft of a complex array (take its real part first, numpy would drop it)")
-        x = _fnp._to_float(x, _np.float64)
+        x = _arrays.to_float(x, _np.float64)
     elif x.dtype.kind != "c":
-        x = _P.convert_element_type(_fnp._to_float(x, _np.float64), _P.complex_dtype(_fnp._to_float(x, _np.float64).dtype))
+        x = _P.convert_element_type(_arrays.to_float(x, _np.float64), _P.complex_dtype(_arrays.to_float(x, _np.float64).dtype))
     if x.ndim == 0:
         raise ValueError(f"fft: the input must have at least one dimension {_where()}")
     axes, lengths = _axes_and_lengths(x, s, axes, real_inverse=fft_type == "irfft")

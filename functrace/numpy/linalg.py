@@ -40,6 +40,7 @@ from typing import NamedTuple as _NamedTuple
 
 import numpy as _np
 
+from .. import arrays as _arrays
 from .. import primitives as _P
 from ..autodiff import vjp_flat as _vjp_flat
 from ..core import ShapedArray as _ShapedArray
@@ -47,6 +48,7 @@ from ..custom import custom_jvp as _custom_jvp
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
+from ..scans import exclusive_products as _scan_exclusive_products
 from . import _base as _fnp
 from . import _lapack, _misc
 
@@ -333,8 +335,7 @@ det_p.vjp = [lambda g, d, a: _fnp.expand_dims(g, (-1, -2)) * _mT(_adjugate(a))]
 
 
 def _exclusive_products(x, axis: int, reverse: bool = False):
-    from ..scans import exclusive_products
-    return exclusive_products(x, axis % len(_P.shape_of(x)), reverse)
+    return _scan_exclusive_products(x, axis % len(_P.shape_of(x)), reverse)
 
 
 def _products_of_others(s):
@@ -735,7 +736,7 @@ def lu_pivots_to_permutation(pivots, size: int):
 
 
 def _as_float_matrix(name: str, a, square: bool = False):
-    x = _fnp._to_float(a, _np.float64)  # numpy: integers and bools as float64
+    x = _arrays.to_float(a, _np.float64)  # numpy: integers and bools as float64
     if x.dtype.kind == "c":
         raise NotImplementedError(f"linalg.{name}: complex matrices are not implemented in functrace")
     if x.ndim < 2 or (square and x.shape[-1] != x.shape[-2]):
@@ -748,8 +749,8 @@ def _solve_operands(name: str, a, b):
     """``a`` and ``b`` promoted, ``b`` as a stack of columns with ``a``'s batch axes; returns
     (a, b, whether b was a vector)."""
     a = _as_float_matrix(name, a, square=True)
-    b = _fnp._to_float(b, _np.float64)
-    a, b = _fnp._promote(a, b)
+    b = _arrays.to_float(b, _np.float64)
+    a, b = _arrays.promote(a, b)
     vector = b.ndim == 1  # numpy 2: b is a vector only when it is 1-d
     if vector:
         b = _fnp.expand_dims(b, -1)
@@ -907,8 +908,8 @@ def lstsq(a, b, rcond=None):
     norms when m > n (numpy leaves them empty when rank < n, a shape that depends on values: here
     they are always given for m > n)."""
     x = _as_float_matrix("lstsq", a)
-    b = _fnp._to_float(b, _np.float64)
-    x, b = _fnp._promote(x, b)
+    b = _arrays.to_float(b, _np.float64)
+    x, b = _arrays.promote(x, b)
     if x.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != x.shape[0]:
         raise _ShapeError(f"linalg.lstsq: a must be (m, n) and b (m,) or (m, k); got {x.shape} and {b.shape} {_where()}")
     m, n = x.shape
@@ -933,7 +934,7 @@ def lstsq(a, b, rcond=None):
 def matrix_rank(A, tol=None, hermitian: bool = False, *, rtol=None):
     """The number of singular values above a cutoff: ``tol`` (absolute, numpy's), else rtol * max(s),
     rtol defaulting to max(m, n) * eps of the dtype (numpy's and JAX's default)."""
-    x = _fnp._to_float(A, _np.float64)
+    x = _arrays.to_float(A, _np.float64)
     if x.ndim < 2:
         return _fnp.asarray(_fnp.any(x != 0), _np.int64)
     if tol is not None and rtol is not None:
@@ -1037,7 +1038,7 @@ def _matrix_norm(x, ord, axes, keepdims):
 def norm(x, ord=None, axis=None, keepdims: bool = False):
     """numpy.linalg.norm: every vector order (p, inf, -inf, 0) and matrix order (1, -1, 2, -2,
     inf, -inf, 'fro', 'nuc')."""
-    x = _fnp._to_float(x, _np.float64)  # numpy: integers and bools as float64
+    x = _arrays.to_float(x, _np.float64)  # numpy: integers and bools as float64
     if axis is None and ord is None:
         return _vector_norm(_fnp.reshape(x, (-1,)), None, 0, False) if not keepdims else \
             _fnp.sqrt(_fnp.sum(x * x, axis=None, keepdims=True))
@@ -1059,7 +1060,7 @@ def _raise_axis(a, ndim):
 
 
 def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
-    x = _fnp._to_float(x, _np.float64)
+    x = _arrays.to_float(x, _np.float64)
     if axis is None:
         out = _vector_norm(_fnp.reshape(x, (-1,)), ord, 0, False)
         return _fnp.reshape(out, (1,) * x.ndim) if keepdims else out
@@ -1072,7 +1073,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
 
 
 def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
-    x = _fnp._to_float(x, _np.float64)
+    x = _arrays.to_float(x, _np.float64)
     return _matrix_norm(x, ord, (x.ndim - 2, x.ndim - 1), keepdims)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import arrays
 from .. import numpy as fnp
 from ..autodiff import stop_gradient as _stop_gradient
 from ..core import Tracer
@@ -14,7 +15,7 @@ from ..numpy import linalg as _la
 def _as_columns(b, matrix_ndim: int):
     """b as (..., n, k), and whether it was a stack of vectors (one axis fewer than the matrices,
     as JAX decides)."""
-    b = fnp._to_float(b, np.float64)
+    b = arrays.to_float(b, np.float64)
     return (fnp.expand_dims(b, -1), True) if b.ndim == max(1, matrix_ndim - 1) else (b, False)
 
 
@@ -23,9 +24,9 @@ def solve_triangular(a, b, trans=0, lower: bool = False, unit_diagonal: bool = F
     """x with op(a) x = b, a triangular (only its lower / upper triangle is read)."""
     if trans not in (0, 1, 2, "N", "T", "C"):
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
-    a = fnp._to_float(a, np.float64)
+    a = arrays.to_float(a, np.float64)
     b, vector = _as_columns(b, a.ndim)
-    a, b = fnp._promote(a, b)
+    a, b = arrays.promote(a, b)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a, b = fnp.broadcast_to(a, batch + a.shape[-2:]), fnp.broadcast_to(b, batch + b.shape[-2:])
     x = _la.triangular_solve(a, b, lower=lower, transpose_a=trans not in (0, "N"), unit_diagonal=unit_diagonal)
@@ -59,7 +60,7 @@ def solve(a, b, assume_a: str = "gen", lower: bool = False, overwrite_a: bool = 
 
 def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True):
     """(lu, piv): L (unit diagonal, below it) and U packed in lu, 0-based row swaps in piv (a = P L U)."""
-    x = fnp._to_float(a, np.float64)
+    x = arrays.to_float(a, np.float64)
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(f"lu_factor: expected square matrices (..., n, n), got shape {x.shape}")
     factors, pivots, _ = _la.lu_p.bind(x)
@@ -70,7 +71,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
     """x with a x = b (trans=1 or 2: a^T x = b) from ``lu_factor(a)``."""
     factors, pivots = lu_and_piv
     b, vector = _as_columns(b, fnp.ndim(factors))
-    factors, b = fnp._promote(factors, b)
+    factors, b = arrays.promote(factors, b)
     perm = _la.lu_pivots_to_permutation(pivots, factors.shape[-1])
     p = _la.permutation_matrix(perm, b.dtype)
     if trans in (0, "N"):  # a = P^T L U: x = U^-1 L^-1 P b
@@ -86,7 +87,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
 
 def lu(a, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True):
     """(p, l, u) with a = p @ l @ u (``permute_l``: (p @ l, u))."""
-    x = fnp._to_float(a, np.float64)
+    x = arrays.to_float(a, np.float64)
     factors, _, perm = _la.lu_p.bind(x)
     m, n = x.shape[-2:]
     k = min(m, n)
@@ -145,7 +146,7 @@ def expm(A):
     With a concrete A the number of squarings s is computed here; with a traced one it is computed
     in the program and the squarings beyond it are skipped by ``where`` (as many matrix products as
     the largest s allowed: 24)."""
-    a = fnp._to_float(A, np.float64)
+    a = arrays.to_float(A, np.float64)
     norm = _concrete_max_norm1(a)
     if norm is not None:
         squarings = int(np.ceil(np.log2(norm / _THETA13))) if norm > _THETA13 else 0

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .. import nn
+from .. import arrays, nn
 from .. import numpy as fnp
 from .. import primitives as P
 from ..autodiff import stop_gradient as _stop_gradient
@@ -35,7 +35,7 @@ _SQRT2 = math.sqrt(2.0)
 
 
 def _float(x):
-    return fnp._to_float(x, np.float64)
+    return arrays.to_float(x, np.float64)
 
 
 def erf(x):
@@ -58,14 +58,14 @@ def logit(p):
 
 def xlogy(x, y):
     """x * log(y), 0 where x == 0 (also for y == 0)."""
-    x, y = fnp._promote_float(x, y)
+    x, y = arrays.promote_float(x, y)
     zero = x == 0
     return fnp.where(zero, 0.0, x * fnp.log(fnp.where(zero, 1.0, y)))
 
 
 def xlog1py(x, y):
     """x * log1p(y), 0 where x == 0."""
-    x, y = fnp._promote_float(x, y)
+    x, y = arrays.promote_float(x, y)
     zero = x == 0
     return fnp.where(zero, 0.0, x * fnp.log1p(fnp.where(zero, 0.0, y)))
 
@@ -158,7 +158,7 @@ def digamma(x):
 
 def betaln(a, b):
     """log |B(a, b)| = gammaln(a) + gammaln(b) - gammaln(a + b)."""
-    a, b = fnp._promote_float(a, b)
+    a, b = arrays.promote_float(a, b)
     return gammaln(a) + gammaln(b) - gammaln(a + b)
 
 
@@ -263,7 +263,7 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     negative sum gives NaN (as scipy)."""
     a = _float(a)
     if b is not None:
-        a, b = fnp._promote_float(a, b)
+        a, b = arrays.promote_float(a, b)
         a = a + fnp.zeros_like(b)  # broadcast
         b = fnp.broadcast_to(b, a.shape)
     shift = fnp.max(a, axis=axis, keepdims=True)

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from ... import arrays
 from ... import numpy as fnp
 from ...errors import ShapeError
 from ...errors import user_frame_description as _where
@@ -16,7 +17,7 @@ def logpdf(x, mean, cov, allow_singular: bool = False):
     with r = x - mean, through cov = L L^T (one Cholesky factor, one triangular solve)."""
     if allow_singular:
         raise NotImplementedError("multivariate_normal.logpdf: allow_singular=True is not implemented")
-    x, mean, cov = fnp._promote_float(x, mean, cov)
+    x, mean, cov = arrays.promote_float(x, mean, cov)
     if mean.ndim == 0 or cov.ndim != 2 or cov.shape != (mean.shape[-1],) * 2 or x.shape[-1:] != mean.shape[-1:]:
         raise ShapeError(f"multivariate_normal.logpdf: x {x.shape}, mean {mean.shape} and cov {cov.shape} do not "
                          f"describe points of one dimension d (x (..., d), mean (d,), cov (d, d)) {_where()}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ... import arrays
 from ... import numpy as fnp
 from .. import special
 
@@ -10,7 +11,7 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _standardized(x, loc, scale):
-    x, loc, scale = fnp._promote_float(x, loc, scale)
+    x, loc, scale = arrays.promote_float(x, loc, scale)
     return (x - loc) / scale, scale
 
 
@@ -40,10 +41,10 @@ def logsf(x, loc=0.0, scale=1.0):
 
 
 def ppf(q, loc=0.0, scale=1.0):
-    q, loc, scale = fnp._promote_float(q, loc, scale)
+    q, loc, scale = arrays.promote_float(q, loc, scale)
     return loc + scale * special.ndtri(q)
 
 
 def isf(q, loc=0.0, scale=1.0):
-    q, loc, scale = fnp._promote_float(q, loc, scale)
+    q, loc, scale = arrays.promote_float(q, loc, scale)
     return loc - scale * special.ndtri(q)
