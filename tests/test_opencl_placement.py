@@ -175,7 +175,9 @@ def _attention_eqn(batch, tokens):
 def test_small_attention_and_rms_norm_are_placed_on_the_host_large_ones_are_kernels():
     """Hand-written lowerings weighed by the estimate: attention by its logits (queries x keys per
     head), rms_norm by its elements.  One sequence of 64 tokens: host; 4 x 256 tokens: a kernel."""
-    from functrace.backends.opencl.executable import _touched
+    import functrace.backends.opencl.executable  # noqa: F401 (registers the lowerings)
+    from functrace.backends.opencl.lowerings import SMALL_ON_HOST
+    _touched = lambda e: SMALL_ON_HOST[e.primitive](e)  # noqa: E731
     small, large = _attention_eqn(1, 64), _attention_eqn(4, 256)
     assert _touched(small) == 4 * 64 * 64 and _touched(large) == 4 * 4 * 256 * 256
     assert placement.host_is_cheaper(PTHREAD, [small], _touched(small))

@@ -1,41 +1,32 @@
-"""Execution backends behind one interface: ``Backend(closed_jaxpr)`` is a callable executable
-with ``as_text()``; OpenCL falls back to numpy (one warning) when no device exists."""
+"""Execution backends behind one interface: ``compile_for(name, closed_jaxpr)`` is a callable
+executable with ``as_text()`` and ``report()``.  ``BACKENDS`` maps each name ``jit(backend=...)``
+takes to its compiler; OpenCL runs on numpy (one warning) when no device is usable."""
 from __future__ import annotations
 
-import warnings
+from typing import Callable
 
+from ..config import config
 from .numpy_backend import NumpyExecutable
+
+
+def _compile_opencl(closed):
+    """The OpenCL backend, loaded at its first compile: ``import functrace`` loads neither it nor
+    pyopencl (about 0.2 s), which a program that never jits for OpenCL does not need."""
+    from .opencl.executable import compile_opencl
+    return compile_opencl(closed)
+
+
+BACKENDS: dict[str, Callable] = {  # name -> compile(closed_jaxpr) -> executable
+    "numpy": NumpyExecutable,
+    "opencl": _compile_opencl,
+}
 
 
 def compile_for(name: str | None, closed):
     """Compile ``closed`` for backend ``name`` (None: the configured default, else OpenCL, which
     runs on numpy when no OpenCL device is usable)."""
-    from ..config import BACKENDS, config
     name = name or config.default_backend or "opencl"
-    if name == "numpy":
-        return NumpyExecutable(closed)
-    if name == "opencl":
-        from ..optimize import inline_calls, optimize
-        from .opencl.executable import HostExecutable, OpenCLExecutable, is_small, runs_only_on_host
-        from .opencl.runtime import DeviceUnusable, forget_runtime, get_runtime
-        inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
-        if inlined is not closed:
-            closed = optimize(inlined)[0]
-        while True:
-            rt = get_runtime()
-            if rt is None:
-                return NumpyExecutable(closed)
-            if rt.policy.small_programs_on_host and is_small(closed):
-                return HostExecutable(closed, rt)
-            try:
-                exe = OpenCLExecutable(closed, rt)
-            except DeviceUnusable as e:
-                if config.device not in (None, ""):
-                    raise  # the device the user chose: say so rather than run elsewhere
-                warnings.warn(f"functrace: {e}; trying the next OpenCL device", RuntimeWarning, stacklevel=3)
-                forget_runtime()
-                continue
-            if runs_only_on_host(exe.plan):  # no device work: buffers would only copy in and out
-                return HostExecutable(closed, rt, host_plan=exe.plan)
-            return exe
-    raise ValueError(f"unknown backend {name!r}; available: {list(BACKENDS)}")
+    compile_ = BACKENDS.get(name)
+    if compile_ is None:
+        raise ValueError(f"unknown backend {name!r}; available: {list(BACKENDS)}")
+    return compile_(closed)

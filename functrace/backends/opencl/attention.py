@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import nn
+from ...optimize import shape_size
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
@@ -72,7 +73,13 @@ def _local(rt, dims: int):
     return (1,) * dims if rt.policy.one_item_work_groups else None
 
 
-@register(nn.attention_p)
+def _logits(eqn) -> int:
+    """Elements attention's work goes by: its logits, queries x keys per head (lse (..., N, T)
+    times the S keys of k (..., S, N, H))."""
+    return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
+
+
+@register(nn.attention_p, small_on_host=_logits)
 def lower_attention(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:

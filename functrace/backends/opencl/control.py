@@ -19,12 +19,12 @@ from ... import lax
 from ...config import config
 from ...core import ClosedJaxpr
 from ...optimize import shape_size
+from .. import compile_for
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs
 
 
 def _compile(closed):
-    from .. import compile_for
     return compile_for("opencl", closed)
 
 

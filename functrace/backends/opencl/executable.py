@@ -12,6 +12,7 @@ import functools
 import hashlib
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,8 +20,14 @@ import numpy as np
 
 from ... import primitives as P
 from ...config import config
-from ...core import ClosedJaxpr, Jaxpr, Literal
-from ...optimize import analyze, aval_nbytes, shape_size
+from ...core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal
+from ...optimize import analyze, aval_nbytes, inline_calls, optimize, shape_size
+from ..numpy_backend import NumpyExecutable
+
+# the modules of hand-written lowerings, each registering its own (tests/test_primitive_registries.py
+# checks that every module of this package that registers one is listed here)
+from . import attention, control, conv, gather, norms, random, scans, scatter, softmax, sort  # noqa: F401
+from .float16 import lower_in_float32
 from .fusion import (
     CTYPE,
     REDUCTIONS,
@@ -33,6 +40,7 @@ from .fusion import (
     elementwise_kernel,
     f32_helpers,
     fusable,
+    group_inputs,
     leading_axes,
     load_scalar,
     reduce_combine,
@@ -41,12 +49,11 @@ from .fusion import (
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import FP64_PRAGMA, LaunchContext, OnHost, load_builtin_lowerings, lower
-from .placement import compute_units, elements_touched, host_reason
+from .lowerings import FP64_PRAGMA, LOWERINGS, SMALL_ON_HOST, LaunchContext, Lowered, OnHost
+from .matmul import lower_with_epilogue
+from .placement import compute_units, host_reason
 from .policy import PLAIN_MACROS
-from .runtime import Array, CompileProgress, Runtime
-
-load_builtin_lowerings()
+from .runtime import Array, CompileProgress, DeviceUnusable, Runtime, forget_runtime, get_runtime
 
 _LOCAL = None  # reductions: work-group size left to the driver
 WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (measured 1.6x faster on PoCL than
@@ -394,8 +401,6 @@ def _matmul_epilogues(jaxpr: Jaxpr, rt) -> tuple[dict, set]:
     """``act(dot_general(x, y) + bias)`` (act: tanh, max(., 0) or none) whose intermediate values
     nothing else reads, as one matmul with a fused epilogue: {the chain's last equation: (an
     equation reading x, y, bias and writing its result, the Lowered)}, and the equations absorbed."""
-    from ...core import JaxprEqn
-    from .matmul import lower_with_epilogue
     if rt is None:
         return {}, set()
     uses: dict = {}
@@ -433,7 +438,6 @@ def _matmul_epilogues(jaxpr: Jaxpr, rt) -> tuple[dict, set]:
 def _host_segments(steps: list, program_outs: set, plan: Plan, position: dict) -> list:
     """Merge each run of consecutive host steps into one ``HostSegment``: a single generated
     numpy function, with ``Array`` wrapping only at its boundary."""
-    from ..numpy_backend import NumpyExecutable
     views = plan.views
     last_read: dict = {}  # value -> index of the last step reading it (or a view of it)
     for i, s in enumerate(steps + [None]):
@@ -512,13 +516,13 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         elif item.primitive.effectful:
             steps, numbered = [HostStep(item, _EFFECT.format(item.primitive.name))], False
         else:
-            lowered = lower(item, rt) if rt is not None else None
+            lowered = _lower(item, rt) if rt is not None else None
             if isinstance(lowered, OnHost):
                 steps = [HostStep(item, lowered.reason)]
             elif lowered is None:
                 steps = [HostStep(item, _dtype_reason(rt, [item]))]
-            elif item.primitive.name in _DATA_MOVES and (why := host_reason(rt, [item], _touched(item),
-                                                                               _after_kernel(plan))):
+            elif (touched := SMALL_ON_HOST.get(item.primitive)) is not None \
+                    and (why := host_reason(rt, [item], touched(item), _after_kernel(plan))):
                 steps = [HostStep(item, why)]
             else:
                 steps = _lowered_steps(plan, item, lowered)
@@ -527,20 +531,17 @@ def _emit_steps(plan: Plan, order, absorbed, consumers, program_outs, group_of, 
         k += numbered
 
 
-# hand-written lowerings whose work is a few passes over the elements they touch (data moves, a
-# row norm, attention's logits: ``placement.OP_WEIGHTS`` weighs them): a small one runs on the
-# host, like a small fused group, rather than cost a launch and a wait (e.g. the 256-element
-# diagonal gather in cholesky's gradient; the RMSNorms and attention of a transformer's forward
-# on one sequence of 64 tokens)
-_DATA_MOVES = frozenset({"take", "scatter_add", "scatter", "rms_norm", "attention"})
-
-
-def _touched(eqn) -> int:
-    """Elements an equation reads or writes at most (its largest operand or result; attention's
-    logits: queries x keys per head)."""
-    if eqn.primitive.name == "attention":  # lse (..., N, T) times the S keys of k (..., S, N, H)
-        return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
-    return elements_touched(eqn)
+def _lower(eqn, rt) -> Lowered | OnHost | None:
+    """The equation's hand-written lowering (``OnHost``: the lowering chose the host; None: no
+    lowering); for one with float16 values, that of its float32 twin with conversions around it
+    where the lowering has no float16 form (see ``float16.py``)."""
+    fn = LOWERINGS.get(eqn.primitive)
+    if fn is None:
+        return None
+    lowered = fn(eqn, rt)
+    if lowered is None:
+        lowered = lower_in_float32(fn, eqn, rt)
+    return lowered
 
 
 def _after_kernel(plan: Plan) -> bool:
@@ -557,7 +558,6 @@ def _group_steps(plan: Plan, rt, g: Group, outputs: list, k: int) -> tuple[list,
     """A fused elementwise group writing ``outputs``: one generated kernel."""
     if _unfit_dtype(rt, g.eqns) is not None:
         return [HostStep(e, _dtype_reason(rt, g.eqns)) for e in g.eqns], False
-    from .fusion import group_inputs
     ins = group_inputs(g)
     accesses, buffers = _accesses(plan, ins, g.shape)
     ops = "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:60]
@@ -580,7 +580,6 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     R = shape_size([x.aval.shape[d] for d in item.params["axes"]])
     chunks = 1 if n_out >= 64 or R < 8192 else min(256, -(-R // 4096))
     if g is not None:
-        from .fusion import group_inputs
         accesses, buffers = _accesses(plan, group_inputs(g), x.aval.shape)
     else:
         accesses, buffers = _accesses(plan, [x], x.aval.shape)
@@ -769,7 +768,7 @@ def _vector_width(rt, eqns) -> int:
 def _combine_source(name: str, eqn, chunks: int) -> str:
     st = CTYPE[eqn.out_vars[0].aval.dtype]
     ct = compute_type(st)
-    op = reduce_combine(eqn.primitive.name, ct, "acc", load_scalar(st, "p", "i"), False)
+    op = reduce_combine(eqn.primitive, ct, "acc", load_scalar(st, "p", "i"), False)
     return f"""
 __kernel void {name}(__global const {st}* restrict partial, __global {st}* restrict out0) {{
     const long o = get_global_id(0);
@@ -838,7 +837,6 @@ class HostExecutable:
     num_kernel_launches = 0
 
     def __init__(self, closed: ClosedJaxpr, rt: Runtime, host_plan: Plan | None = None):
-        from ..numpy_backend import NumpyExecutable
         self.closed = closed
         self.rt = rt
         self._exe = NumpyExecutable(closed)
@@ -1210,7 +1208,6 @@ class OpenCLExecutable:
         for k, out in enumerate(outs):
             value = np.asarray(out)
             if value.dtype.kind in "fc" and np.isnan(value).any():
-                from ..numpy_backend import NumpyExecutable
                 with np.errstate(all="ignore"):  # the NaN is reported below, not warned about
                     NumpyExecutable(self.closed)(*[np.asarray(a) for a in args])
                 raise FloatingPointError(f"NaN in output {k} of an OpenCL program (ft.config.debug_nans is "
@@ -1229,3 +1226,30 @@ class OpenCLExecutable:
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)
+
+
+def compile_opencl(closed: ClosedJaxpr):
+    """``closed`` compiled for the OpenCL backend: an ``OpenCLExecutable`` on the configured device,
+    a ``HostExecutable`` for a small program on a CPU device or a plan with no device work, or a
+    ``NumpyExecutable`` when no OpenCL device is usable.  A device whose compiler proves unusable
+    is dropped for the next one, unless the user chose it."""
+    inlined = inline_calls(closed)  # custom rules / checkpoints: their bodies become kernels
+    if inlined is not closed:
+        closed = optimize(inlined)[0]
+    while True:
+        rt = get_runtime()
+        if rt is None:
+            return NumpyExecutable(closed)
+        if rt.policy.small_programs_on_host and is_small(closed):
+            return HostExecutable(closed, rt)
+        try:
+            exe = OpenCLExecutable(closed, rt)
+        except DeviceUnusable as e:
+            if config.device not in (None, ""):
+                raise  # the device the user chose: say so rather than run elsewhere
+            warnings.warn(f"functrace: {e}; trying the next OpenCL device", RuntimeWarning, stacklevel=4)
+            forget_runtime()
+            continue
+        if runs_only_on_host(exe.plan):  # no device work: buffers would only copy in and out
+            return HostExecutable(closed, rt, host_plan=exe.plan)
+        return exe

@@ -49,7 +49,7 @@ REDUCTIONS = {P.reduce_sum_p, P.reduce_prod_p, P.reduce_max_p, P.reduce_min_p}
 # another lane of the vector: float tan (and sin, cos: we use native_sin/native_cos) 4x off for
 # small |x| at 4-16 lanes; double pow (0.94 for 1.5e31) and fmod at 8 and 16 lanes, and double8
 # fmod ran for minutes on quotients of 1e8 (found by the fuzzer; see tests/test_opencl_kernels.py)
-_LANEWISE_TYPES = {"tan": {"float"}, "pow": {"double"}, "rem": {"double"}}
+_LANEWISE_TYPES = {P.tan_p: {"float"}, P.pow_p: {"double"}, P.rem_p: {"double"}}
 
 # float32 exp, tanh, log and log1p (every vector width), each a Cody-Waite reduction and a Cephes
 # polynomial with plain integer exponent handling: PoCL's builtins spend a third more multiply
@@ -196,38 +196,57 @@ class View:
 
 def view_after(eqn, src: View) -> View | None:
     """The view ``eqn``'s output is of ``src``'s base, or None when it is not a strided view
-    (a reshape of non-contiguous data)."""
-    name, p = eqn.primitive.name, eqn.params
-    in_shape, out_shape = eqn.inputs[0].aval.shape, eqn.out_vars[0].aval.shape
+    (a reshape of non-contiguous data, or a primitive not in ``VIEW_PRIMS``)."""
+    rule = VIEW_PRIMS.get(eqn.primitive)
+    if rule is None:
+        return None
+    return rule(eqn.params, eqn.inputs[0].aval.shape, eqn.out_vars[0].aval.shape, src)
+
+
+def _broadcast_view(p, in_shape, out_shape, src: View) -> View:
+    new = [0] * len(out_shape)
+    for i, d in enumerate(p["broadcast_dimensions"]):
+        new[d] = src.strides[i] if in_shape[i] != 1 else 0
+    return View(src.base, src.offset, tuple(new))
+
+
+def _reshape_view(p, in_shape, out_shape, src: View) -> View | None:
+    if not src.contiguous(in_shape):
+        return None
+    return View(src.base, src.offset, tuple(contiguous_strides(out_shape)))
+
+
+def _squeeze_view(p, in_shape, out_shape, src: View) -> View:
+    return View(src.base, src.offset, tuple(x for i, x in enumerate(src.strides) if i not in p["dimensions"]))
+
+
+def _expand_dims_view(p, in_shape, out_shape, src: View) -> View:
+    it = iter(src.strides)
+    return View(src.base, src.offset, tuple(0 if d in p["dimensions"] else next(it) for d in range(len(out_shape))))
+
+
+def _transpose_view(p, in_shape, out_shape, src: View) -> View:
+    return View(src.base, src.offset, tuple(src.strides[i] for i in p["permutation"]))
+
+
+def _slice_view(p, in_shape, out_shape, src: View) -> View:
+    st = src.strides
+    off = src.offset + sum(a * x for a, x in zip(p["start_indices"], st))
+    return View(src.base, off, tuple(x * k for x, k in zip(st, p["strides"] or (1,) * len(st))))
+
+
+def _rev_view(p, in_shape, out_shape, src: View) -> View:
     st, off = list(src.strides), src.offset
-    if name == "broadcast_in_dim":
-        new = [0] * len(out_shape)
-        for i, d in enumerate(p["broadcast_dimensions"]):
-            new[d] = st[i] if in_shape[i] != 1 else 0
-        return View(src.base, off, tuple(new))
-    if name == "reshape":
-        if not src.contiguous(in_shape):
-            return None
-        return View(src.base, off, tuple(contiguous_strides(out_shape)))
-    if name == "squeeze":
-        return View(src.base, off, tuple(x for i, x in enumerate(st) if i not in p["dimensions"]))
-    if name == "expand_dims":
-        it = iter(st)
-        return View(src.base, off, tuple(0 if d in p["dimensions"] else next(it) for d in range(len(out_shape))))
-    if name == "transpose":
-        return View(src.base, off, tuple(st[i] for i in p["permutation"]))
-    if name == "slice":
-        off += sum(a * x for a, x in zip(p["start_indices"], st))
-        return View(src.base, off, tuple(x * k for x, k in zip(st, p["strides"] or (1,) * len(st))))
-    if name == "rev":
-        for d in p["dimensions"]:
-            off += (in_shape[d] - 1) * st[d]
-            st[d] = -st[d]
-        return View(src.base, off, tuple(st))
-    return None
+    for d in p["dimensions"]:
+        off += (in_shape[d] - 1) * st[d]
+        st[d] = -st[d]
+    return View(src.base, off, tuple(st))
 
 
-VIEW_PRIMS = {P.broadcast_in_dim_p, P.reshape_p, P.squeeze_p, P.expand_dims_p, P.transpose_p, P.slice_p, P.rev_p}
+# primitive -> the view its output is of its operand's base: ``rule(params, in_shape, out_shape, src)``
+VIEW_PRIMS: dict = {P.broadcast_in_dim_p: _broadcast_view, P.reshape_p: _reshape_view, P.squeeze_p: _squeeze_view,
+                    P.expand_dims_p: _expand_dims_view, P.transpose_p: _transpose_view, P.slice_p: _slice_view,
+                    P.rev_p: _rev_view}
 
 
 @dataclass
@@ -401,7 +420,7 @@ class ExprWriter:
 
     def fmod(self, ct: str, x: str, y: str) -> str:
         """C's fmod of the named values ``x``, ``y`` (lane by lane where its vector form is wrong)."""
-        return self.lanewise(ct, "fmod({0}, {1})", [x, y]) if ct in _LANEWISE_TYPES["rem"] else f"fmod({x}, {y})"
+        return self.lanewise(ct, "fmod({0}, {1})", [x, y]) if ct in _LANEWISE_TYPES[P.rem_p] else f"fmod({x}, {y})"
 
     def float_floor_div(self, ct: str, x: str, y: str, one: str, half: str) -> str:
         """numpy's float ``//`` (npy_divmod): the quotient of x minus its fmod remainder, moved
@@ -417,15 +436,15 @@ class ExprWriter:
         f = self.fresh(ct, self.select(f, f"copysign(({f} - {f}), {x} / {y})", f"{d} == 0", ct))
         return self.select(f, f"{x} / {y}", f"{y} == 0", ct)
 
-    def int_division(self, name: str, ct: str, x: str, y: str) -> str:
-        """numpy's integer ``%`` / ``//``: rounded toward -inf (C truncates toward 0), and 0 for a
-        zero divisor (where C's division would trap)."""
+    def int_division(self, prim, ct: str, x: str, y: str) -> str:
+        """numpy's integer ``%`` (``prim``: ``rem_p``) or ``//`` (``floor_div_p``): rounded toward
+        -inf (C truncates toward 0), and 0 for a zero divisor (where C's division would trap)."""
         x, y = self.fresh(ct, x), self.fresh(ct, y)
         one = self.atom(Literal(np.ones((), np.int64)), ct, "")
         pick = lambda a, b, c: self.select(a, b, c, ct)
         d = self.fresh(ct, pick(y, one, f"{y} == 0"))
         signs_differ = f"(({x} < 0) != ({d} < 0))"
-        if name == "rem":
+        if prim is P.rem_p:
             r = self.fresh(ct, f"{x} % {d}")
             r = self.fresh(ct, pick(r, f"{r} + {d}", f"({r} != 0) & (({r} < 0) != ({d} < 0))"))
         else:
@@ -477,23 +496,25 @@ class Op:
 # and within 1.2e-7 of sin / cos on |x| <= 1e4; elsewhere lane by lane, as a GPU computes them
 # anyway: PoCL's vector forms are wrong next to 0, inf or NaN); a corrected division and sqrt on a
 # device that does not round them correctly
-_F32_MACROS = {"div": "FT_FDIV({0}, {1})", "sqrt": "FT_FSQRT({0})"}
+_F32_MACROS = {P.div_p: "FT_FDIV({0}, {1})", P.sqrt_p: "FT_FSQRT({0})"}
+_F32_POLICY_MACROS = {P.sin_p: "FT_SIN", P.cos_p: "FT_COS"}  # + _<vector type>(operand): see policy.py
+_F32_OWN_MATH = {P.exp_p: "ft_exp", P.tanh_p: "ft_tanh", P.log_p: "ft_log", P.log1p_p: "ft_log1p"}  # see _F32_MATH
 
 
 def _write_float(w: ExprWriter, eqn, tmpl: str, args: list, ct: str, e: str) -> str:
     """A float template, with the builtins PoCL does better or worse swapped (``_F32_MACROS``, our
     float32 exp / tanh / log / log1p, lane-by-lane calls where its vector forms are wrong)."""
-    name = eqn.primitive.name
+    prim = eqn.primitive
     one = w.atom(Literal(np.ones((), eqn.out_vars[0].aval.dtype)), ct, e)
-    if ct == "float" and name in ("sin", "cos"):  # (a named operand: the gpu kind's macro reads each lane)
-        return f"FT_{name.upper()}_{w.vtype(ct)}({w.fresh(ct, args[0])})"
-    if ct == "float" and name in _F32_MACROS:
-        tmpl = _F32_MACROS[name]
-    elif ct == "float" and name in ("exp", "tanh", "log", "log1p"):
-        tmpl = f"ft_{name}_{w.vtype(ct)}({{0}})"  # see _F32_MATH
-    elif ct == "float" and name == "logistic":
+    if ct == "float" and prim in _F32_POLICY_MACROS:  # (a named operand: the gpu kind's macro reads each lane)
+        return f"{_F32_POLICY_MACROS[prim]}_{w.vtype(ct)}({w.fresh(ct, args[0])})"
+    if ct == "float" and prim in _F32_MACROS:
+        tmpl = _F32_MACROS[prim]
+    elif ct == "float" and prim in _F32_OWN_MATH:
+        tmpl = f"{_F32_OWN_MATH[prim]}_{w.vtype(ct)}({{0}})"
+    elif ct == "float" and prim is P.logistic_p:
         tmpl = tmpl.replace("exp(", f"ft_exp_{w.vtype(ct)}(")
-    if ct in _LANEWISE_TYPES.get(name, ()):
+    if ct in _LANEWISE_TYPES.get(prim, ()):
         return w.lanewise(ct, tmpl, [w.fresh(ct, a) for a in args])
     return tmpl.format(*args, one=one)
 
@@ -516,7 +537,7 @@ def _write_rem(w, eqn, args, ct, in_ct, e):
     """numpy's %: for floats C's exact fmod moved to the divisor's sign (with an infinite divisor,
     x or +-inf; x - floor(x / y) * y gave NaN there); for integers see ``int_division``."""
     if _KIND[ct] != "f":
-        return w.int_division("rem", ct, *args)
+        return w.int_division(P.rem_p, ct, *args)
     x, y = (w.fresh(ct, a) for a in args)
     m = w.fresh(ct, w.fmod(ct, x, y))
     r = w.fresh(ct, w.select(m, f"{m} + {y}", f"({m} != 0) & (({m} < 0) != ({y} < 0))", ct))
@@ -525,7 +546,7 @@ def _write_rem(w, eqn, args, ct, in_ct, e):
 
 def _write_floor_div(w, eqn, args, ct, in_ct, e):
     if _KIND[ct] != "f":
-        return w.int_division("floor_div", ct, *args)
+        return w.int_division(P.floor_div_p, ct, *args)
     dtype = eqn.out_vars[0].aval.dtype
     one, half = (w.atom(Literal(np.array(v, dtype)), ct, e) for v in (1, 0.5))
     return w.float_floor_div(ct, *args, one=one, half=half)
@@ -747,29 +768,30 @@ __kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long
     return src, inputs
 
 
-def _reduce_init(kind: str, ct: str) -> str:
-    """The identity of a reduction in C (the accumulator's start value)."""
-    if kind in ("reduce_sum", "reduce_prod"):
-        return "0" if kind == "reduce_sum" else "1"
+def _reduce_init(kind, ct: str) -> str:
+    """The identity of reduction ``kind`` (one of ``REDUCTIONS``) in C (the accumulator's start value)."""
+    if kind in (P.reduce_sum_p, P.reduce_prod_p):
+        return "0" if kind is P.reduce_sum_p else "1"
     if ct == "uchar":  # bool: any / all
-        return {"reduce_max": "0", "reduce_min": "1"}[kind]
+        return {P.reduce_max_p: "0", P.reduce_min_p: "1"}[kind]
     if ct in ("uint", "ulong"):
-        return {"reduce_max": "0", "reduce_min": "UINT_MAX" if ct == "uint" else "ULONG_MAX"}[kind]
+        return {P.reduce_max_p: "0", P.reduce_min_p: "UINT_MAX" if ct == "uint" else "ULONG_MAX"}[kind]
     if ct in ("int", "long"):
-        return {"reduce_max": f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
-                "reduce_min": "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
-    return {"reduce_max": "-INFINITY", "reduce_min": "INFINITY"}[kind]
+        return {P.reduce_max_p: f"({ct})(-0x7fffffff - 1)" if ct == "int" else "LONG_MIN",
+                P.reduce_min_p: "INT_MAX" if ct == "int" else "LONG_MAX"}[kind]
+    return {P.reduce_max_p: "-INFINITY", P.reduce_min_p: "INFINITY"}[kind]
 
 
-def reduce_combine(kind: str, ct: str, acc: str, v: str, vector: bool) -> str:
-    """C statement folding ``v`` into ``acc`` (max/min propagate NaN, as numpy's do)."""
-    if kind == "reduce_sum":
+def reduce_combine(kind, ct: str, acc: str, v: str, vector: bool) -> str:
+    """C statement folding ``v`` into ``acc`` for reduction ``kind`` (one of ``REDUCTIONS``; max/min
+    propagate NaN, as numpy's do)."""
+    if kind is P.reduce_sum_p:
         return f"{acc} += {v};"
-    if kind == "reduce_prod":
+    if kind is P.reduce_prod_p:
         return f"{acc} *= {v};"
-    cmp = ">" if kind == "reduce_max" else "<"
+    cmp = ">" if kind is P.reduce_max_p else "<"
     if ct in ("int", "long", "uchar"):  # (a fused bool operand is an int comparison result)
-        return f"{acc} = {'max' if kind == 'reduce_max' else 'min'}({acc}, ({ct})({v}));"
+        return f"{acc} = {'max' if kind is P.reduce_max_p else 'min'}({acc}, ({ct})({v}));"
     if vector:
         return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"
     return f"{acc} = (({v} {cmp} {acc}) || isnan({v})) ? {v} : {acc};"
@@ -800,7 +822,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     x = reduce_eqn.inputs[0]
     xshape = x.aval.shape
     axes = reduce_eqn.params["axes"]
-    kind = reduce_eqn.primitive.name
+    kind = reduce_eqn.primitive
     out = reduce_eqn.out_vars[0]
     st = CTYPE[out.aval.dtype]
     ct = compute_type(st)  # float16: accumulated in float, rounded once at the end
@@ -827,8 +849,8 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
         per = -(-per // vec) * vec  # slices start on vector boundaries (the last ones may be empty)
         v_lines, v_val = _reduce_operand(x, group, in_names, accesses, vec, True, "e", R)
         lane = lambda k: "vacc.s" + "0123456789abcdef"[k]
-        hsum = {"reduce_sum": " + ".join(lane(k) for k in range(vec)),
-                "reduce_prod": " * ".join(lane(k) for k in range(vec))}.get(kind)
+        hsum = {P.reduce_sum_p: " + ".join(lane(k) for k in range(vec)),
+                P.reduce_prod_p: " * ".join(lane(k) for k in range(vec))}.get(kind)
         fold = ""
         if hsum is None:  # max / min: lane by lane, NaN kept (fmax / fmin would drop it)
             hsum, fold = lane(0), " ".join(combine("h", lane(k), False) for k in range(1, vec))
@@ -871,7 +893,7 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     ``gid`` accumulates ``vec`` adjacent columns as one vector over all R rows (unit-stride
     loads; a scalar loop for the last, partial group of columns)."""
     x = reduce_eqn.inputs[0]
-    kind = reduce_eqn.primitive.name
+    kind = reduce_eqn.primitive
     st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
     ct = compute_type(st)
     C = shape_size(reduce_eqn.out_vars[0].aval.shape)

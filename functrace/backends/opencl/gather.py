@@ -19,6 +19,7 @@ from ...core import Literal
 from .fusion import CTYPE
 from .layout import bits_type
 from .lowerings import Lowered, has_int64_atomics, register
+from .placement import elements_touched
 
 _ATOMIC_ADD = {
     "float": """
@@ -74,7 +75,7 @@ def _supported(eqn, rt, float_only: bool) -> bool:
     return not any(type(a) is Literal for i, a in enumerate(eqn.inputs) if i != 1)
 
 
-@register(P.take_p)
+@register(P.take_p, small_on_host=elements_touched)
 def lower_take(eqn, rt) -> Lowered | None:
     if not _supported(eqn, rt, float_only=False):
         return None
@@ -108,7 +109,7 @@ __kernel void {name}(__global const {t}* restrict x, __global const {it}* restri
     return Lowered(source, [name], run, 1 if total else 0, f"gather ({name}, {P}x{K}x{Q} elements)")
 
 
-@register(P.scatter_add_p)
+@register(P.scatter_add_p, small_on_host=elements_touched)
 def lower_scatter_add(eqn, rt) -> Lowered | None:
     if not _supported(eqn, rt, float_only=True):
         return None

@@ -11,6 +11,7 @@ Shapes are compile-time constants of the generated source, as in the fused kerne
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ...core import Literal
 from ...optimize import shape_size
 from .fusion import CTYPE, Access, c_literal, contiguous_strides
 
-LAYOUT_PRIMS = {P.pad_p, P.concatenate_p, P.reshape_p}
+LAYOUT_PRIMS: dict = {}  # primitive -> its LayoutRule (filled below the rules)
 
 
 def layout_inputs(eqn) -> list:
@@ -30,11 +31,8 @@ def layout_inputs(eqn) -> list:
 def run_length(eqn, accesses: dict) -> int:
     """Consecutive output elements one work-item copies (a power of two up to 64): a run maps to
     consecutive elements of every input, so its index arithmetic is done once per run."""
-    if eqn.primitive.name == "pad":
-        return 1
-    shape = eqn.out_vars[0].aval.shape
-    run = shape_size(shape[eqn.params["dimension"] + 1:]) if eqn.primitive.name == "concatenate" else shape_size(shape)
-    return _run_for(run, [accesses[v] for v in layout_inputs(eqn)])
+    run = LAYOUT_PRIMS[eqn.primitive].run(eqn)
+    return 1 if run is None else _run_for(run, [accesses[v] for v in layout_inputs(eqn)])
 
 
 def _run_for(run: int, accesses: list) -> int:
@@ -52,7 +50,7 @@ def layout_kernel(name: str, eqn, accesses: dict, run: int) -> str:
     ins = layout_inputs(eqn)
     names = {v: f"in{i}" for i, v in enumerate(ins)}
     reads = [(names[v], accesses[v], shape_size(v.aval.shape)) for v in ins]
-    write = {"pad": _pad_body, "concatenate": _concatenate_body, "reshape": _reshape_body}[eqn.primitive.name]
+    write = LAYOUT_PRIMS[eqn.primitive].body
     out = eqn.out_vars[0].aval
     ct = bits_type(out.dtype)
     return _kernel(name, ct, reads, shape_size(out.shape), run,
@@ -160,3 +158,18 @@ def _concatenate_body(eqn, accesses: dict, names: dict, ct: str, it: str, copy) 
         else:
             lines.append(f"    {'else ' if i else ''}if (c < {end}) {{ {stmt} }}")
     return "\n".join(lines)
+
+
+class LayoutRule(NamedTuple):
+    """How a layout kernel copies one primitive: ``body`` writes its statements; ``run(eqn)`` is
+    the run of consecutive output elements that stay consecutive in its inputs (None: 1, no run)."""
+    body: Callable
+    run: Callable
+
+
+LAYOUT_PRIMS.update({
+    P.pad_p: LayoutRule(_pad_body, lambda eqn: None),
+    P.concatenate_p: LayoutRule(_concatenate_body,
+                                lambda eqn: shape_size(eqn.out_vars[0].aval.shape[eqn.params["dimension"] + 1:])),
+    P.reshape_p: LayoutRule(_reshape_body, lambda eqn: shape_size(eqn.out_vars[0].aval.shape)),
+})

@@ -1,6 +1,7 @@
 """Hand-written kernels: the registry mapping a primitive to its OpenCL lowering.
 
-A lowering is ``fn(eqn, runtime) -> Lowered | None`` (None: run the equation as a host step).
+A lowering is ``fn(eqn, runtime) -> Lowered | OnHost | None`` (None: no lowering for this
+equation: the executable tries its float32 twin for float16 values, else runs it as a host step).
 ``Lowered.source`` is OpenCL C (kernels from the top-level ``cl_kernels/*.cl`` are read with
 ``kernel_source``); the executable puts the sources of all steps of a jitted function into one
 program (identical sources once) and, per call, invokes ``Lowered.run(ctx, inputs)`` which
@@ -18,6 +19,11 @@ import numpy as np
 from ...core import Literal
 
 LOWERINGS: dict = {}  # Primitive -> its lowering
+# Primitive -> ``touched(eqn)``, the elements a lowered equation of it reads or writes, for lowerings
+# whose work is a few passes over those (data moves, a row norm, attention's logits): a small one
+# runs on the host (``placement.host_reason``), as a small fused group does, rather than cost a
+# launch and a wait
+SMALL_ON_HOST: dict = {}
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"  # first line of every program
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,11 +34,14 @@ _KERNEL_DIR = next((d for d in (os.path.join(_PACKAGE_DIR, "cl_kernels"),
                    os.path.join(_PACKAGE_DIR, "cl_kernels"))
 
 
-def register(primitive):
+def register(primitive, *, small_on_host: Callable | None = None):
     """Decorator: ``@register(P.dot_general_p) def lower(eqn, rt): ...`` (keyed by the primitive
-    object itself: a lowering cannot name a primitive that does not exist)."""
+    object itself: a lowering cannot name a primitive that does not exist).  ``small_on_host``:
+    the equation's elements touched, when a small one should run on the host (``SMALL_ON_HOST``)."""
     def deco(fn):
         LOWERINGS[primitive] = fn
+        if small_on_host is not None:
+            SMALL_ON_HOST[primitive] = small_on_host
         return fn
     return deco
 
@@ -119,26 +128,3 @@ class LaunchContext:
     kernels: dict
     alloc: Callable
     release: Callable
-
-
-def lower(eqn, rt) -> Lowered | OnHost | None:
-    """The equation's lowering (``OnHost``: the lowering chose the host; None: no lowering); for
-    one with float16 values, that of its float32 twin with conversions around it where the
-    lowering has no float16 form (see ``float16.py``)."""
-    fn = LOWERINGS.get(eqn.primitive)
-    if fn is None:
-        return None
-    lowered = fn(eqn, rt)
-    if lowered is None:
-        from .float16 import lower_in_float32
-        lowered = lower_in_float32(fn, eqn, rt)
-    return lowered
-
-
-def load_builtin_lowerings() -> None:
-    """Import every module of this package, so each registers its lowerings (a new module needs
-    no entry in a list: the coverage test in tests/test_opencl.py then sees its lowerings)."""
-    import importlib
-    import pkgutil
-    for info in pkgutil.iter_modules([os.path.dirname(os.path.abspath(__file__))]):
-        importlib.import_module(f"{__package__}.{info.name}")

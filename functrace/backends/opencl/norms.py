@@ -17,6 +17,7 @@ import numpy as np
 from ... import nn
 from ...optimize import shape_size
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
+from .placement import elements_touched
 
 
 def _check(eqn, rt, n_float: int):
@@ -38,7 +39,7 @@ def _check(eqn, rt, n_float: int):
     return spec[0], spec[1], shape_size(xs) // D, D
 
 
-@register(nn.rms_norm_p)
+@register(nn.rms_norm_p, small_on_host=elements_touched)
 def lower_rms_norm(eqn, rt):
     chk = _check(eqn, rt, 2)
     if chk is None:

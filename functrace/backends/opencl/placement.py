@@ -32,8 +32,11 @@ import statistics
 import time
 from typing import NamedTuple
 
+from ... import nn
+from ... import primitives as P
 from ...config import config
 from ...optimize import shape_size
+from ...scipy import special as scipy_special
 
 HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside a host segment
 
@@ -43,36 +46,45 @@ HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside 
 # pthread, Skylake-AVX512); rms_norm per element, attention per logit (queries x keys per head,
 # head size 32) from timing the two backends on them.  Unlisted: ``CHEAP_COSTS``.
 OP_COSTS = {
-    "div": (0.21, 0.59, 0.18, 0.67),
-    "select": (4.9, 6.3, 0.04, 0.03),  # numpy's where on an unpredictable mask (a sorted one: 0.7)
-    "sqrt": (0.23, 0.93, 0.22, 0.95),
-    "rsqrt": (0.59, 2.07, 0.46, 1.69),
-    "integer_pow": (0.25, 1.35, 0.05, 0.04),  # (x ** 3: a chain of multiplies on both sides)
-    "exp": (0.46, 0.62, 0.27, 0.97),
-    "log": (0.40, 0.84, 0.38, 1.83),
-    "log1p": (0.49, 1.15, 0.49, 1.88),
-    "expm1": (0.26, 1.08, 1.29, 3.39),
-    "tanh": (0.38, 1.50, 0.50, 2.59),
-    "logistic": (1.02, 2.39, 0.36, 1.18),
-    "sin": (0.56, 5.71, 0.28, 3.93),
-    "cos": (1.04, 5.09, 0.35, 4.00),
-    "tan": (0.47, 1.36, 20.3, 4.21),
-    "erf": (87.2, 87.3, 2.45, 7.08),
-    "pow": (1.08, 4.93, 10.3, 143.0),
-    "atan2": (0.84, 2.48, 1.07, 3.10),
-    "rem": (11.8, 11.4, 2.17, 18.4),
-    "floor_div": (16.9, 17.1, 2.56, 20.8),
-    "rms_norm": (1.2, 2.4, 1.0, 2.0),
-    "attention": (4.5, 9.0, 2.9, 5.8),
+    P.div_p: (0.21, 0.59, 0.18, 0.67),
+    P.select_p: (4.9, 6.3, 0.04, 0.03),  # numpy's where on an unpredictable mask (a sorted one: 0.7)
+    P.sqrt_p: (0.23, 0.93, 0.22, 0.95),
+    P.rsqrt_p: (0.59, 2.07, 0.46, 1.69),
+    P.integer_pow_p: (0.25, 1.35, 0.05, 0.04),  # (x ** 3: a chain of multiplies on both sides)
+    P.exp_p: (0.46, 0.62, 0.27, 0.97),
+    P.log_p: (0.40, 0.84, 0.38, 1.83),
+    P.log1p_p: (0.49, 1.15, 0.49, 1.88),
+    P.expm1_p: (0.26, 1.08, 1.29, 3.39),
+    P.tanh_p: (0.38, 1.50, 0.50, 2.59),
+    P.logistic_p: (1.02, 2.39, 0.36, 1.18),
+    P.sin_p: (0.56, 5.71, 0.28, 3.93),
+    P.cos_p: (1.04, 5.09, 0.35, 4.00),
+    P.tan_p: (0.47, 1.36, 20.3, 4.21),
+    nn.erf_p: (87.2, 87.3, 2.45, 7.08),
+    P.pow_p: (1.08, 4.93, 10.3, 143.0),
+    P.atan2_p: (0.84, 2.48, 1.07, 3.10),
+    P.rem_p: (11.8, 11.4, 2.17, 18.4),
+    P.floor_div_p: (16.9, 17.1, 2.56, 20.8),
+    nn.rms_norm_p: (1.2, 2.4, 1.0, 2.0),
+    nn.attention_p: (4.5, 9.0, 2.9, 5.8),
 }
 CHEAP_COSTS = (0.2, 0.3, 0.05, 0.1)  # adds, products, compares, converts, reductions, copies
+# The fused elementwise primitives charged ``CHEAP_COSTS``: a few instructions per element either way
+CHEAP = frozenset({
+    P.add_p, P.sub_p, P.mul_p, P.neg_p, P.abs_p, P.floor_p, P.ceil_p, P.round_p, P.sign_p, P.max_p, P.min_p,
+    P.copysign_p, P.signbit_p, P.is_finite_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p,
+    P.and_p, P.or_p, P.xor_p, P.not_p, P.shift_left_p, P.shift_right_logical_p,
+    P.convert_element_type_p, P.bitcast_convert_type_p, P.stop_gradient_p,
+})
+# The fused elementwise primitives not calibrated yet: charged ``CHEAP_COSTS`` until measured
+UNCALIBRATED = frozenset({P.cbrt_p, P.fmod_p, nn.erf_inv_p, scipy_special.erfc_p})
 
 
 def op_costs(eqn) -> tuple:
     """``OP_COSTS``' row for this equation, its float64 columns when any operand is 8 bytes wide."""
     wide = any(getattr(v.aval.dtype, "itemsize", 4) >= 8 for v in list(eqn.out_vars) + list(eqn.inputs)
                if hasattr(v, "aval"))
-    costs = OP_COSTS.get(eqn.primitive.name, CHEAP_COSTS)
+    costs = OP_COSTS.get(eqn.primitive, CHEAP_COSTS)
     return (costs[1], costs[3]) if wide else (costs[0], costs[2])
 
 

@@ -19,6 +19,7 @@ from ...core import Literal
 from .fusion import CTYPE
 from .gather import index_source
 from .lowerings import Lowered, has_int64_atomics, register
+from .placement import elements_touched
 
 _UNSIGNED = {"float": ("uint", "atomic_cmpxchg"), "double": ("ulong", "atom_cmpxchg"),
              "int": ("uint", "atomic_cmpxchg"), "long": ("ulong", "atom_cmpxchg")}
@@ -51,7 +52,7 @@ inline void ft_scatter_{op}_{t}(volatile __global {t}* addr, {t} v) {{
 }}"""
 
 
-@register(S.scatter_p)
+@register(S.scatter_p, small_on_host=elements_touched)
 def lower_scatter(eqn, rt) -> Lowered | None:
     x, idx, upd = eqn.inputs
     dt = x.aval.dtype
