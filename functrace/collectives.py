@@ -40,11 +40,10 @@ import numpy as np
 from . import distributed, tree_util
 from . import primitives as P
 from .batching import BatchTrace
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Primitive, ShapedArray, Tracer, trace_stack
+from .core import Primitive, ShapedArray, Tracer, trace_stack
 from .distributed import PROCESSES
 from .eager import EagerArray
 from .errors import ShapeError, user_frame_description
-from .optimize import has_effects
 from .staging import StagingTrace
 
 # --------------------------------------------------------------------------- the axis environment
@@ -263,37 +262,7 @@ psum_p.batch_named_axis = _psum_named
 psum_p.batch = lambda vals, dims, *, axis_name: (psum_p.bind(*vals, axis_name=axis_name), dims)
 psum_p.jvp_rule = _psum_jvp
 psum_p.vjp_rule = _psum_vjp
-
-
-def merge_psums(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """An optimizer pass: consecutive ``psum`` equations of a program over the same axis become one
-    (its operands' small arrays then travel in one MPI message, see ``_allreduce``).  A ``psum`` moves
-    down to the next one it joins only across equations that do not read its outputs and have no
-    effects (so effects keep their order and every process still runs the same collectives in the
-    same order); equations of different phases (forward / backward) are not merged."""
-    eqns: list = []
-    pending = None  # index in ``eqns`` of the psum the next one may join, and its outputs
-    for eqn in closed.jaxpr.eqns:
-        if eqn.primitive is psum_p:
-            if pending is not None:
-                index, outputs = pending
-                earlier = eqns[index]
-                if earlier.params == eqn.params and earlier.phase == eqn.phase and \
-                        not any(a in outputs for a in eqn.inputs if type(a) is not Literal):
-                    eqns[index] = None
-                    eqn = JaxprEqn(psum_p, earlier.inputs + eqn.inputs, eqn.params,
-                                   earlier.out_vars + eqn.out_vars, eqn.phase)
-            eqns.append(eqn)
-            pending = len(eqns) - 1, set(eqn.out_vars)
-            continue
-        if pending is not None and (has_effects(eqn) or any(
-                a in pending[1] for a in eqn.inputs if type(a) is not Literal)):
-            pending = None
-        eqns.append(eqn)
-    if None not in eqns:
-        return closed
-    return ClosedJaxpr(Jaxpr(closed.jaxpr.const_vars, closed.jaxpr.in_vars, [e for e in eqns if e is not None],
-                             closed.jaxpr.outs), closed.consts, closed.in_tree, closed.out_tree)
+psum_p.merges_consecutive = True  # one psum of two operand lists: one MPI message (optimize.merge_psums)
 
 
 # --------------------------------------------------------------------------- pmax / pmin

@@ -30,7 +30,8 @@ from . import numpy as fnp
 from . import primitives as P
 from .core import ShapedArray, get_aval
 from .errors import DtypeError, ShapeError, user_frame_description
-from .lax_numeric import canonicalize_precision, padtype_to_pads, preferred_dtypes
+from .lax_numeric import padtype_to_pads
+from .precision import canonicalize_precision, preferred_dtypes
 from .primitives import new_primitive, shape_of
 
 conv_general_dilated_p = new_primitive("conv_general_dilated")

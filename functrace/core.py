@@ -339,7 +339,7 @@ class Primitive:
     * ``jvp`` / ``vjp``: per-argument derivative rules (see ``autodiff.py``)
     * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
 
-    OpenCL lowerings are registered apart, by primitive name (``backends/opencl/lowerings.py``).
+    OpenCL lowerings are registered apart, keyed by the primitive (``backends/opencl/lowerings.py``).
 
     ``effectful``: the primitive does something besides computing its outputs (a debug print, a
     callback, an MPI collective).  Its equations are never removed by dead-code elimination,
@@ -369,6 +369,9 @@ class Primitive:
         # a call whose result is its body's (custom rules, checkpoint): the name of the param
         # holding that ClosedJaxpr, so a backend may inline it (``optimize.inline_calls``)
         self.inline_body: str | None = None
+        # binding it once on the operands of two consecutive equations with equal params gives both
+        # equations' results (``psum``): the ``merge_psums`` pass joins such equations
+        self.merges_consecutive = False
 
     def __repr__(self) -> str:
         return self.name

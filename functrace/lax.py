@@ -576,6 +576,13 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
     return carry, tree_util.tree_unflatten(out_tree_box[-1], outs[len(c_leaves):])
 
 
+def map(f: Callable, xs, *, batch_size: int | None = None):
+    """``stack([f(x) for x in xs])`` over the leading axis of (pytrees of) arrays, as one ``scan``."""
+    if batch_size is not None:
+        raise NotImplementedError("lax.map(batch_size=...) is not implemented in functrace")
+    return scan(lambda carry, x: (carry, f(x)), (), xs)[1]
+
+
 def _concrete_int(x):
     """The Python int value of a loop bound, or None when it is only known at run time."""
     if isinstance(x, Tracer):
@@ -651,7 +658,6 @@ from .lax_numeric import (  # noqa: E402,F401  (re-exported)
     dynamic_update_slice,
     dynamic_update_slice_in_dim,
     erf,
-    map,
     padtype_to_pads,
     reduce_window,
     reduce_window_shape_tuple,

@@ -504,9 +504,35 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
 
 
 def merge_psums(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Consecutive ``psum`` equations over one axis as one (``collectives.merge_psums``)."""
-    from .collectives import merge_psums as merge  # (collectives imports this module)
-    return merge(closed)
+    """Consecutive equations of a ``merges_consecutive`` primitive (``psum``) with equal params
+    become one (a psum's small operands then travel in one MPI message, see ``collectives.py``).
+    An equation moves down to the next one it joins only across equations that do not read its
+    outputs and have no effects (so effects keep their order and every process still runs the
+    same collectives in the same order); equations of different phases (forward / backward) are
+    not merged."""
+    eqns: list = []
+    pending = None  # index in ``eqns`` of the psum the next one may join, and its outputs
+    for eqn in closed.jaxpr.eqns:
+        if eqn.primitive.merges_consecutive:
+            if pending is not None:
+                index, outputs = pending
+                earlier = eqns[index]
+                if earlier.primitive is eqn.primitive and earlier.params == eqn.params and earlier.phase == eqn.phase and \
+                        not any(a in outputs for a in eqn.inputs if type(a) is not Literal):
+                    eqns[index] = None
+                    eqn = JaxprEqn(eqn.primitive, earlier.inputs + eqn.inputs, eqn.params,
+                                   earlier.out_vars + eqn.out_vars, eqn.phase)
+            eqns.append(eqn)
+            pending = len(eqns) - 1, set(eqn.out_vars)
+            continue
+        if pending is not None and (has_effects(eqn) or any(
+                a in pending[1] for a in eqn.inputs if type(a) is not Literal)):
+            pending = None
+        eqns.append(eqn)
+    if None not in eqns:
+        return closed
+    return ClosedJaxpr(Jaxpr(closed.jaxpr.const_vars, closed.jaxpr.in_vars, [e for e in eqns if e is not None],
+                             closed.jaxpr.outs), closed.consts, closed.in_tree, closed.out_tree)
 
 
 PIPELINE = (("fold_constants", fold_constants), ("simplify", simplify), ("cse", cse), ("dce", dce),

@@ -75,6 +75,7 @@ from ..eager import as_eager as _as_eager  # eager results are numpy arrays with
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _user_frame_description
+from ..precision import dot_with_options as _dot_with_options
 from ..primitives import shape_of as _shape_of
 
 _F64 = _np.dtype(_np.float64)
@@ -858,8 +859,7 @@ def take_along_axis(arr, indices, axis):
 def dot(a, b, *, precision=None, preferred_element_type=None):
     """numpy.dot; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
     if precision is not None or preferred_element_type is not None:
-        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
-        return dot_with_options("dot", dot, (a, b), precision, preferred_element_type)
+        return _dot_with_options("dot", dot, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -875,8 +875,7 @@ def _check_contract(name, n, m, sa, sb):
 def matmul(a, b, *, precision=None, preferred_element_type=None):
     """numpy.matmul; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
     if precision is not None or preferred_element_type is not None:
-        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
-        return dot_with_options("matmul", matmul, (a, b), precision, preferred_element_type)
+        return _dot_with_options("matmul", matmul, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: operands must not be scalars {_user_frame_description()}")
@@ -903,8 +902,7 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
 def inner(a, b, *, precision=None, preferred_element_type=None):
     """numpy.inner; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
     if precision is not None or preferred_element_type is not None:
-        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
-        return dot_with_options("inner", inner, (a, b), precision, preferred_element_type)
+        return _dot_with_options("inner", inner, (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -920,8 +918,7 @@ def outer(a, b):
 def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     """numpy.tensordot; ``precision`` / ``preferred_element_type`` as jax.numpy's (``ft.lax.Precision`` says what they do)."""
     if precision is not None or preferred_element_type is not None:
-        from ..lax_numeric import dot_with_options  # (here: lax_numeric imports this module)
-        return dot_with_options("tensordot", lambda a, b: tensordot(a, b, axes), (a, b), precision, preferred_element_type)
+        return _dot_with_options("tensordot", lambda a, b: tensordot(a, b, axes), (a, b), precision, preferred_element_type)
     a, b = _promote(_to_array(a), _to_array(b))
     if isinstance(axes, (int, _np.integer)):
         ax_a = tuple(range(a.ndim - axes, a.ndim))

@@ -12,6 +12,7 @@ from .. import arrays as _arrays
 from .. import primitives as _P
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where_in_user_code
+from ..precision import dot_operands as _dot_operands
 from . import _base as _fnp
 
 _LABELS = _string.ascii_letters
@@ -111,8 +112,7 @@ def einsum(*operands, out=None, optimize="auto", precision=None, preferred_eleme
     ops = list(_arrays.promote(*ops)) if len(ops) > 1 else ops
     out_dtype = None
     if precision is not None or preferred_element_type is not None:
-        from ..lax_numeric import dot_operands  # (here: lax_numeric imports functrace.numpy)
-        ops, out_dtype = dot_operands("einsum", ops, precision, preferred_element_type)
+        ops, out_dtype = _dot_operands("einsum", ops, precision, preferred_element_type)
     subscripts = subscripts.replace(" ", "")
     lhs, arrow, out_term = subscripts.partition("->")
     terms = lhs.split(",")

@@ -10,6 +10,7 @@ import numpy as _np
 
 from .. import arrays as _arrays
 from .. import tree_util
+from ..batching import vmap
 from ..errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 
@@ -33,7 +34,6 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     in_cores, _ = _parse_signature(signature) if signature is not None else (None, None)
 
     def wrapped(*args, **kwargs):
-        from .. import vmap
         mapped = [i for i in range(len(args)) if i not in excluded]
         arrays = [_arrays.to_array(args[i]) for i in mapped]
         cores = in_cores if in_cores is not None else [()] * len(arrays)
@@ -72,7 +72,6 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
 
 def apply_along_axis(func1d, axis: int, arr, *args, **kwargs):
     """``func1d`` on every 1-D slice along ``axis`` (by ``vmap``); its output axes replace ``axis``."""
-    from .. import vmap
     x = _arrays.to_array(arr)
     axis = _arrays.normalize_axis(axis, x.ndim, "apply_along_axis")
     moved = _fnp.moveaxis(x, axis, -1)

@@ -48,7 +48,7 @@ from ..custom import custom_jvp as _custom_jvp
 from ..errors import NotInFunctrace as _NotInFunctrace
 from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
-from ..scans import exclusive_products as _scan_exclusive_products
+from ..primitives import exclusive_products as _scan_exclusive_products
 from . import _base as _fnp
 from . import _lapack, _misc
 
