@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import primitives as P
+from .backends.numpy_backend import NumpyExecutable
 from .core import ClosedJaxpr, Jaxpr, Tracer, eval_jaxpr, get_aval
 from .optimize import dce
 from .staging import trace_to_jaxpr
@@ -19,7 +20,6 @@ def run_subprogram(closed: ClosedJaxpr, args: Sequence) -> list:
         return eval_jaxpr(closed.jaxpr, closed.consts, *args)
     exe = getattr(closed, "_numpy_exe", None)
     if exe is None:
-        from .backends.numpy_backend import NumpyExecutable
         exe = closed._numpy_exe = NumpyExecutable(closed)
     return exe(*args)
 

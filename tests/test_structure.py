@@ -78,9 +78,16 @@ def test_the_wheel_ships_the_opencl_sources_and_the_package_loads_them(tmp_path)
     assert int(out[1]) == len((root / "cl_kernels" / sources[0]).read_text())
 
 
-def _module_level_imports(root):
-    """``{module: {imported functrace modules}}`` from the import statements each module runs when
-    it is loaded (any statement outside a function body or an ``if TYPE_CHECKING:`` block)."""
+# Imports inside functions: only the optional OpenCL backend, loaded at its first use from the public
+# API (``import functrace`` must not load pyopencl, see the first test); (importing module, imported module)
+LAZY_IMPORTS = {("functrace", "functrace.backends.opencl.runtime"),  # ft.Array, ft.devices, ...
+                ("functrace.backends", "functrace.backends.opencl.executable")}  # the first OpenCL compile
+
+
+def _imports(root) -> tuple[dict, set]:
+    """(``{module: {imported functrace modules}}`` from every import statement, the (module,
+    imported module) pairs of the statements inside a function body).  Statements under
+    ``if TYPE_CHECKING:`` are not run and not counted."""
     import ast
     modules = {}
     for path in root.rglob("*.py"):
@@ -91,32 +98,38 @@ def _module_level_imports(root):
     def resolve(name):  # a package means its __init__, which is the module named like the package
         return name if name in modules else None
 
-    graph = {}
+    graph, inside_functions = {}, set()
     for name, (path, is_package) in modules.items():
         package = name if is_package else name.rpartition(".")[0]
         imported = set()
 
-        def visit(statements):
+        def visit(statements, in_function):
             for node in statements:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    visit(node.body, True)
                     continue
                 if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                    visit(node.orelse)
+                    visit(node.orelse, in_function)
                     continue
+                found = set()
                 if isinstance(node, ast.Import):
-                    imported.update(resolve(a.name) for a in node.names)
+                    found = {resolve(a.name) for a in node.names}
                 elif isinstance(node, ast.ImportFrom):
                     base = node.module or ""
                     if node.level:
                         anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                         base = ".".join(anchor + ([node.module] if node.module else []))
-                    for alias in node.names:  # `from p import m` imports the submodule m when there is one
-                        imported.add(resolve(f"{base}.{alias.name}") or resolve(base))
+                    # `from p import m` imports the submodule m when there is one
+                    found = {resolve(f"{base}.{alias.name}") or resolve(base) for alias in node.names}
+                found -= {None, name}
+                imported.update(found)
+                if in_function:
+                    inside_functions.update((name, m) for m in found)
                 for field in ("body", "orelse", "finalbody", "handlers"):
-                    visit(getattr(node, field, []) if not isinstance(node, ast.ClassDef) or field == "body" else [])
-        visit(ast.parse(path.read_text()).body)
-        graph[name] = imported - {None, name}
-    return graph
+                    visit(getattr(node, field, []), in_function)
+        visit(ast.parse(path.read_text()).body, False)
+        graph[name] = imported
+    return graph, inside_functions
 
 
 def _import_cycles(graph):
@@ -150,12 +163,24 @@ def _import_cycles(graph):
     return components
 
 
-def test_no_module_level_import_cycle():
+def test_no_import_cycle_and_no_import_inside_a_function():
     """Modules import each other at module level without a cycle, so any module imports on its own
-    and the load order is the dependency order (imports inside functions are not counted)."""
+    and the load order is the dependency order; no import hides inside a function but the lazy
+    loading of the optional OpenCL backend (``LAZY_IMPORTS``)."""
     import pathlib
-    graph = _module_level_imports(pathlib.Path(__file__).resolve().parents[1] / "functrace")
+    graph, inside_functions = _imports(pathlib.Path(__file__).resolve().parents[1] / "functrace")
     assert "functrace.numpy._shape" in graph["functrace.numpy"] and "functrace.core" in graph["functrace.autodiff"]
+    assert inside_functions == LAZY_IMPORTS, sorted(inside_functions - LAZY_IMPORTS)
+    for module, lazy in LAZY_IMPORTS:
+        graph[module].discard(lazy)
     cycles = _import_cycles(graph)
     described = ["\n  ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in cycles]
     assert cycles == [], "import cycles:\n  " + "\n\n  ".join(described)
+
+
+def test_functrace_numpy_exports_no_helper():
+    """``functrace.numpy`` shows numpy's names only: the helpers functrace's modules share live in
+    ``functrace/arrays.py``, and the modules the package is written in are not its names."""
+    import functrace.numpy as fnp
+    assert [name for name in dir(fnp) if name.startswith("_") and not name.startswith("__")] == []
+    assert not hasattr(fnp, "to_array") and hasattr(fnp, "sum") and hasattr(fnp.linalg, "solve")
