@@ -1,5 +1,8 @@
 """The differential fuzzer (functrace.fuzz): its reference bounds, its checks, and a fixed-seed
 run that must find nothing (``python -m functrace.fuzz --n 5000`` runs the long version)."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -8,6 +11,9 @@ import functrace.numpy as fnp
 from functrace import fuzz
 from functrace import primitives as P
 from functrace.backends.opencl import runtime as cl_runtime
+from functrace.core import Primitive
+from functrace.fuzz import bounds as fuzz_bounds
+from functrace.fuzz import check as fuzz_check
 
 HAVE_OPENCL = cl_runtime.get_runtime() is not None
 U32 = np.finfo(np.float32).eps / 2
@@ -22,6 +28,22 @@ def bounds(f, *args, dtype=np.float32):
 
 
 # --------------------------------------------------------------------------- reference bounds
+
+
+@pytest.mark.parametrize("table", ["TRANSCENDENTAL", "ULPS", "PERIODIC", "STRUCTURAL", "RULES", "FUSED_REFERENCES"])
+def test_the_bound_tables_are_keyed_by_registered_primitives(table):
+    """Each table of facts about primitives is keyed by the primitive objects themselves (the ones
+    ``primitives.registry`` holds), so a stale or misspelled entry cannot silently match nothing."""
+    keys = list(getattr(fuzz_bounds, table))
+    assert keys and all(isinstance(p, Primitive) and P.registry.get(p.name) is p for p in keys), keys
+
+
+def test_a_primitive_without_a_rule_is_refused():
+    """A primitive the interpreter has no rule for raises instead of getting a made-up bound."""
+    unknown = Primitive("not_a_real_primitive")
+    interp = fuzz.BoundInterpreter(np.float32)
+    with pytest.raises(NotImplementedError, match="not_a_real_primitive"):
+        interp.apply(unknown, [interp.exact(np.zeros(2))], {})
 
 
 def test_a_sum_may_be_off_by_its_count_in_ulp_of_its_magnitudes():
@@ -139,7 +161,7 @@ def test_a_wrong_backend_is_reported_with_the_smallest_program_that_shows_it(mon
     """A cumsum that drops its last row, planted in the numpy backend only (its program keeps
     the implementation it was compiled with), is found in value, grad and vmap, and the
     report's program stops at the cumsum."""
-    real_call = fuzz._call
+    real_call = fuzz_check._call
     right = P.cumsum_p.impl
 
     def dropping_last_row(x, *, axis, reverse):
@@ -155,7 +177,7 @@ def test_a_wrong_backend_is_reported_with_the_smallest_program_that_shows_it(mon
         finally:
             monkeypatch.setattr(P.cumsum_p, "impl", right)
 
-    monkeypatch.setattr(fuzz, "_call", call)
+    monkeypatch.setattr(fuzz_check, "_call", call)
     fz = fuzz.Fuzzer(5, sets=1, impls=("eager", "numpy"), log=lambda s: None)
     prog = _three_steps()
     failures = fz.check(prog, [0])
@@ -168,14 +190,14 @@ def test_a_wrong_backend_is_reported_with_the_smallest_program_that_shows_it(mon
 
 def test_rounding_differences_are_not_reported(monkeypatch):
     """Results moved by an ulp (what another summation order or exp gives) pass."""
-    real_call = fuzz._call
+    real_call = fuzz_check._call
 
     def call(impl, *args):
         out = real_call(impl, *args)
         return out if impl != "numpy" else ft.tree_util.tree_map(
             lambda a: np.nextafter(np.asarray(a), np.asarray(np.inf, np.asarray(a).dtype)), out)
 
-    monkeypatch.setattr(fuzz, "_call", call)
+    monkeypatch.setattr(fuzz_check, "_call", call)
     fz = fuzz.Fuzzer(5, sets=1, impls=("eager", "numpy"), log=lambda s: None)
     assert fz.check(_three_steps(), [0]) == []
 
@@ -186,6 +208,14 @@ def test_programs_and_inputs_depend_on_seed_and_index_only():
     assert fuzz.generate(3, 18).source() != a.source()
     for x, y in zip(fuzz.make_inputs(a, 1).args, fuzz.make_inputs(b, 1).args):
         np.testing.assert_array_equal(x, y)
+
+
+def test_the_command_line_runs_as_a_module():
+    """``python -m functrace.fuzz`` is the package's command line (its ``__main__``)."""
+    run = subprocess.run([sys.executable, "-m", "functrace.fuzz", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: python -m functrace.fuzz [-h] [--n N] [--seed SEED]")
+    assert "Differential fuzzer: seeded random programs" in run.stdout and "--program PROGRAM" in run.stdout
 
 
 # --------------------------------------------------------------------------- the fixed-seed run
