@@ -6,7 +6,7 @@ Design (autodidax-style, kept small):
 * The IR is a ``Jaxpr``: typed ``Var`` inputs, constants, a list of ``JaxprEqn``
   (``outvars = primitive[params](invars)``) and outputs.  ``eval_jaxpr`` replays it
   through ``bind``, so replaying under any transformation transforms the IR.
-* A ``Primitive`` is declared once (see ``primitives.py``) and carries its shape rule,
+* A ``Primitive`` is declared once (see ``primitives/``) and carries its shape rule,
   numpy implementation, derivative rules and batching rule.
 * Transformations are ``Trace`` subclasses.  Each active transformation owns a
   ``MainTrace`` on its thread's trace stack with a unique *level*; ``bind`` routes an
@@ -332,7 +332,7 @@ def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> s
 
 
 class Primitive:
-    """One operation of the IR.  Rules are attached by ``primitives.py``.
+    """One operation of the IR.  Rules are attached where it is declared (``functrace/primitives/``).
 
     * ``abstract_eval(*avals, **params) -> aval`` (shape/dtype rule)
     * ``impl(*arrays, **params) -> array`` (numpy reference implementation)

@@ -37,7 +37,7 @@ from .precision import (  # noqa: F401  (Precision, PrecisionLike: re-exported a
     preferred_dtypes,
 )
 from .primitives import associative_scan, cumulative
-from .sorting import argsort_last
+from .primitives.sorting import argsort_last
 
 __all__ = ["Precision", "PrecisionLike", "associative_scan", "clamp", "cummax", "cummin", "cumprod", "cumsum", "dot", "dot_general",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",

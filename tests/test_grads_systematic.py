@@ -685,7 +685,7 @@ case("random-uniform-minval_maxval", lambda lo, hi: ft.random.uniform(_KEY, (4,)
      np.array(-0.5), np.array(1.5))
 case("random-truncated_normal-bounds", lambda lo, hi: ft.random.truncated_normal(_KEY, lo, hi, (4,), np.float64),
      np.array(-1.2), np.array(0.9))
-# sorting, functional updates, scans (functrace/sorting.py, scatter.py, primitives.py)
+# sorting, functional updates, scans (functrace/primitives: sorting.py, scatter.py, basic.py)
 _DUP = np.array([0, 2, 2, -1, 0])  # repeated and negative indices
 case("at-set-repeated_indices", lambda x, u: fnp.asarray(x).at[_DUP].set(u) * x, normal(4), normal(5))
 case("at-add-(3,4)[1:,::2]", lambda x, u: fnp.sin(fnp.asarray(x).at[1:, ::2].add(u)), normal(3, 4), normal(2, 2))

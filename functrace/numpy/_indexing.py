@@ -25,9 +25,9 @@ import numpy as np
 
 from .. import arrays
 from .. import primitives as P
-from .. import scatter as S
 from ..core import Tracer
 from ..errors import user_frame_description
+from ..primitives import scatter as S
 from . import _base as fnp
 
 _MODES = (None, "clip", "drop", "fill", "promise_in_bounds")

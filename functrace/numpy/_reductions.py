@@ -5,7 +5,7 @@
 The ``nan`` forms replace NaNs by the reduction's identity (``where``, so a NaN entry gets a zero
 derivative) and count the others.  An all-NaN slice gives NaN for ``nanmax`` / ``nanmin`` /
 ``nanmean`` (numpy's value, without its warning) and -1 for ``nanargmax`` / ``nanargmin`` (JAX's;
-numpy raises).  Cumulative products are ``associative_scan``s of ``mul`` (``functrace/primitives.py``).
+numpy raises).  Cumulative products are ``associative_scan``s of ``mul`` (``functrace/primitives/basic.py``).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from .. import arrays
 from ..core import Tracer
 from ..eager import as_eager
 from ..errors import user_frame_description
-from ..sorting import argsort_last
+from ..primitives.sorting import argsort_last
 from . import _base as fnp
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import scatter as S
 from ...core import Literal
+from ...primitives import scatter as S
 from .fusion import CTYPE
 from .gather import index_source
 from .lowerings import Lowered, has_int64_atomics, register

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from ... import sorting
 from ...core import Literal
+from ...primitives import sorting
 from .fusion import CTYPE
 from .lowerings import Lowered, register
 

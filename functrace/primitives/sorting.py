@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import primitives as P
-from .core import ShapedArray
-from .errors import user_frame_description
+from ..core import ShapedArray
+from ..errors import user_frame_description
+from . import basic as P
 
 argsort_p = P.new_primitive("argsort")
 

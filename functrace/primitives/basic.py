@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import tree_util
-from .core import Primitive, ShapedArray, get_aval
-from .errors import DtypeError, ShapeError, user_frame_description
+from .. import tree_util
+from ..core import Primitive, ShapedArray, get_aval
+from ..errors import DtypeError, ShapeError, user_frame_description
 
 registry: dict[str, Primitive] = {}
 
@@ -1027,7 +1027,7 @@ def _batched_flat_index(x, idx, axis, b):
     return flat, add(idx, offsets), xs
 
 
-def _ensure_batched(v, d, b):
+def ensure_batched(v, d, b):
     if d is None:
         return broadcast_in_dim(v, (b,) + shape_of(v), tuple(range(1, len(shape_of(v)) + 1)))
     return moveaxis(v, d, 0)
@@ -1053,7 +1053,7 @@ def _take_batch(vals, dims, *, axis):
 
 def _scatter_add_batch(vals, dims, *, axis):
     b = next(shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
-    x, idx, upd = (_ensure_batched(v, d, b) for v, d in zip(vals, dims))
+    x, idx, upd = (ensure_batched(v, d, b) for v, d in zip(vals, dims))
     flat, fidx, xs = _batched_flat_index(x, idx, axis, b)
     k = len(shape_of(idx)) - 1
     # updates (b, x[:axis], idx..., rest) -> (b, idx..., x[:axis], rest) to match the flat layout

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import primitives as P
-from .core import ShapedArray
-from .errors import DtypeError, ShapeError, user_frame_description
+from ..core import ShapedArray
+from ..errors import DtypeError, ShapeError, user_frame_description
+from . import basic as P
 
 scatter_p = P.new_primitive("scatter")
 SCATTER_OPS = ("set", "mul", "min", "max")
@@ -136,7 +136,7 @@ def _vjp_upd(g, ans, x, idx, upd, *, op):
 def _scatter_batch(vals, dims, *, op):
     """Fold the batch into the flat operand: member ``b``'s indices move by ``b * N``."""
     b = next(P.shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
-    x, idx, upd = (P._ensure_batched(v, d, b) for v, d in zip(vals, dims))
+    x, idx, upd = (P.ensure_batched(v, d, b) for v, d in zip(vals, dims))
     n, k = P.shape_of(x)[1], P.shape_of(idx)[1]
     offsets = P.broadcast_in_dim(P.mul(P.iota(np.int64, (b,), 0), np.array(n, np.int64)), (b, k), (0,))
     out = scatter(P.reshape(x, (b * n,)), P.reshape(P.add(idx, offsets), (b * k,)), P.reshape(upd, (b * k,)), op)

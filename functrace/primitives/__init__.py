@@ -1,0 +1,16 @@
+"""Every primitive of functrace, by family, each declared once with all of its rules: its shape and
+dtype rule (``abstract_eval``), numpy implementation (``impl``), derivatives (``jvp`` / ``vjp``, or
+``jvp_rule`` / ``vjp_rule`` for a whole primitive), batching rule (``batch``) and the facts the
+backends read (``core.Primitive`` lists them).  Derivative rules bind primitives only, so
+derivatives nest to any depth.
+
+* ``basic``: the primitives every other one is written with -- elementwise operations,
+  reductions, shapes and layouts, ``dot_general``, gather / scatter-add, and the associative scans
+  built on them.  One module, because their derivative rules use each other.  This package
+  re-exports it: ``functrace.primitives.add_p`` is ``functrace.primitives.basic.add_p``.
+* ``sorting`` (``argsort``) and ``scatter`` (``x.at[...]``'s set / mul / min / max): written
+  with the basic primitives.
+
+Backends key what they know of a primitive by the primitive object (``backends/``).
+"""
+from .basic import *  # noqa: F401,F403  (the basic primitives and the helpers rules are written with)
