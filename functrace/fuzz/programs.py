@@ -1,6 +1,7 @@
-"""What the fuzzer runs: a :class:`Program` (Python source over ``functrace.numpy``, statement
-by statement, so any prefix of it is a program too) and its input sets, all drawn from
-``(seed, index)`` alone so that a program and its inputs can be regenerated anywhere.
+"""What the fuzzer runs: a :class:`Program` (Python source over ``functrace.numpy``, kept
+statement by statement, so the statements any of its values depends on are a program too, which
+is how a failure is shrunk) and its input sets, drawn from ``(seed, index)`` alone so that both
+can be regenerated anywhere.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class Stmt:
 
 @dataclass
 class Program:
+    """A generated program: its inputs, statements and outputs, each value's ``(shape, dtype)`` in
+    ``avals``, and ``batch``, the size of the leading axis its ``vmap`` runs over."""
     seed: int
     index: int
     dtype: np.dtype
