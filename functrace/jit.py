@@ -17,22 +17,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import tree_util
+from . import backends, tree_util
 from .config import config
 from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
-from .eager import EagerArray
 from .errors import api_boundary, check_callable, hide_library_frames, traceback_boundary, user_frame_description
 from .optimize import Report, optimize
 from .reports import CompiledReport, LoweredReport, title_html
 from .staging import trace_to_jaxpr
 
-_ARRAY_TYPES = {np.ndarray, EagerArray}  # always-leaf array classes: keyed by shape and dtype, no pytree walk
-
-
-def register_array_type(cls: type) -> None:
-    """Let ``jit`` take the per-call fast path for arguments of ``cls`` (a device array class with
-    ``shape`` and ``dtype`` that is never a pytree node)."""
-    _ARRAY_TYPES.add(cls)
+_ARRAY_TYPES = backends.ARRAY_TYPES  # always-leaf array classes: keyed by shape and dtype, no pytree walk
 
 
 def _leaf_signature(x) -> tuple:
@@ -199,8 +192,7 @@ class _Entry:
         if exe is None:
             with self._compiling:
                 if self._exe is None:
-                    from .backends import compile_for
-                    self._exe = compile_for(self.backend, self.closed)
+                    self._exe = backends.compile_for(self.backend, self.closed)
                 exe = self._exe
         return exe
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from ..config import config
+from ..eager import EagerArray
 from .numpy_backend import NumpyExecutable
+
+# The array classes the backends return (the OpenCL runtime adds ``ft.Array``): always leaves,
+# which jit keys by shape and dtype without a pytree walk
+ARRAY_TYPES: set = {np.ndarray, EagerArray}
 
 
 def _compile_opencl(closed):

@@ -16,7 +16,7 @@ without a known entry first has every entry no manifest covers checked that way;
 then found as the one its build created or touched.  Files made after a build (shared objects at
 first launches) are added to the manifest at exit (a process killed before that leaves them to
 the structural check).  Manifests are written atomically with a checksum
-(``runtime.write_entry``).
+(``disk_cache.write_entry``).
 """
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ import json
 import os
 import shutil
 import struct
+import sys
 import threading
 import time
+
+from .disk_cache import read_entry, write_entry
 
 MANIFESTS = "functrace-checksums"  # a name PoCL's two-letter hash directories never take
 # files PoCL rewrites or appends to (never loaded as code): not recorded
@@ -41,7 +44,6 @@ def driver_loaded() -> bool:
         with open("/proc/self/maps", "rb") as f:
             return b"libpocl" in f.read()
     except OSError:
-        import sys
         return "pyopencl" in sys.modules
 
 
@@ -166,7 +168,6 @@ class CacheGuard:
         return os.path.join(self.manifests, "program-" + key)
 
     def _load(self, path: str, key: str):
-        from .runtime import read_entry
         payload = read_entry(path, key)
         if payload is None:
             return None
@@ -176,7 +177,6 @@ class CacheGuard:
             return None
 
     def _store(self, path: str, key: str, value) -> None:
-        from .runtime import write_entry
         try:
             write_entry(path, key, json.dumps(value, sort_keys=True).encode())
         except OSError:
@@ -335,8 +335,7 @@ class CacheGuard:
     def _names_in(self, entry: str, program) -> bool:
         """Does ``entry``'s bitcode name every kernel of ``program``?"""
         try:
-            import pyopencl as cl
-            names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
+            names = [n for n in program.kernel_names.split(";") if n]  # (pyopencl's KERNEL_NAMES info)
         except Exception:
             return True
         data = _read(os.path.join(self.root, entry, "program.bc")) or b""

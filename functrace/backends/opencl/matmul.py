@@ -42,6 +42,7 @@ call of every new function that multiplies matrices.  The jitted program's sourc
 """
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
 import functools
@@ -49,15 +50,21 @@ import hashlib
 import math
 import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from ... import distributed
 from ... import primitives as P
 from ...config import config
+from ...core import Literal
+from . import runtime
+from .disk_cache import cache_dir, read_entry, write_entry
 from .fusion import View, access_for, contiguous_strides, f32_helpers
 from .layout import copy_kernel
 from .lowerings import FP64_PRAGMA, Lowered, kernel_source, register
@@ -182,7 +189,6 @@ def _kernels_ready(plan: "_Plan", rt) -> bool:
 def _warm_up(plan: "_Plan", rt) -> None:
     """Build the shared program ``plan`` uses and launch its kernels once on scratch operands of
     the plan's shape (their values do not matter), on a queue of this thread's own."""
-    from types import SimpleNamespace
     s, q = plan.spec, rt.cl.CommandQueue(rt.context)
     program = _shared(rt, s.dtype, plan.bias, plan.act)[0]
     kernels = {name: rt.kernel(program, name) for name in plan.kernel_names}  # not the shared objects
@@ -200,20 +206,17 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
     and first launch then take ~0.1 s.  Not in a thread of this process: PoCL compiles a
     kernel's work-group function at its first launch while holding the device, so every launch
     of the caller waited for it (measured: 1.2-2.2 s stalls).  Other drivers: in this thread."""
-    import subprocess
-    import sys
     try:
         if worker.stopping:
             return
         if not rt.driver_caches_programs:
             _warm_up(plan, rt)
             return
-        from . import runtime
         s = plan.spec
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         job = repr(((s.dtype.name, s.batch, s.M, s.N, s.K, s.ta, s.tb, plan.bias, plan.act),
-                    runtime.devices().index(rt.device), os.path.dirname(runtime.cache_dir()), rt.kind))
+                    runtime.devices().index(rt.device), os.path.dirname(cache_dir()), rt.kind))
         worker.child = subprocess.Popen(
             [sys.executable, "-c", f"from {__name__} import _warm_up_main; _warm_up_main(*{job})"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -241,12 +244,11 @@ def _warm_up_main(spec: tuple, device: int, cache_dir: str, kind: str) -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     elif hasattr(os, "nice"):
         os.nice(19)
-    from .runtime import get_runtime
     config.update("device", device)
     config.update("cache_dir", cache_dir)
     config.update("opencl_device_kind", kind)  # (the parent's kind: the same program sources)
     dtype, batch, M, N, K, ta, tb, bias, act = spec
-    rt = get_runtime()
+    rt = runtime.get_runtime()
     _warm_up(_Plan(MatmulSpec(batch, M, N, K, ta, tb, np.dtype(dtype)), rt, bias, act), rt)
 
 
@@ -550,7 +552,6 @@ def _decisions_key(rt) -> str:
 
 
 def _decisions_path(rt) -> str:
-    from .runtime import cache_dir
     digest = hashlib.sha256(_decisions_key(rt).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"matmul-choices-{digest}.txt")
 
@@ -564,9 +565,6 @@ def _load_decisions(rt) -> None:
     if rt is None or getattr(rt, "_matmul_choices_loaded", False):
         return
     rt._matmul_choices_loaded = True
-    import ast
-
-    from .runtime import read_entry
     payload = read_entry(_decisions_path(rt), _decisions_key(rt))
     if payload is None:
         return
@@ -576,7 +574,6 @@ def _load_decisions(rt) -> None:
 
 
 def _save_decisions(rt) -> None:
-    from .runtime import write_entry
     plain = lambda v: v if isinstance(v, (str, bool)) else int(v)  # no numpy scalars in the literal
     data = {tuple(map(plain, k)): (impl, *map(float, _TIMINGS.get(k, (0.0, 0.0)))) for k, impl in list(_DECISIONS.items())}
     try:
@@ -710,7 +707,6 @@ def _dot_layout(dot, rt):
     """(spec, perms) of a ``dot_general`` the matmul kernels can run, else None: operands of the
     output's dtype (float64 only where the device has it), no literal operand (``run`` receives
     None for a literal), a non-empty contraction."""
-    from ...core import Literal
     x, y = dot.inputs
     dtype = np.dtype(dot.out_vars[0].aval.dtype)
     if type(x) is Literal or type(y) is Literal or x.aval.dtype != dtype or y.aval.dtype != dtype:

@@ -32,6 +32,8 @@ import statistics
 import time
 from typing import NamedTuple
 
+import numpy as np
+
 from ... import nn
 from ... import primitives as P
 from ...config import config
@@ -194,7 +196,6 @@ def _measure_launch(rt) -> LaunchCosts:
     of other work in this thread, as between the calls of a training loop: PoCL's workers spin a
     while after a kernel, then sleep (one launch + wait measured 30-65 us right after others,
     110 us after 1 ms, 166 us after 10 ms)."""
-    import numpy as np
     kernel = rt.cl.Kernel(rt.program(_LAUNCH_PROBE), "ft_launch_probe")
     buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
                        hostbuf=np.zeros(64, np.float32))

@@ -107,11 +107,16 @@ class DevicePolicy:
         return 8 if self.device_vector_widths and native >= 8 else 4
 
 
+# OpenCL's bit field values (the spec's, as pyopencl's ``device_fp_config`` / ``device_type`` give
+# them): the policy is chosen without loading pyopencl here
+CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT = 1 << 7
+CL_DEVICE_TYPE_CPU = 1 << 1
+
+
 def rounds_fp32_correctly(device) -> bool:
     """Does ``device`` report CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in its single_fp_config?"""
-    import pyopencl as cl
     try:
-        return bool(device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+        return bool(device.single_fp_config & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
     except Exception:
         return False
 
@@ -120,8 +125,7 @@ def device_kind(device, option: str) -> str:
     """The kind for ``device`` under the ``opencl_device_kind`` option (auto: cpu for a CPU)."""
     if option in ("cpu", "gpu"):
         return option
-    import pyopencl as cl
-    return "cpu" if device.type & cl.device_type.CPU else "gpu"
+    return "cpu" if device.type & CL_DEVICE_TYPE_CPU else "gpu"
 
 
 def choose_policy(device, option: str) -> DevicePolicy:

@@ -37,9 +37,14 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
+import sqlite3
 import sys
 import time
 import warnings
+
+from .disk_cache import read_entry, write_entry
+from .driver_cache import looks_complete
 
 RECORD_NAME = "pyopencl-caches-checked"
 _RECORD_KEY = "pyopencl-caches-checked|1"
@@ -120,7 +125,6 @@ def _stamp(st) -> list:
 def sqlite_verdict(path: str):
     """(True, "") for a sound database, (False, why) for a damaged one, (None, why) when it could
     not be checked now (busy, unreadable, gone)."""
-    import sqlite3
     try:
         conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=_SQLITE_TIMEOUT)
     except sqlite3.Error as e:
@@ -227,7 +231,6 @@ def entry_sound(entry: str) -> bool | None:
         with open(binary, "rb") as f:
             head = f.read(4)
             if head == b"\x7fELF":
-                from .driver_cache import looks_complete
                 f.seek(0)
                 return looks_complete("binary.so", f.read())
     except OSError:
@@ -263,7 +266,6 @@ def _check_compiler_cache(root: str, record: dict) -> None:
             record[root] = fresh  # busy (or not writable): checked next time
             return
         try:
-            import shutil
             for e in todo:
                 path = os.path.join(root, e)
                 stamp = _entry_stamp(path)
@@ -292,7 +294,6 @@ def check(record_path: str | None, pytools_dirs=None, pyopencl_dirs=None) -> Non
     what was found sound is recorded in ``record_path`` (None: no record, everything is checked)."""
     if _no_cache():
         return
-    from .runtime import read_entry, write_entry
     record = {}
     if record_path:
         saved = read_entry(record_path, _RECORD_KEY)

@@ -28,7 +28,12 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
+import re
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -38,9 +43,13 @@ from collections import OrderedDict
 import numpy as np
 
 from ...config import config
-from ...core import HasShape
+from ...core import HasShape, get_aval
 from ...eager import EagerArray, as_eager
-from ...jit import register_array_type
+from ...numpy._indexing import IndexUpdateHelper
+from ...tree_util import tree_leaves, tree_map
+from .. import ARRAY_TYPES
+from . import driver_cache, pyopencl_cache
+from .disk_cache import cache_dir, discard, read_entry, write_entry
 from .policy import choose_policy, device_kind
 
 _state: dict = {}
@@ -139,7 +148,6 @@ def _choose_pocl_cache() -> None:
         if not _pocl_caches_kernels():
             _pocl_cache["root"] = None
             return
-        from . import driver_cache
         if not os.environ.get("POCL_CACHE_DIR") and not driver_cache.driver_loaded():
             own = os.path.abspath(os.path.join(cache_dir(), "pocl"))
             try:
@@ -163,7 +171,6 @@ def _check_pyopencl_caches() -> None:
         if _pyopencl_caches_checked:
             return
         try:
-            from . import pyopencl_cache
             pyopencl_cache.check(os.path.join(cache_dir(), pyopencl_cache.RECORD_NAME))
         except Exception:  # pragma: no cover - a check must never be what breaks a run
             pass
@@ -174,7 +181,6 @@ def _driver_cache(device):
     """The check of PoCL's kernel cache for builds on ``device`` (None: not PoCL, or no cache)."""
     if "Portable Computing Language" not in device.platform.name:
         return None
-    from . import driver_cache
     return driver_cache.guard(_pocl_cache.get("root"))
 
 
@@ -325,7 +331,6 @@ def _may_crash_process(device) -> bool:
     the PoCL of pocl-binary-distribution 3.0 on AMD Zen 4: "LLVM ERROR: Cannot select" for a
     float16 ``sin``, a segfault or a hang for double8 ``x * x + 1``), which no exception can
     report; which CPUs those are cannot be told from here, so a probe decides."""
-    import re
     llvm = re.search(r"LLVM (\d+)\.", device.platform.version or "")
     return ("Portable Computing Language" in device.platform.name and llvm is not None
             and int(llvm.group(1)) <= 14 and bool(device.type & _cl().device_type.CPU)
@@ -361,8 +366,6 @@ def _run_wide_probe(device) -> tuple[str, bool]:
     directory (not the caller's, whose modules it would import first; not the cache directory,
     which may not be writable), with the parent's module path, no stdin, and its own process
     group (a Ctrl-C for the parent does not reach it; on a timeout the whole group is killed)."""
-    import subprocess
-    import sys
     what = "a probe compiling 512-bit vector code in a child process"
     if getattr(sys, "frozen", False) or not sys.executable:
         return f"{what} cannot run here (no Python interpreter to start)", False
@@ -380,8 +383,6 @@ def _run_wide_probe(device) -> tuple[str, bool]:
 
 def _wait_for_probe(what: str, child) -> tuple[str, bool]:
     """``_run_wide_probe``'s verdict on its running ``child``."""
-    import signal
-    import subprocess
     def kill_group():
         try:
             os.killpg(child.pid, signal.SIGKILL)
@@ -478,7 +479,6 @@ class CompileProgress:
             self._timer = None
 
     def _say(self) -> None:
-        import sys
         self.printed = True
         print(f"functrace: compiling {self.what} for OpenCL (once per program and shapes; "
               f"ft.config.update('verbose', False) silences this) ...", file=sys.stderr, flush=True)
@@ -544,7 +544,7 @@ class Runtime:
                                       hashlib.sha256(b"binary\n" + key.encode()).hexdigest())
             except Exception as e:
                 _raise_for_environment(self.device, str(e))  # (the entry may be sound)
-                _discard(path)  # a binary the driver no longer takes: rebuilt below
+                discard(path)  # a binary the driver no longer takes: rebuilt below
         prog = self._build(cl.Program(self.context, source), options, key)
         if config.opencl_binary_cache and not self.driver_caches_programs:  # elsewhere the binary is cheap
             self._save_binary(key, prog)
@@ -752,63 +752,6 @@ def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     return raw[start:start + n].view(dtype).reshape(shape)
 
 
-def cache_dir() -> str:
-    """Where the OpenCL backend keeps its disk caches (under ``ft.config.cache_dir``)."""
-    base = config.cache_dir or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "functrace")
-    return os.path.join(base, "opencl")
-
-
-# A disk-cache file: this tag (the format's version), then the SHA-256 of the entry's key and
-# payload, then the payload.  The key names what the payload is for (for a program binary: the
-# hash of its source, options, device and driver), so a payload written for another key does not
-# verify any more than a truncated or bit-flipped one.
-_ENTRY_TAG = b"ftcache1"
-
-
-def _entry_digest(key: str, payload: bytes) -> bytes:
-    return hashlib.sha256(key.encode() + b"\0" + payload).digest()
-
-
-def write_entry(path: str, key: str, payload: bytes) -> None:
-    """Write the cache file ``path`` holding ``payload`` for ``key`` (atomically: readers see the
-    old file, none, or this one, never a part).  OSError when the cache is not writable."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_ENTRY_TAG + _entry_digest(key, payload) + payload)
-        os.replace(tmp, path)
-    except BaseException:
-        _discard(tmp)
-        raise
-
-
-def read_entry(path: str, key: str) -> bytes | None:
-    """The payload ``write_entry(path, key, ...)`` wrote; None when there is none or the file does
-    not verify (truncated, bit-flipped, another key's, not ours): such a file is deleted, so the
-    entry the caller rebuilds replaces it."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None  # absent, or not a readable file: rebuilt (and its writing may fail in turn)
-    start = len(_ENTRY_TAG) + hashlib.sha256().digest_size
-    payload = data[start:]
-    if data[:len(_ENTRY_TAG)] == _ENTRY_TAG and data[len(_ENTRY_TAG):start] == _entry_digest(key, payload):
-        return payload
-    _discard(path)
-    return None
-
-
-def _discard(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass  # gone already, or not ours to delete: the next write replaces it or fails
-
-
 class Kernel:
     """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
     and pyopencl takes 0.15-0.5 ms to make one, ~4 ms for the first in a process: it fetches each
@@ -927,7 +870,6 @@ class Array(HasShape):
     @property
     def at(self):
         """JAX's functional updates (``y = a.at[i].set(v)``), computed eagerly on a host copy."""
-        from ...numpy._indexing import IndexUpdateHelper
         return IndexUpdateHelper(np.asarray(self))
 
     def __getattr__(self, name: str):
@@ -966,7 +908,6 @@ class Array(HasShape):
 
 def _host_op(name: str, reflected: bool = False):
     """Arithmetic on device arrays outside jit computes eagerly on a host copy (like numpy)."""
-    import operator
     op = getattr(operator, name)
 
     def method(self, other):
@@ -988,16 +929,13 @@ Array.__iter__ = lambda self: iter(as_eager(np.asarray(self)))  # (reads clamp: 
 Array.__setitem__ = EagerArray.__setitem__
 Array.__format__ = lambda self, spec: format(as_eager(np.asarray(self)), spec)
 Array.__hash__ = None
-register_array_type(Array)
+ARRAY_TYPES.add(Array)  # (jit keys it by shape and dtype, as numpy arrays)
 
 
 def device_put(tree):
     """The arrays of a pytree copied to the OpenCL device as ``ft.Array`` leaves (like
     ``jax.device_put``): jitted functions then read them in place, so a training loop keeps its
     parameters there.  With no usable device, numpy arrays."""
-    from ...core import get_aval
-    from ...tree_util import tree_map
-
     def put(x):
         aval = get_aval(x)  # a clear TypeError for what is not an array or a scalar
         if aval.dtype.kind not in "biuf":
@@ -1011,7 +949,6 @@ def device_put(tree):
 def block_until_ready(tree):
     """Wait until every ``ft.Array`` in ``tree`` is computed (like ``jax.block_until_ready``):
     one wait per runtime, however many arrays.  Returns ``tree``."""
-    from ...tree_util import tree_leaves
     for rt in {id(a.runtime): a.runtime for a in tree_leaves(tree) if isinstance(a, Array)}.values():
         rt.finish()
     return tree

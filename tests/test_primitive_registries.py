@@ -1,0 +1,151 @@
+"""Every table that keeps a fact about primitives is keyed by the primitive objects, names only
+registered primitives, and, where it must be complete, is.  ``REGISTRIES`` lists them as
+(description, table) pairs: a table of another layer joins by adding its pair (the walk of
+``functrace/backends`` below fails on a primitive-keyed table of the backends missing there)."""
+import ast
+import importlib
+import pathlib
+import pkgutil
+
+import pytest
+
+import functrace  # noqa: F401 (declares the primitives)
+import functrace.backends as backends
+import functrace.backends.opencl.executable  # noqa: F401 (registers every OpenCL lowering)
+import functrace.collectives  # noqa: F401
+import functrace.primitives as P
+from functrace.backends import numpy_backend
+from functrace.backends.opencl import fusion, layout, lowerings, placement
+from functrace.config import BACKENDS
+from functrace.core import Primitive
+
+ROOT = pathlib.Path(functrace.__file__).resolve().parent
+
+REGISTRIES = [
+    ("OpenCL lowerings (lowerings.LOWERINGS)", lowerings.LOWERINGS),
+    ("lowerings placed by size (lowerings.SMALL_ON_HOST)", lowerings.SMALL_ON_HOST),
+    ("fused elementwise primitives (fusion.ELEMENTWISE)", fusion.ELEMENTWISE),
+    ("fused reductions (fusion.REDUCTIONS)", fusion.REDUCTIONS),
+    ("strided views (fusion.VIEW_PRIMS)", fusion.VIEW_PRIMS),
+    ("float16-exact results (fusion._HALF_EXACT)", fusion._HALF_EXACT),
+    ("builtins emitted lane by lane (fusion._LANEWISE_TYPES)", fusion._LANEWISE_TYPES),
+    ("float32 macros (fusion._F32_MACROS)", fusion._F32_MACROS),
+    ("float32 policy macros (fusion._F32_POLICY_MACROS)", fusion._F32_POLICY_MACROS),
+    ("functrace's float32 math (fusion._F32_OWN_MATH)", fusion._F32_OWN_MATH),
+    ("layout kernels (layout.LAYOUT_PRIMS)", layout.LAYOUT_PRIMS),
+    ("measured costs (placement.OP_COSTS)", placement.OP_COSTS),
+    ("cheap primitives (placement.CHEAP)", placement.CHEAP),
+    ("uncalibrated primitives (placement.UNCALIBRATED)", placement.UNCALIBRATED),
+    ("fresh numpy results (numpy_backend.FRESH_RESULTS)", numpy_backend.FRESH_RESULTS),
+]
+
+
+def _registered() -> dict:
+    return dict(P.registry)
+
+
+@pytest.mark.parametrize("what, table", REGISTRIES, ids=[w for w, _ in REGISTRIES])
+def test_a_registry_names_registered_primitives_only(what, table):
+    registered = _registered()
+    strays = [k for k in table if not isinstance(k, Primitive) or registered.get(k.name) is not k]
+    assert strays == [], f"{what} names what is not a registered primitive: {strays}"
+
+
+def _backend_modules():
+    for info in pkgutil.walk_packages([str(ROOT / "backends")], "functrace.backends."):
+        yield importlib.import_module(info.name)
+    yield backends
+
+
+def test_every_primitive_keyed_table_of_the_backends_is_listed():
+    """A module-level dict or set of a backend module with a primitive among its keys is in
+    ``REGISTRIES`` (so the checks above see it)."""
+    listed = {id(t) for _, t in REGISTRIES}
+    found = []
+    for module in _backend_modules():
+        for name, value in vars(module).items():
+            if isinstance(value, (dict, set, frozenset)) and any(isinstance(k, Primitive) for k in value) \
+                    and id(value) not in listed:
+                found.append(f"{module.__name__}.{name}")
+    assert found == [], f"primitive-keyed tables missing from REGISTRIES: {found}"
+
+
+def _primitive_names() -> set:
+    return set(_registered())
+
+
+def _names_a_primitive_by_string(node, names: set) -> bool:
+    """``<...>.primitive.name`` compared or used as a key, or a dict / set literal whose keys are
+    all strings naming primitives."""
+    def primitive_name(n) -> bool:
+        return isinstance(n, ast.Attribute) and n.attr == "name" and isinstance(n.value, ast.Attribute) \
+            and n.value.attr == "primitive"
+    if isinstance(node, ast.Compare):
+        return any(primitive_name(n) for n in [node.left, *node.comparators])
+    if isinstance(node, ast.Subscript):
+        return primitive_name(node.slice)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and primitive_name(node.args[0])
+    keys = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, ast.Set) else None
+    return bool(keys) and all(isinstance(k, ast.Constant) and k.value in names for k in keys)
+
+
+def test_no_backend_table_or_comparison_names_a_primitive_by_string():
+    """A misspelled name would silently miss; the primitive object cannot."""
+    names = _primitive_names()
+    found = []
+    for path in sorted((ROOT / "backends").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if _names_a_primitive_by_string(node, names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
+# ------------------------------------------------------------------------ complete registries
+
+def test_every_fused_elementwise_primitive_has_exactly_one_cost_class():
+    """Placement weighs each fused primitive by its measured cost (``OP_COSTS``) or, declared so,
+    as cheap (``CHEAP``) or not yet measured (``UNCALIBRATED``, charged as cheap)."""
+    elementwise = set(fusion.ELEMENTWISE) | {p for p in _registered().values() if p.elementwise}
+    classes = [set(placement.OP_COSTS), set(placement.CHEAP), set(placement.UNCALIBRATED)]
+    missing = [p.name for p in elementwise if not any(p in c for c in classes)]
+    assert missing == [], f"no cost class: {sorted(missing)}"
+    twice = [p.name for p in elementwise if sum(p in c for c in classes) > 1]
+    assert twice == [], f"more than one cost class: {sorted(twice)}"
+    assert all(len(row) == 4 and all(c > 0 for c in row) for row in placement.OP_COSTS.values())
+
+
+def test_every_primitive_has_a_numpy_implementation():
+    """The numpy backend runs every primitive (and the OpenCL backend's host steps with it)."""
+    assert sorted(p.name for p in _registered().values() if p.impl is None) == []
+
+
+def test_code_generation_tables_cover_what_they_are_asked_for():
+    fused = set(fusion.ELEMENTWISE)
+    for what, table in [("_LANEWISE_TYPES", fusion._LANEWISE_TYPES), ("_F32_MACROS", fusion._F32_MACROS),
+                        ("_F32_POLICY_MACROS", fusion._F32_POLICY_MACROS), ("_F32_OWN_MATH", fusion._F32_OWN_MATH),
+                        ("_HALF_EXACT", fusion._HALF_EXACT)]:
+        assert set(table) <= fused, (what, sorted(p.name for p in set(table) - fused))
+    for kind in fusion.REDUCTIONS:  # every reduction has an identity and a combine for every type
+        for ct in ("float", "double", "int", "long", "uint", "ulong", "uchar"):
+            fusion._reduce_init(kind, ct)
+            fusion.reduce_combine(kind, ct, "acc", "v", False)
+    assert all(callable(rule) for rule in fusion.VIEW_PRIMS.values())
+    assert all(isinstance(rule, layout.LayoutRule) for rule in layout.LAYOUT_PRIMS.values())
+    assert set(lowerings.SMALL_ON_HOST) <= set(lowerings.LOWERINGS)
+
+
+def test_every_module_with_lowerings_is_imported_by_the_executable():
+    """The executable imports the lowering modules by name: a new one must be listed there."""
+    package = ROOT / "backends" / "opencl"
+    tree = ast.parse((package / "executable.py").read_text())
+    imported = {n.module if n.module else a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
+                for a in n.names}
+    registering = {p.stem for p in package.glob("*.py") if "@register(" in p.read_text() and p.stem != "lowerings"}
+    assert registering <= imported, sorted(registering - imported)
+
+
+def test_the_backend_registry_offers_the_configurable_names():
+    assert tuple(backends.BACKENDS) == tuple(BACKENDS)
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        backends.compile_for("tpu", None)
