@@ -1,16 +1,17 @@
-"""Sub-programs of higher-order primitives (``lax`` control flow, custom derivative rules,
-checkpoints): a Python function staged into a closed jaxpr, its captured values hoisted into
-inputs, and the sub-program run; with the small list helpers their rules share."""
+"""Sub-programs of higher-order primitives (control flow, custom derivative rules, checkpoints:
+``primitives/control.py``, ``primitives/custom_calls.py``): a Python function staged into a closed
+jaxpr, its captured values hoisted into inputs, and the sub-program run; with the small list
+helpers their rules share."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 import numpy as np
 
-from . import primitives as P
 from .backends.numpy_backend import NumpyExecutable
 from .core import ClosedJaxpr, Jaxpr, Tracer, eval_jaxpr, get_aval
 from .optimize import dce
+from .primitives import basic as P
 from .staging import trace_to_jaxpr
 
 

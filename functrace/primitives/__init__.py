@@ -10,6 +10,14 @@ derivatives nest to any depth.
   re-exports it: ``functrace.primitives.add_p`` is ``functrace.primitives.basic.add_p``.
 * ``sorting`` (``argsort``) and ``scatter`` (``x.at[...]``'s set / mul / min / max): written
   with the basic primitives.
+* ``control`` (``cond``, ``while``, ``scan``) and ``custom_calls`` (``custom_jvp_call``,
+  ``custom_vjp_call``, ``checkpoint``): primitives holding sub-programs, whose rules transform
+  those sub-programs (``subprograms`` stages and runs them); ``lax`` and ``custom`` bind them.
+* ``nn`` (``rms_norm``, ``softmax``, ``log_softmax``, ``attention``, and the fused backwards
+  ``rms_norm_bwd``, ``attention_bwd``) and ``convolution`` (``conv_general_dilated``): primitives
+  the OpenCL backend runs as hand-written kernels; ``nn``'s other derivative and batching rules
+  come from reference decompositions in ``functrace.numpy``, ``convolution``'s rules bind the
+  convolution again.  ``functrace.nn`` and ``functrace.convolution`` (``ft.lax``) bind them.
 
 Backends key what they know of a primitive by the primitive object (``backends/``).
 """
