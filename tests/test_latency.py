@@ -83,7 +83,7 @@ def test_hessian_vector_product_runs_its_two_products_paired():
 
 
 def _attention_reference(q, k, v, mask, scale):
-    closed = ft.make_jaxpr(lambda q, k, v: nn._attention_reference(q, k, v, mask, causal=False, scale=scale))
+    closed = ft.make_jaxpr(lambda q, k, v: nn.attention_reference(q, k, v, mask, causal=False, scale=scale))
     jaxpr = closed(q, k, v)
     return [np.asarray(o) for o in eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, q, k, v)]
 
@@ -97,7 +97,7 @@ def test_attention_forward_matches_its_reference(shape, dtype):
     mask_shape = shape[:-3] + (shape[-2], shape[-3], shape[-3])
     mask = RNG.random(mask_shape) > 0.4
     mask[..., 0, :] = False  # the first query of every head sees nothing
-    out, lse = nn._attention_impl(q, k, v, mask, causal=False, scale=0.7)
+    out, lse = nn.attention_p.impl(q, k, v, mask, causal=False, scale=0.7)
     want_out, want_lse = _attention_reference(q, k, v, mask, 0.7)
     assert out.dtype == dtype and lse.dtype == dtype and out.flags.c_contiguous
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -113,7 +113,7 @@ def test_rms_norm_forward_matches_its_reference(shape, dtype):
     """The BLAS row dots (float32/64) and the plain sum (float16), empty rows included."""
     x = RNG.standard_normal(shape).astype(dtype)
     w = RNG.standard_normal(shape[-1:]).astype(dtype)
-    got = nn._rms_norm_impl(x, w, eps=1e-6)
+    got = nn.rms_norm_p.impl(x, w, eps=1e-6)
     wide = x.astype(np.float64)
     want = wide / np.sqrt((wide * wide).mean(-1, keepdims=True) + 1e-6) * w if shape[-1] else wide
     assert got.dtype == dtype and got.shape == shape
