@@ -18,9 +18,6 @@ derivatives nest to any depth.
   the OpenCL backend runs as hand-written kernels; ``nn``'s other derivative and batching rules
   come from reference decompositions in ``functrace.numpy``, ``convolution``'s rules bind the
   convolution again.  ``functrace.nn`` and ``functrace.convolution`` (``ft.lax``) bind them.
-* ``control`` (``cond``, ``while``, ``scan``) and ``custom_calls`` (``custom_jvp_call``,
-  ``custom_vjp_call``, ``checkpoint``): primitives holding sub-programs, whose rules transform
-  those sub-programs (``subprograms`` stages and runs them); ``lax`` and ``custom`` bind them.
 
 Backends key what they know of a primitive by the primitive object (``backends/``).
 """
