@@ -56,8 +56,8 @@ from .policy import PLAIN_MACROS
 from .runtime import Array, CompileProgress, DeviceUnusable, Runtime, forget_runtime, get_runtime
 
 _LOCAL = None  # reductions: work-group size left to the driver
-WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (measured 1.6x faster on PoCL than
-                 # letting the driver choose); the global size is rounded up and extra work-items do nothing
+WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (faster on PoCL than the driver's
+                 # choice); the global size is rounded up and extra work-items do nothing
 
 
 class Step:
@@ -329,8 +329,7 @@ def _partition(jaxpr: Jaxpr, rt, plan: Plan) -> tuple[list, dict]:
 
 
 # A fused group stops growing at this many equations: the driver's compile time grows faster than
-# linearly in a kernel's length (PoCL 3.1: the 6,000-equation gradient of a 1,000-step chain as one
-# kernel took 224 s to compile at its first launch; split at 256, 0.6 s)
+# linearly in a kernel's length
 MAX_GROUP_EQNS = 256
 
 
@@ -620,8 +619,7 @@ def _layout_steps(plan: Plan, rt, item, k: int) -> list:
 def _streaming(rt, values: list) -> bool:
     """Should a kernel over ``values`` store its outputs past the caches?  On the cpu kind, when
     its data outgrow the last-level cache: stores that miss it read each line first (write
-    allocate), a third more memory traffic for ``x * y + z``; the arithmetic chain of
-    bench_elementwise went from 85% to 103% of the copy bandwidth (1.19 -> 0.98 ms)."""
+    allocate), a third more memory traffic for ``x * y + z``."""
     if rt is None or not rt.policy.streaming_stores:
         return False
     cache = cache_bytes(rt)
@@ -651,10 +649,9 @@ def _kernel_steps(plan: Plan, rt, step, source: Callable[[], str], elements: int
 
 def _batch_min_eqns(rt) -> float:
     """Equations a run of small steps needs to be batched into one launch rather than run on the
-    host.  numpy takes ~3 us per small equation; a driver that runs kernels in the calling thread
-    launches in 2-8 us, so two equations pay (measured: the MLP step's 31-equation loss tail 137 ->
-    48 us).  A driver that hands kernels to worker threads takes 20-50 us per launch and wait,
-    and there batching measured no faster even for that tail (2 threads: 2.96 vs 2.93 ms a step)."""
+    host: two on a driver that runs kernels in the calling thread (a launch costs about a numpy
+    call or two); never on one that hands kernels to worker threads (a launch and its wait cost
+    more than the numpy calls they would save)."""
     return 2 if compute_units(rt) <= 1 else float("inf")
 
 
@@ -802,22 +799,18 @@ def work_elements(closed: ClosedJaxpr) -> int | None:
 
 def is_small(closed: ClosedJaxpr) -> bool:
     """Is the whole program's work (``work_elements``) so small that, on a CPU device, launching
-    kernels (2-8 us each on a driver running them in the calling thread, 30-110 us with a wait on
-    PoCL's pthread device; see ``placement``) costs more than running it on the host?"""
+    kernels (see ``placement``) costs more than running it on the host?"""
     work = work_elements(closed)
     return work is not None and work < config.opencl_small_program_elements
 
 
 # A program with a kernel on a CPU device is timed both ways (``HostTrial``) at its first call when
 # its work is under this many elements: each step's placement is estimated alone, and the device's
-# wait moves with its state (a launch and wait measured 23-110 us between processes), so a program
-# near the estimate's crossover may be faster as one numpy program -- the sampling forward (1x64
-# tokens) with its two attentions as kernels took 1.32 ms a call, as one numpy program 0.95.  The
-# bound keeps the trial's extra runs cheap (the trial runs the program 2 + 2 x ``HostTrial.CALLS``
-# times inside its first call).  On a device handing kernels to worker threads the numpy program
-# must win by ``TRIAL_MARGIN``: PoCL's kernel calls are bimodal early in a process (issue 15's chain
-# on 100K elements: 150-180 or 270-540 us a call, numpy 370-380), and five calls in a slow phase
-# (median 424 us) replaced a kernel that runs at 150-310 us once warm.
+# wait moves with its state, so a program near the estimate's crossover may be faster as one numpy
+# program.  The bound keeps the trial's extra runs cheap (the trial runs the program 2 + 2 x
+# ``HostTrial.CALLS`` times inside its first call).  On a device handing kernels to worker threads
+# the numpy program must win by ``TRIAL_MARGIN``: PoCL's kernel calls are bimodal early in a
+# process, and a few calls in a slow phase must not replace a kernel that is faster once warm.
 TRIAL_ELEMENTS = 1 << 22
 TRIAL_MARGIN = 1.2
 # a program's text (its kernels' source and its IR) -> how its trial ended in this process ("" the
@@ -872,23 +865,21 @@ class HostTrial:
     runs each, inside the program's first call: the way with the lower median is the program's
     for its life (its numerics with it: the two round differently in the last bits, and the same
     inputs must give the same bits on every call).  In blocks, not alternating: after a numpy call
-    PoCL's worker threads have gone to sleep, and waking them made the next kernel call pay
-    0.1-0.2 ms (issue 15's chain on 100K elements: 0.15 ms a call in a loop of kernel calls, ~0.4
-    alternating with numpy calls, which then won at 0.37).  Three kinds of program have one
+    PoCL's worker threads have gone to sleep, and waking them would charge the next kernel call.
+    Three kinds of program have one
     (``why`` says which, for the report), all under ``TRIAL_ELEMENTS`` of work, on a CPU device
     whose placements are not pinned (``opencl_host_step_elements``):
 
     * on a device that runs kernels in the calling thread (PoCL's ``basic``, one compute unit),
       any program: kernels there win nothing from parallel workers, and every host step or
-      host-BLAS product waits for the kernels before it.  The sampling forward (1x64 tokens, d128)
-      pinned to one core: 15 kernels between 15 BLAS products took 1.32 ms a call, the numpy
-      program 1.01 ms;
+      host-BLAS product waits for the kernels before it;
     * on a device handing kernels to worker threads, a program with a kernel;
     * a program of host steps and matmuls some of which auto mode measured faster as kernels
       (``_settle``): each matmul's choice weighs the product alone, while the program pays for a
-      kernel with device buffers, a wait at each host step, and launches.  The MLP step
-      (784-512-512-10, load ~3): 512x128 . 128x512 went to OpenCL (0.49 vs 0.63 ms), and the step
-      took 3.1-4.2 ms on the device path against 2.6 ms as one numpy program."""
+      kernel with device buffers, a wait at each host step, and launches.
+
+    The measurements behind this: benchmarks/RESULTS.md ("Measurement notes moved from the
+    OpenCL backend's docstrings")."""
 
     CALLS = 5
 
@@ -1056,8 +1047,7 @@ class OpenCLExecutable:
         """At the first call, how the program runs for its life (so its numerics never change):
         a program whose steps are all host steps and host-BLAS matmuls runs as one numpy program
         (``HostExecutable``, as the numpy backend would: no buffers, pools, waits or per-step
-        dispatch; a transformer forward on 64 tokens at the defaults: 1.52 -> 1.29 ms, numpy
-        backend 1.18) -- unless it has no host step and a product auto mode has still to measure
+        dispatch) -- unless it has no host step and a product auto mode has still to measure
         (the device path measures it for later processes, see ``matmul``).  Returns the
         trial to run before the first result (``HostTrial``), if any: when some of those matmuls
         were measured faster as kernels, or as ``_new_trial`` says."""

@@ -22,10 +22,9 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   PoCL a low-priority child process, which leaves them in PoCL's disk cache); the first run after
   they are ready loads them (~0.1 s), times both on the real operands (a few interleaved runs,
   ~30 ms), keeps the faster as the shape's verdict and writes the program's own (BLAS) result.
-  Measured on PoCL 3.1 (2 cores, fresh caches): the build and first launches of the kernels a
-  MLP step's shapes need take 1.5-2.3 s per shape, all of which used to stall one call (6.5-9 s
-  for the 784-512-512-10 MLP step).  On the gpu kind always OpenCL, whatever the option.  Under MPI (more than one
-  process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
+  (The build and first launches of a shape's kernels take seconds on PoCL: done in the caller,
+  they stalled one call.)  On the gpu kind always OpenCL, whatever the option.  Under MPI (more
+  than one process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
 * the host BLAS runs on the process's own thread count (never changed here: OpenBLAS rounds
   differently at different counts).
 
@@ -39,6 +38,9 @@ compiled again into every jitted function's program.  On PoCL that build (it com
 kernel when the binary is cached) costs seconds, which would otherwise be paid by the first
 call of every new function that multiplies matrices.  The jitted program's source
 (``as_text()``) carries a comment naming the matmul kernels a step launches.
+
+The measurements behind the constants and choices here: benchmarks/RESULTS.md ("Measurement
+notes moved from the OpenCL backend's docstrings").
 """
 from __future__ import annotations
 
@@ -77,9 +79,8 @@ ACTS = {"none": 0, "relu": 1, "tanh": 2}
 PKW = 64                    # k rows per packing work-item (matmul.cl MM_PKW)
 # cache blocking of one work-item (see matmul.cl): rows, columns, and the K chunk per pass
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
-# K up to this is one chunk: every further chunk loads and stores the C tile again (measured on
-# Zen 4: 128x784x512 993 -> 949 us, 128x512x512 659 -> 645 us, 1024^3 103.9 -> 109.2 GFLOP/s);
-# longer K keeps BLOCK_K chunks (A read in place down long columns measured slower with long chunks)
+# K up to this is one chunk: every further chunk loads and stores the C tile again; longer K keeps
+# BLOCK_K chunks (A read in place down long columns is slower with long chunks)
 ONE_CHUNK_K = 1024
 MEASURE_AT_RUN = 3          # auto mode: the run of an undecided shape that measures OpenCL vs BLAS
 
@@ -205,7 +206,7 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
     leaves the compiled program and work-group functions in PoCL's disk cache: the caller's build
     and first launch then take ~0.1 s.  Not in a thread of this process: PoCL compiles a
     kernel's work-group function at its first launch while holding the device, so every launch
-    of the caller waited for it (measured: 1.2-2.2 s stalls).  Other drivers: in this thread."""
+    of the caller would wait for it.  Other drivers: in this thread."""
     try:
         if worker.stopping:
             return
@@ -235,11 +236,9 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
 def _warm_up_main(spec: tuple, device: int, cache_dir: str, kind: str) -> None:
     """The child process of ``_warm_up_elsewhere``: at low priority, warm up one plan on the
     parent's device (an index into ``devices()``), with its cache directory and device kind."""
-    # the lowest priority: it runs on idle cores only.  At nice 10 it took ~10% of a busy core
-    # (bench_linalg pinned, fresh caches: cholesky grad 1.85x JAX, 0.95x once warm); and at any
-    # nice level a waking thread of the parent (a BLAS thread between jobs) can wait a time slice
-    # for it (eigh at 2 BLAS threads: 5.3 -> 9.4 ms while it ran).  Linux's SCHED_IDLE class
-    # yields to every normal thread at once; elsewhere nice 19.
+    # the lowest priority: it runs on idle cores only (at any nice level it takes a share of busy
+    # cores, and a waking thread of the parent can wait a time slice for it).  Linux's SCHED_IDLE
+    # class yields to every normal thread at once; elsewhere nice 19.
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     elif hasattr(os, "nice"):
@@ -392,8 +391,8 @@ class _Plan:
         self.pack_b_args = (i32(s.N), i32(s.K), i32(int(s.tb)), i64(s.N * s.K), i64(nbk * tn * s.K))
         self.grid = (_cdiv(mb, mcb), _cdiv(nbk, ncb), s.batch)
         # a narrow row-major B (rows of at most 2 KB) whose width is whole panels is read in place,
-        # its panel rows N apart instead of TN: no packing pass (measured 9-18% faster for N <= 512;
-        # wider rows are slower in place than the packing costs: 1.2-1.3x at N = 1024, 2048)
+        # its panel rows N apart instead of TN: no packing pass (wider rows are slower in place than
+        # the packing costs)
         self.pack_b = s.tb or s.N % tn != 0 or s.N * s.dtype.itemsize > 2048
         ldb, panel_stride, sbp = (tn, tn * s.K, nbk * tn * s.K) if self.pack_b else (s.N, tn, s.N * s.K)
         # A whose rows are whole micro-tiles is read in place (no packing pass): its element
@@ -499,14 +498,11 @@ def _choose(plan: _Plan, ctx, a, b, out, bias) -> str:
     (at most 5 each), and return OpenCL if it ran in under ``OPENCL_WINS_BELOW`` of BLAS's time.
     The margin: a decision is made once (and kept on disk), often on a busy machine, where the
     interleaved times of a shape scatter by tens of percent; and a program whose products all run
-    on BLAS settles on the host (no buffers, syncs or launches: ``OpenCLExecutable._settle``).
-    Measured: the MLP step (784-512-512-10) at load 4 decided 512x128 . 128x512 for OpenCL (0.682
-    vs 0.8 ms; quiet, BLAS is 0.31 ms), so the whole step stayed on the device path.  It costs a
-    few percent on shapes where the kernel is a little faster (128x512x512: 0.668 ms OpenCL vs
-    0.692 ms BLAS, BLAS kept).  Not on a driver running kernels in the calling thread (one compute
-    unit, PoCL's ``basic``): no settling there (its small steps are batched kernels), and a kernel
-    saves the BLAS step's wait and buffer maps (the pinned MLP step: ~0.1 ms slower with the
-    margin).  ``out`` holds the BLAS result afterwards (the measuring program's own numerics)."""
+    on BLAS settles on the host (no buffers, syncs or launches: ``OpenCLExecutable._settle``); it
+    costs a few percent on shapes where the kernel is a little faster.  Not on a driver running
+    kernels in the calling thread (one compute unit, PoCL's ``basic``): no settling there (its
+    small steps are batched kernels), and a kernel saves the BLAS step's wait and buffer maps.
+    ``out`` holds the BLAS result afterwards (the measuring program's own numerics)."""
     q = ctx.queue
 
     def timed(fn):
@@ -625,9 +621,7 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     # Under MPI (more than one process) an undecided product stays on the host BLAS: each process
     # would measure on its own (the measurements include waiting for the others, so processes can
     # choose differently and the slower one holds back every collective), and the background
-    # compiles compete with the processes for the cores they run on.  The 2-process MLP step
-    # (benchmarks/bench_distributed.py, PoCL basic device): 4.8-11.7 ms a step in auto mode, both
-    # processes at CPU/wall 0.5-1.0; 4.76-4.88 ms and 1.0 with matmul="blas".
+    # compiles compete with the processes for the cores they run on.
     under_mpi = impl is None and m == "auto" and host_blas and distributed.process_count() > 1
     # undecided: the host BLAS for this process's life, measured (below) for later processes
     state = {"impl": impl or "blas", "measure": impl is None and not under_mpi}

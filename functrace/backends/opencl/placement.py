@@ -1,30 +1,23 @@
-"""Host step or kernel: a cost estimate for a step on a CPU device (issue 15).
+"""Host step or kernel: a cost estimate for each step on a CPU device.
 
-On a driver handing kernels to worker threads (PoCL's ``pthread``, the default), a step (a fused
-elementwise group, a reduction with the group it absorbs, a layout copy, a hand-written lowering)
-runs as a kernel unless numpy on the host is estimated cheaper (the kernel's estimate times
-``WORKER_MARGIN``):
+On a driver handing kernels to worker threads (PoCL's ``pthread``), a step (a fused elementwise
+group, a reduction with the group it absorbs, a layout copy, a hand-written lowering) runs as a
+kernel unless numpy on the host is estimated cheaper (the kernel's estimate times ``WORKER_MARGIN``):
 
 * host: per equation ``HOST_STEP_SECONDS`` (numpy's call) plus its elements times numpy's cost
-  per element of that operation (``OP_COSTS``);
-* kernel: a dispatch, plus the arithmetic of the whole fused group (``OP_COSTS``' kernel column)
+  per element of that operation (``OP_COSTS``' host columns);
+* kernel: a dispatch, plus the arithmetic of the whole fused group (``OP_COSTS``' kernel columns)
   shared by the device's compute units;
 * a wait for the device (a worker waking, the queue draining: :func:`launch_costs`, measured once
   per process) is charged to whichever side breaks a run: a kernel after a host step (someone
-  waits for it), or a host step after a kernel (it waits for the queue).  Kernels enqueued
-  back to back cost 2-6 us each on PoCL 3.1; one launch and its wait 30-110 us.
+  waits for it), or a host step after a kernel (it waits for the queue).
 
-Costs are per element and per operation, separately for numpy and for kernels, float32 and
-float64: the two differ by up to 40x either way (numpy's float32 ``tan`` is 20x faster than
-PoCL's, its ``erf`` 35x slower), so one weight for both sides misplaced steps.  Calibrated on a
-2-core Skylake (numpy 2.4, PoCL 3.1 ``pthread``), with a 65 us wait: issue 15's 14-operation
-chain is estimated at 68 us on the host and 80 us as one kernel on 10K float32 (measured 46 and
-105-117 us: host), and at 0.49 ms and 0.19 ms on 100K (measured 0.36 and 0.15-0.29 ms: kernel).
-A wait measured under ~35 us puts the 10K chain on the device; ``OpenCLExecutable``'s timed
-trial then brings such small programs back to numpy.
-``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
-count (tests pin placements with it); a driver running kernels in the calling thread keeps the
-element count ``IN_THREAD_ELEMENTS``.
+Costs are per primitive, per side and per float width: numpy's and a kernel's differ by up to
+40x either way, so one weight for both sides misplaces steps.  ``ft.config.opencl_host_step_elements``
+set to a number replaces the estimate by that element count (tests pin placements with it); a
+driver running kernels in the calling thread keeps the element count ``IN_THREAD_ELEMENTS``.
+The measurements behind the constants: benchmarks/RESULTS.md ("Measurement notes moved from
+the OpenCL backend's docstrings").
 """
 from __future__ import annotations
 
@@ -44,12 +37,11 @@ HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside 
 
 # ns per element: (host float32, host float64, kernel float32, kernel float64).  Host: numpy's
 # ufunc on in-cache data, as a host step runs it; kernel: one compute unit's arithmetic inside a
-# fused kernel.  Measured with ``python benchmarks/calibrate_placement.py`` (numpy 2.4, PoCL 3.1
-# pthread, Skylake-AVX512); rms_norm per element, attention per logit (queries x keys per head,
-# head size 32) from timing the two backends on them.  Unlisted: ``CHEAP_COSTS``.
+# fused kernel; ``rms_norm`` per element, ``attention`` per logit (queries x keys per head).
+# Measured with ``python benchmarks/calibrate_placement.py``.  Unlisted: ``CHEAP_COSTS``.
 OP_COSTS = {
     P.div_p: (0.21, 0.59, 0.18, 0.67),
-    P.select_p: (4.9, 6.3, 0.04, 0.03),  # numpy's where on an unpredictable mask (a sorted one: 0.7)
+    P.select_p: (4.9, 6.3, 0.04, 0.03),  # numpy's where on an unpredictable mask
     P.sqrt_p: (0.23, 0.93, 0.22, 0.95),
     P.rsqrt_p: (0.59, 2.07, 0.46, 1.69),
     P.integer_pow_p: (0.25, 1.35, 0.05, 0.04),  # (x ** 3: a chain of multiplies on both sides)
@@ -115,28 +107,20 @@ def compute_units(rt) -> int:
 
 # A driver handing kernels to worker threads (more than one compute unit): a kernel must be
 # estimated this much cheaper than the host to launch.  Its launch waits for a worker to wake,
-# and for a core when other processes keep them busy, where numpy runs at once in this thread:
-# measured with 7 other processes busy on 2 cores, the MLP step's 65536-element three-operation
-# kernel took 4.7-9.2 ms (launch to finish, median of 30); that group stays on the host on any
-# estimate (44 us in numpy vs 6 us of arithmetic and a 65-130 us wait as a kernel).  2.0 (with
-# estimates that overrated numpy's transcendentals 2-3x) put issue 15's chain on 100K elements
-# on the host whenever the wait measured over ~125 us: 2.4x slower than its kernel.
+# and for a core when other processes keep them busy, where numpy runs at once in this thread.
 WORKER_MARGIN = 1.5
 
 
 # A driver running kernels in the calling thread (one compute unit, PoCL's ``basic``): steps
 # under this many elements are held back and batched into one launch per run of them (see
-# executable._batch_small_steps), as measured when that was built.  The estimate is not used
-# there: with launches of ~2 us it made every step of the MLP step a kernel of its own (21
-# launches instead of 5), doubling the first call (4.1 vs 1.9 s: each kernel compiles at its
-# first launch) for no measured gain.
+# executable._batch_small_steps).  The estimate is not used there: with launches of ~2 us it
+# makes every step a kernel of its own, each compiled at its first launch, for no gain.
 IN_THREAD_ELEMENTS = 4096
 
 
 # Below this many elements a step stays on the host whatever the estimate says: the estimate
-# weighs run time only, and every kernel also compiles at its first launch (PoCL 3.1: ~2 s for a
-# 256-equation kernel).  The gradient of a 1,000-step elementwise chain on 4 elements, 6,000
-# equations, took 48 s to its first result as kernels against 0.3 s on the host.
+# weighs run time only, and every kernel also compiles at its first launch (seconds for a long
+# fused group), which a step this small never earns back.
 MIN_KERNEL_ELEMENTS = 1024
 
 
@@ -181,10 +165,8 @@ _LAUNCH_PROBE = "__kernel void ft_launch_probe(__global float* a) { a[get_global
 
 
 def launch_costs(rt) -> LaunchCosts:
-    """``rt``'s launch costs, measured once per process (~25 ms, the probe's binary from the disk
-    cache): not kept on disk, as they move with the machine's load and state -- a value cached
-    under load (18 us) put a 10K-element chain on a quiet machine's device, where a launch and
-    wait took 65-110 us, 2.6x slower than numpy."""
+    """``rt``'s launch costs, measured once per process (~25 ms): not kept on disk, as they move
+    with the machine's load and state."""
     cached = getattr(rt, "_launch_costs", None)
     if cached is None:
         cached = rt._launch_costs = _measure_launch(rt)
@@ -193,9 +175,8 @@ def launch_costs(rt) -> LaunchCosts:
 
 def _measure_launch(rt) -> LaunchCosts:
     """Medians of one launch + wait (15 times) and of 21 back to back (5 times), each after 1 ms
-    of other work in this thread, as between the calls of a training loop: PoCL's workers spin a
-    while after a kernel, then sleep (one launch + wait measured 30-65 us right after others,
-    110 us after 1 ms, 166 us after 10 ms)."""
+    of other work in this thread, as between the calls of a training loop (PoCL's workers spin a
+    while after a kernel, then sleep: a launch right after others is cheaper)."""
     kernel = rt.cl.Kernel(rt.program(_LAUNCH_PROBE), "ft_launch_probe")
     buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
                        hostbuf=np.zeros(64, np.float32))

@@ -508,10 +508,8 @@ class Runtime:
         self._key_of = weakref.WeakKeyDictionary()  # program -> its key
         self._program_lock = threading.Lock()  # one build per key, however many threads ask
         # PoCL keeps its own disk cache of built programs (keyed by source, options and device): a
-        # rebuild from it takes ~22 ms.  Asking it for a binary (~2 ms to load) compiles every kernel
-        # once more while holding the GIL (measured on PoCL 3.1: 0.2-0.8 s for a MLP step's
-        # program, 5.7 s for a shared matmul program), so there no binary is fetched at all: it
-        # stalled a second or third call by seconds (issue 15)
+        # rebuild from it takes ~22 ms.  Asking it for a binary compiles every kernel once more
+        # while holding the GIL (seconds for a large program), so there no binary is fetched at all
         self.driver_caches_programs = "Portable Computing Language" in device.platform.name
 
     # ------------------------------------------------------------------ programs
