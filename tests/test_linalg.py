@@ -273,7 +273,7 @@ _LARGE = 40
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_direct_lapack_routines_match_numpy(direct, dtype, monkeypatch):
-    from functrace.numpy import _lapack
+    from functrace.primitives import lapack as _lapack
     if not direct:
         monkeypatch.setattr(_lapack, "MIN_ORDER", 10**9)
     tol = dict(rtol=1e-9, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-3, atol=2e-3)

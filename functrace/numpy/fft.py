@@ -1,103 +1,29 @@
 """``functrace.numpy.fft``: numpy.fft's transforms, differentiable and batched.
 
-One primitive, ``fft``, with ``fft_type`` in {fft, ifft, rfft, irfft} over the last
-``len(fft_lengths)`` axes (numpy.fft's default "backward" normalization; the other ``norm`` modes
-scale its result).  Complex values live inside programs as complex64 / complex128 arrays, with
-``x.real``, ``x.imag``, ``x.conj()``, ``abs`` and arithmetic; their derivatives follow JAX's
-convention (transposes, no conjugation), so ``grad`` of a real loss of real inputs through
-complex intermediates (``fnp.sum(fnp.abs(fnp.fft.rfft(x)) ** 2)``, a spectral filter
-``irfft(rfft(x) * h)``) is the usual real gradient.  ``grad`` with respect to a complex input
-is refused (see ``autodiff``): differentiate with respect to real and imaginary parts.
+One primitive, ``fft`` (declared with its rules in ``functrace.primitives.fft``), with ``fft_type``
+in {fft, ifft, rfft, irfft} over the last ``len(fft_lengths)`` axes (numpy.fft's default
+"backward" normalization; the other ``norm`` modes scale its result).  Complex values live
+inside programs as complex64 / complex128 arrays, with ``x.real``, ``x.imag``, ``x.conj()``,
+``abs`` and arithmetic; their derivatives follow JAX's convention (transposes, no conjugation),
+so ``grad`` of a real loss of real inputs through complex intermediates
+(``fnp.sum(fnp.abs(fnp.fft.rfft(x)) ** 2)``, a spectral filter ``irfft(rfft(x) * h)``) is the
+usual real gradient.  ``grad`` with respect to a complex input is refused (see ``autodiff``):
+differentiate with respect to real and imaginary parts.
 
 On OpenCL, complex arrays have no type in generated kernels: these steps run on the host
 (numpy.fft), which ``report()`` says.
 """
 import math as _math
-from typing import Sequence as _Sequence
 
 import numpy as _np
 
 from .. import arrays as _arrays
 from .. import primitives as _P
-from ..core import ShapedArray as _ShapedArray
 from ..errors import NotInFunctrace as _NotInFunctrace
-from ..errors import ShapeError as _ShapeError
 from ..errors import user_frame_description as _where
+from ..primitives.fft import fft as _fft
+from ..primitives.fft import fft_p  # noqa: F401 (fnp.fft.fft_p)
 from . import _base as _fnp
-
-_TYPES = ("fft", "ifft", "rfft", "irfft")
-
-fft_p = _P.new_primitive("fft")
-
-
-def _fft_impl(x, *, fft_type, fft_lengths):
-    axes = tuple(range(-len(fft_lengths), 0))
-    if fft_type == "fft":
-        out = _np.fft.fftn(x, axes=axes)
-    elif fft_type == "ifft":
-        out = _np.fft.ifftn(x, axes=axes)
-    elif fft_type == "rfft":
-        out = _np.fft.rfftn(x, axes=axes)
-    else:
-        out = _np.fft.irfftn(x, s=fft_lengths, axes=axes)
-    return out.astype(_fft_abstract(_ShapedArray(x.shape, x.dtype), fft_type=fft_type, fft_lengths=fft_lengths).dtype,
-                      copy=False)
-
-
-def _fft_abstract(a, *, fft_type, fft_lengths):
-    k = len(fft_lengths)
-    if len(a.shape) < k:
-        raise _ShapeError(f"fft: {k} transform axes for an array of shape {a.shape} {_where()}")
-    lead, last = a.shape[:-k], a.shape[-k:]
-    if fft_type == "rfft":
-        if a.dtype.kind != "f" or last != tuple(fft_lengths):
-            raise TypeError(f"fft: rfft takes real arrays of the transform lengths, got {a.str_short()} {_where()}")
-        return _ShapedArray(lead + last[:-1] + (last[-1] // 2 + 1,), _P.complex_dtype(a.dtype))
-    if a.dtype.kind != "c":
-        raise TypeError(f"fft: {fft_type} takes complex arrays, got {a.str_short()} {_where()}")
-    if fft_type == "irfft":
-        if last != tuple(fft_lengths[:-1]) + (fft_lengths[-1] // 2 + 1,):
-            raise _ShapeError(f"fft: irfft of shape {a.shape} to lengths {fft_lengths} {_where()}")
-        return _ShapedArray(lead + tuple(fft_lengths), _P.real_dtype(a.dtype))
-    return a
-
-
-def _fft(x, fft_type: str, fft_lengths: tuple):
-    return fft_p.bind(x, fft_type=fft_type, fft_lengths=tuple(int(n) for n in fft_lengths))
-
-
-def _last_axes_pad(x, widths: _Sequence[int]):
-    """Zero-pad the last len(widths) axes at their ends by ``widths``."""
-    shape = _P.shape_of(x)
-    config = [(0, 0, 0)] * (len(shape) - len(widths)) + [(0, w, 0) for w in widths]
-    return _P.pad(x, _P.scalar_like(x, 0), config)
-
-
-def _fft_transpose(g, ans, x, *, fft_type, fft_lengths):
-    """The transpose (JAX's convention): fft and ifft are symmetric; rfft's is the real part of the
-    fft of the zero-padded half spectrum; irfft's the conjugated, weighted rfft (JAX's formula)."""
-    if fft_type in ("fft", "ifft"):
-        return _fft(g, fft_type, fft_lengths)
-    if fft_type == "rfft":
-        n = fft_lengths[-1]
-        padded = _last_axes_pad(_P.convert_element_type(g, _P.dtype_of(g)), [n - _P.shape_of(g)[-1]])
-        return _P.real(_fft(padded, "fft", fft_lengths))
-    spectrum = _fft(g, "rfft", fft_lengths)
-    m, n = _P.shape_of(spectrum)[-1], fft_lengths[-1]
-    weights = _np.full(m, 2.0)
-    weights[0] = 1.0
-    if n % 2 == 0:
-        weights[-1] = 1.0
-    scale = _np.asarray(weights / _math.prod(fft_lengths), _P.real_dtype(_P.dtype_of(spectrum)))
-    return _P.conj(_P.mul(spectrum, _P.convert_element_type(scale, _P.dtype_of(spectrum))))
-
-
-fft_p.impl = _fft_impl
-fft_p.abstract_eval = _fft_abstract
-fft_p.jvp = [lambda t, ans, x, **params: fft_p.bind(t, **params)]
-fft_p.vjp = [_fft_transpose]
-fft_p.batch = lambda vals, dims, **params: (fft_p.bind(_P.moveaxis(vals[0], dims[0], 0), **params), 0)
-
 
 # --------------------------------------------------------------------------- user functions
 

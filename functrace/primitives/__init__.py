@@ -18,6 +18,12 @@ derivatives nest to any depth.
   the OpenCL backend runs as hand-written kernels; ``nn``'s other derivative and batching rules
   come from reference decompositions in ``functrace.numpy``, ``convolution``'s rules bind the
   convolution again.  ``functrace.nn`` and ``functrace.convolution`` (``ft.lax``) bind them.
+* ``linalg`` (``cholesky``, ``triangular_solve``, ``lu_factor`` / ``lu_solve``, ``det``,
+  ``slogdet``, ``eigh``, ``eig``, ``svd``, ``qr``, ``lu``, ``lu_pivots_to_permutation``): host
+  LAPACK (numpy.linalg, and ``lapack``'s direct calls into the OpenBLAS numpy ships) with
+  derivative rules written with these primitives and ``functrace.numpy``; ``fft`` (numpy.fft's
+  transforms, complex values, JAX's transposes).  ``functrace.numpy.linalg`` / ``fft`` and
+  ``functrace.scipy.linalg`` bind them.
 
 Backends key what they know of a primitive by the primitive object (``backends/``).
 """

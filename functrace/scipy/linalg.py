@@ -10,6 +10,7 @@ from ..autodiff import stop_gradient as _stop_gradient
 from ..core import Tracer
 from ..errors import ConcretizationError
 from ..numpy import linalg as _la
+from ..primitives.linalg import lu_p as _lu_p
 
 
 def _as_columns(b, matrix_ndim: int):
@@ -63,7 +64,7 @@ def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True):
     x = arrays.to_float(a, np.float64)
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(f"lu_factor: expected square matrices (..., n, n), got shape {x.shape}")
-    factors, pivots, _ = _la.lu_p.bind(x)
+    factors, pivots, _ = _lu_p.bind(x)
     return factors, pivots
 
 
@@ -88,7 +89,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
 def lu(a, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True):
     """(p, l, u) with a = p @ l @ u (``permute_l``: (p @ l, u))."""
     x = arrays.to_float(a, np.float64)
-    factors, _, perm = _la.lu_p.bind(x)
+    factors, _, perm = _lu_p.bind(x)
     m, n = x.shape[-2:]
     k = min(m, n)
     lower = _strict_lower(factors[..., :, :k]) + np.eye(m, k, dtype=x.dtype)

@@ -1,6 +1,7 @@
 """Direct calls into the LAPACK / BLAS that numpy itself ships (its bundled OpenBLAS), for the
-three routines numpy.linalg does not expose: LU factorization with reuse (getrf / getrs), a
-triangular solve (trsm) and a Cholesky factorization without numpy's copies (potrf).
+linear-algebra primitives (``linalg``): the three routines numpy.linalg does not expose, LU
+factorization with reuse (getrf / getrs), a triangular solve (trsm) and a Cholesky factorization
+without numpy's copies (potrf).
 
 Why: a gradient of ``solve`` reuses the forward pass's LU factors (as JAX does) instead of
 factoring twice, and a triangular solve costs n^3 instead of an LU's (2/3 + 2) n^3; this is
