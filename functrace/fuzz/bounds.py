@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import lax, nn
 from .. import primitives as P
 from ..core import ClosedJaxpr, Literal
 from ..lax_numeric import erf_p
+from ..primitives import control
+from ..primitives import nn as fused
 from ..staging import make_jaxpr
 
 
@@ -460,12 +461,12 @@ def summation_ulps(n: int) -> float:
 
 # fused primitives: their outputs (a list) from the decomposition their derivative rules use
 FUSED_REFERENCES = {
-    nn.softmax_p: lambda x: [nn._softmax_reference(x)],
-    nn.log_softmax_p: lambda x: [nn._log_softmax_reference(x)],
-    nn.rms_norm_p: lambda x, w, **p: [nn._rms_norm_reference(x, w, **p)],
-    nn.rms_norm_bwd_p: nn._rms_norm_bwd_reference,
-    nn.attention_p: nn._attention_reference,
-    nn.attention_bwd_p: nn._attention_bwd_reference,
+    fused.softmax_p: lambda x: [fused.softmax_reference(x)],
+    fused.log_softmax_p: lambda x: [fused.log_softmax_reference(x)],
+    fused.rms_norm_p: lambda x, w, **p: [fused.rms_norm_reference(x, w, **p)],
+    fused.rms_norm_bwd_p: fused.rms_norm_bwd_reference,
+    fused.attention_p: fused.attention_reference,
+    fused.attention_bwd_p: fused.attention_bwd_reference,
 }
 
 # primitives with a rule of their own (the others: elementwise ones by the corners of their
@@ -489,8 +490,8 @@ RULES = {
     P.cumsum_p: BoundInterpreter._cumsum,
     P.dot_general_p: BoundInterpreter._dot_general,
     P.select_p: BoundInterpreter._select,
-    lax.cond_p: BoundInterpreter._cond,
-    lax.scan_p: BoundInterpreter._scan,
-    lax.while_p: BoundInterpreter._while,
+    control.cond_p: BoundInterpreter._cond,
+    control.scan_p: BoundInterpreter._scan,
+    control.while_p: BoundInterpreter._while,
 }
 
