@@ -6,6 +6,7 @@ It runs wherever the values are: eagerly at once, inside ``jit`` when the compil
 (a host step on OpenCL, after the kernels making its operands).  As in JAX, differentiation
 prints the primal values only (the primitive is not differentiable: its tangents and
 cotangents are nothing), and under ``vmap`` the callback runs once per batch element, in order.
+(The primitive and its rules: ``primitives/callbacks.py``.)
 """
 from __future__ import annotations
 
@@ -14,47 +15,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import primitives as P
 from .core import PY_SCALAR_TYPES, Tracer
 from .errors import check_callable, user_frame_description
+from .primitives.callbacks import debug_callback_p
 from .staging import innermost_staging_trace
 from .tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["print", "callback"]
-
-debug_callback_p = P.new_primitive("debug_callback")
-debug_callback_p.multiple_results = True
-debug_callback_p.effectful = True
-debug_callback_p.differentiable = False  # no outputs: no derivative; jvp/grad run it on the primals
-
-
-def _impl(*values, callback: Callable):
-    callback(*[np.asarray(v) for v in values])
-    return []
-
-
-def _batch(vals, dims, callback: Callable):
-    """Once per batch element, in order (as JAX's): each batched operand's element ``i``."""
-    size = next(P.shape_of(v)[d] for v, d in zip(vals, dims) if d is not None)
-    for i in range(size):
-        debug_callback_p.bind(*[v if d is None else _element(v, d, i) for v, d in zip(vals, dims)],
-                              callback=callback)
-    return [], []
-
-
-def _element(x, axis: int, i: int):
-    """``x[..., i, ...]`` along ``axis``."""
-    shape = P.shape_of(x)
-    start = [0] * len(shape)
-    start[axis] = i
-    limit = list(shape)
-    limit[axis] = i + 1
-    return P.squeeze(P.slice_op(x, start, limit), (axis,))
-
-
-debug_callback_p.impl = _impl
-debug_callback_p.abstract_eval = lambda *avals, callback: []
-debug_callback_p.batch = _batch
 
 
 def _is_value(x) -> bool:

@@ -11,9 +11,9 @@ is a pure function of its key: the same key gives the same numbers, and the same
   ``hi << 32 | lo`` (64 bits);
 * ``fold_in(key, d)`` is the key that ``split`` would give at counter ``d``.
 
-The hash is one primitive (``threefry2x32``: uint32 adds, rotations and xors; a kernel of its own
-on OpenCL, ``cl_kernels/threefry.cl``); turning bits into floats is ordinary primitives (shift,
-or, bitcast) that fuse into the kernels that use the numbers.  Random bits carry no derivative;
+The hash is one primitive (``threefry2x32``, ``primitives/random_bits.py``: uint32 adds, rotations
+and xors; a kernel of its own on OpenCL, ``cl_kernels/threefry.cl``); turning bits into floats is
+ordinary primitives (shift, or, bitcast) that fuse into the kernels that use the numbers.  Random bits carry no derivative;
 ``minval`` / ``maxval`` / ``lower`` / ``upper`` / ``mean`` / ``cov`` do, as in JAX.
 
 Defaults follow JAX without ``jax_enable_x64``: float32 samples and int32 integers; ``dtype=
@@ -28,68 +28,19 @@ from typing import Sequence
 
 import numpy as np
 
-from . import arrays, lax_numeric
+from . import arrays
 from . import numpy as fnp
 from . import primitives as P
-from .core import ShapedArray, Tracer
-from .errors import DtypeError, ShapeError, user_frame_description
+from .core import Tracer
+from .errors import ShapeError, user_frame_description
+from .primitives.random_bits import (  # noqa: F401  (threefry2x32_reference: ft.random's, for tests)
+    threefry2x32_p,
+    threefry2x32_reference,
+)
+from .primitives.special import erf_inv_p, erf_p
 
 _U32 = np.dtype(np.uint32)
 _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: _U32, 64: np.dtype(np.uint64)}
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_KEY_PARITY = 0x1BD11BDA  # Threefry's key-schedule constant
-
-
-# --------------------------------------------------------------------------- the hash primitive
-
-
-def _rotate_left(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def threefry2x32_reference(k1, k2, x1, x2) -> list:
-    """Threefry-2x32 with 20 rounds (Salmon et al., SC'11) on uint32 arrays (broadcast)."""
-    k1, k2, x1, x2 = (np.asarray(a, _U32) for a in np.broadcast_arrays(k1, k2, x1, x2))
-    ks = (k1, k2, k1 ^ k2 ^ np.uint32(_KEY_PARITY))
-    with np.errstate(over="ignore"):  # uint32 arithmetic wraps around, as the hash intends
-        x1, x2 = x1 + ks[0], x2 + ks[1]
-        for block in range(5):
-            for r in _ROTATIONS[block % 2]:
-                x1 = x1 + x2
-                x2 = _rotate_left(x2, r) ^ x1
-            x1 = x1 + ks[(block + 1) % 3]
-            x2 = x2 + ks[(block + 2) % 3] + np.uint32(block + 1)
-    return [np.asarray(x1, _U32), np.asarray(x2, _U32)]
-
-
-def _threefry_abstract(*avals):
-    for a in avals:
-        if a.dtype != _U32:
-            raise DtypeError(f"threefry2x32: operands must be uint32, got {a.dtype.name} {user_frame_description()}")
-    shape = P.broadcast_shapes("threefry2x32", *(a.shape for a in avals))
-    return [ShapedArray(shape, _U32)] * 2
-
-
-def _threefry_batch(vals, dims):
-    """Broadcasting like an elementwise op: batch axes to the front, ranks aligned."""
-    shapes = [P.shape_of(v) for v in vals]
-    rank = max(len(s) - (d is not None) for s, d in zip(shapes, dims))
-    moved = []
-    for v, d in zip(vals, dims):
-        if d is not None:
-            v = P.moveaxis(v, d, 0)
-            s = P.shape_of(v)
-            v = P.reshape(v, (s[0],) + (1,) * (rank - len(s) + 1) + s[1:])
-        moved.append(v)
-    return threefry2x32_p.bind(*moved), [0, 0]
-
-
-threefry2x32_p = P.new_primitive("threefry2x32")
-threefry2x32_p.multiple_results = True
-threefry2x32_p.impl = threefry2x32_reference
-threefry2x32_p.abstract_eval = _threefry_abstract
-threefry2x32_p.batch = _threefry_batch
-threefry2x32_p.differentiable = False  # random bits: integers, no derivative
 
 
 # --------------------------------------------------------------------------- keys
@@ -277,7 +228,7 @@ def normal(key, shape: Sequence[int] = (), dtype=np.float32):
     dtype = _float_dtype("normal", dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = _uniform("normal", key, _shape("normal", shape), dtype, low, 1.0)
-    return P.mul(np.array(math.sqrt(2.0), dtype), lax_numeric.erf_inv_p.bind(u))
+    return P.mul(np.array(math.sqrt(2.0), dtype), erf_inv_p.bind(u))
 
 
 def _next_toward(x, up: bool):
@@ -304,8 +255,8 @@ def truncated_normal(key, lower, upper, shape: Sequence[int] | None = None, dtyp
     lower, upper = _as(lower, dtype), _as(upper, dtype)
     shape = tuple(np.broadcast_shapes(P.shape_of(lower), P.shape_of(upper))) if shape is None else _shape("truncated_normal", shape)
     sqrt2 = np.array(math.sqrt(2.0), dtype)
-    a, b = lax_numeric.erf_p.bind(P.div(lower, sqrt2)), lax_numeric.erf_p.bind(P.div(upper, sqrt2))
-    out = P.mul(sqrt2, lax_numeric.erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
+    a, b = erf_p.bind(P.div(lower, sqrt2)), erf_p.bind(P.div(upper, sqrt2))
+    out = P.mul(sqrt2, erf_inv_p.bind(_uniform("truncated_normal", key, shape, dtype, a, b)))
     low = _next_toward(P.stop_gradient(lower), up=True)
     high = _next_toward(P.stop_gradient(upper), up=False)
     return P.broadcast_to(P.min_p.bind(P.max_p.bind(out, low), high), shape)

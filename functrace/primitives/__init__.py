@@ -18,6 +18,13 @@ derivatives nest to any depth.
   the OpenCL backend runs as hand-written kernels; ``nn``'s other derivative and batching rules
   come from reference decompositions in ``functrace.numpy``, ``convolution``'s rules bind the
   convolution again.  ``functrace.nn`` and ``functrace.convolution`` (``ft.lax``) bind them.
+* ``collectives`` (``psum``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter``, ``ppermute``,
+  ``all_to_all``, ``axis_index``): effectful primitives over a named axis -- a vmap's members,
+  combined by each one's ``batch_named_axis`` rule, or the MPI processes, reached by its
+  implementation; ``functrace.collectives`` (``ft.lax``) binds them.
+* ``random_bits`` (``threefry2x32``, the hash of ``ft.random``'s bits), ``special`` (``erf``,
+  ``erfc``, ``erf_inv``) and ``callbacks`` (``pure_callback``, ``debug_callback``: the user's
+  Python function called on the host).
 * ``linalg`` (``cholesky``, ``triangular_solve``, ``lu_factor`` / ``lu_solve``, ``det``,
   ``slogdet``, ``eigh``, ``eig``, ``svd``, ``qr``, ``lu``, ``lu_pivots_to_permutation``): host
   LAPACK (numpy.linalg, and ``lapack``'s direct calls into the OpenBLAS numpy ships) with

@@ -10,8 +10,9 @@ OpenCL) and under every transformation, with derivatives from the formulas thems
   (residuals from erf near the center and from erfc in the tails, so neither loses digits: the
   tails are why it is not ``sqrt(2) * erfinv(2p - 1)``); its derivative comes from
   ``custom_jvp`` (1 / pdf), not from the iterations.  ``erfinv`` is ``ft.nn.erf_inv``.
-* ``erfc`` is a primitive (``math.erfc`` on the host, OpenCL's ``erfc`` builtin in kernels):
-  1 - erf(x) would lose every digit in the upper tail, which ``ndtr`` and ``log_ndtr`` need.
+* ``erfc`` is a primitive (``primitives/special.py``: ``math.erfc`` on the host, OpenCL's ``erfc``
+  builtin in kernels): 1 - erf(x) would lose every digit in the upper tail, which ``ndtr`` and
+  ``log_ndtr`` need.
 """
 from __future__ import annotations
 
@@ -24,11 +25,7 @@ from .. import numpy as fnp
 from .. import primitives as P
 from ..autodiff import stop_gradient as _stop_gradient
 from ..custom import custom_jvp
-
-_erfc_object = np.frompyfunc(math.erfc, 1, 1)  # (numpy has no erfc ufunc: math.erfc per element)
-erfc_p = P.elementwise("erfc", lambda x: np.asarray(_erfc_object(x), dtype=np.asarray(x).dtype),
-                       [lambda ans, x: P.mul(P.scalar_like(x, -2.0 / math.sqrt(math.pi)),
-                                             P.exp_p.bind(P.neg(P.mul(x, x))))])
+from ..primitives.special import erfc_p
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _SQRT2 = math.sqrt(2.0)
