@@ -36,25 +36,15 @@ from .lax_numeric import (  # noqa: F401  (re-exported; they live there so that 
 from .primitives import shape_of
 from .primitives.nn import (  # noqa: F401  (the primitives, read through ft.nn by the backends)
     attention_bwd_p,
-    attention_bwd_reference,
     attention_p,
-    attention_reference,
     log_softmax_p,
     log_softmax_reference,
     rms_norm_bwd_p,
-    rms_norm_bwd_reference,
     rms_norm_p,
-    rms_norm_reference,
     softmax_p,
     softmax_reference,
     stable_max,
 )
-
-# the reference decompositions under their former names, which fuzz/bounds.py reads (until it
-# reads functrace.primitives.nn)
-_softmax_reference, _log_softmax_reference = softmax_reference, log_softmax_reference
-_rms_norm_reference, _rms_norm_bwd_reference = rms_norm_reference, rms_norm_bwd_reference
-_attention_reference, _attention_bwd_reference = attention_reference, attention_bwd_reference
 
 # --------------------------------------------------------------------------- activations
 

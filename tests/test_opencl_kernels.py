@@ -15,6 +15,7 @@ import functrace as ft
 import functrace.numpy as fnp
 from functrace import nn
 from functrace.backends.opencl import runtime as cl_runtime
+from functrace.primitives import nn as fused
 
 rt = cl_runtime.get_runtime()
 pytestmark = pytest.mark.skipif(rt is None, reason="no usable OpenCL device on this machine")
@@ -293,7 +294,7 @@ def test_attention_grad_nan_cotangent_stays_off_masked_keys():
     extra[np.arange(T), np.arange(T)] = True
     for causal, m in ((True, None), (False, extra)):
         full = _full_mask(q, k, m, causal)
-        ref = lambda q, k, v: fnp.sum(nn.attention_reference(q, k, v, full, causal=causal,
+        ref = lambda q, k, v: fnp.sum(fused.attention_reference(q, k, v, full, causal=causal,
                                                                scale=1 / np.sqrt(H))[0] * w)
         loss = lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal, mask=m) * w)
         want = [np.asarray(a) for a in ft.grad(ref, argnums=(0, 1, 2))(q, k, v)]
@@ -327,7 +328,7 @@ def test_attention_non_finite_values_at_masked_keys_like_the_reference(dtype):
     sparse[9] = False                                    # a fully masked row
     for causal, m in ((True, None), (False, sparse)):
         full = _full_mask(q, k, m, causal)
-        ref = lambda q, k, v: nn.attention_reference(q, k, v, full, causal=causal, scale=1 / np.sqrt(H))[0]
+        ref = lambda q, k, v: fused.attention_reference(q, k, v, full, causal=causal, scale=1 / np.sqrt(H))[0]
         att = lambda q, k, v: nn.attention(q, k, v, causal=causal, mask=m)
         for f, r in ((att, ref), (lambda *a: fnp.sum(att(*a) * w), lambda *a: fnp.sum(ref(*a) * w))):
             if f is not att:
@@ -513,7 +514,7 @@ def test_attention_grad_with_an_infinite_cotangent_like_the_reference(dtype):
     for causal in (False, True):
         full = _full_mask(q, k, None, causal)
         loss = lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal) * w)
-        ref = lambda q, k, v: fnp.sum(nn.attention_reference(q, k, v, full, causal=causal, scale=1 / np.sqrt(H))[0] * w)
+        ref = lambda q, k, v: fnp.sum(fused.attention_reference(q, k, v, full, causal=causal, scale=1 / np.sqrt(H))[0] * w)
         want = [np.asarray(a) for a in ft.grad(ref, argnums=(0, 1, 2))(q, k, v)]
         got, numpy_backend, report = run_both(ft.grad(loss, argnums=(0, 1, 2)), q, k, v)
         for res in (got, numpy_backend):
