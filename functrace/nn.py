@@ -23,23 +23,12 @@ from . import primitives as P
 from .convolution import conv_general_dilated
 from .core import get_aval
 from .errors import ShapeError, user_frame_description
-from .lax_numeric import (  # noqa: F401  (re-exported; they live there so that ft.random need not import ft.nn)
-    ERF_INV_CENTRAL,
-    ERF_INV_STEPS,
-    ERF_INV_TAIL,
-    ERF_INV_TAIL_FROM,
-    erf,
-    erf_inv,
-    erf_inv_p,
-    erf_p,
-)
+from .lax_numeric import erf, erf_inv  # noqa: F401  (ft.nn.erf, ft.nn.erf_inv)
 from .primitives import shape_of
-from .primitives.nn import (  # noqa: F401  (the primitives, read through ft.nn by the backends)
-    attention_bwd_p,
+from .primitives.nn import (
     attention_p,
     log_softmax_p,
     log_softmax_reference,
-    rms_norm_bwd_p,
     rms_norm_p,
     softmax_p,
     softmax_reference,

@@ -129,7 +129,7 @@ def test_rms_norm_bwd_primitive(dtype):
                  rng.standard_normal(s).astype(dtype)]
 
     def f(*a):
-        return [nn.rms_norm_bwd_p.bind(*a[i:i + 3], eps=1e-5) for i in range(0, len(a), 3)]
+        return [fused.rms_norm_bwd_p.bind(*a[i:i + 3], eps=1e-5) for i in range(0, len(a), 3)]
 
     got, want, report = run_both(f, *args)
     assert_close(got, want, dtype)
@@ -193,7 +193,7 @@ def test_attention_forward_lse_and_grads(dtype):
             out = nn.attention(q, k, v, causal=causal, mask=m)
             # the primitive itself, for its log-sum-exp output
             scale = 1.0 / np.sqrt(q.shape[-1])
-            _, lse = nn.attention_p.bind(q, k, v, _full_mask(q, k, m, causal), causal=causal, scale=scale)
+            _, lse = fused.attention_p.bind(q, k, v, _full_mask(q, k, m, causal), causal=causal, scale=scale)
             grads = ft.grad(lambda q, k, v: fnp.sum(nn.attention(q, k, v, causal=causal, mask=m) * c),
                             argnums=(0, 1, 2))(q, k, v)
             res.append((out, lse, grads))
@@ -269,7 +269,7 @@ def test_attention_scores_of_minus_inf_like_numpy(dtype):
         k[b, keys, 0] = [-np.inf, 0, 0, 0]
     for causal in (False, True):
         scale = 1.0 / np.sqrt(q.shape[-1])
-        f = lambda q, k, v: nn.attention_p.bind(q, k, v, _full_mask(q, k, None, causal), causal=causal, scale=scale)
+        f = lambda q, k, v: fused.attention_p.bind(q, k, v, _full_mask(q, k, None, causal), causal=causal, scale=scale)
         got, want, report = run_both(f, q, k, v)
         np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
         np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(want[1]))

@@ -19,9 +19,9 @@ import numpy as np
 
 from .. import primitives as P
 from ..core import ClosedJaxpr, Literal
-from ..lax_numeric import erf_p
 from ..primitives import control
 from ..primitives import nn as fused
+from ..primitives.special import erf_p
 from ..staging import make_jaxpr
 
 

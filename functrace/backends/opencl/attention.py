@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import nn
 from ...optimize import shape_size
+from ...primitives import nn as fused
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
@@ -79,7 +79,7 @@ def _logits(eqn) -> int:
     return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
 
 
-@register(nn.attention_p, small_on_host=_logits)
+@register(fused.attention_p, small_on_host=_logits)
 def lower_attention(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:
@@ -104,7 +104,7 @@ def lower_attention(eqn, rt):
                    f"tiles, {W} query rows per work-item, masked tiles skipped)")
 
 
-@register(nn.attention_bwd_p)
+@register(fused.attention_bwd_p)
 def lower_attention_bwd(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import lax
 from ...config import config
 from ...core import ClosedJaxpr
 from ...optimize import shape_size
+from ...primitives import control
 from .. import compile_for
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs
@@ -97,7 +97,7 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
     return None
 
 
-@register(lax.cond_p)
+@register(control.cond_p)
 def lower_cond(eqn, rt) -> Lowered:
     branches = [_compile(b) for b in eqn.params["branches"]]
 
@@ -111,7 +111,7 @@ def lower_cond(eqn, rt) -> Lowered:
                                            f"(up to {launches} launches; the index is read on the host)")
 
 
-@register(lax.while_p)
+@register(control.while_p)
 def lower_while(eqn, rt) -> Lowered:
     p = eqn.params
     cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
@@ -132,7 +132,7 @@ def lower_while(eqn, rt) -> Lowered:
                                    f"per iteration; the predicate is read on the host)")
 
 
-@register(lax.scan_p)
+@register(control.scan_p)
 def lower_scan(eqn, rt) -> Lowered:
     p = eqn.params
     body = _compile(p["jaxpr"])

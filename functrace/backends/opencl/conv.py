@@ -16,8 +16,8 @@ import hashlib
 
 import numpy as np
 
-from ... import convolution
 from ...optimize import shape_size
+from ...primitives import convolution
 from . import matmul
 from .lowerings import Lowered, device_inputs, kernel_source, real_type, register
 

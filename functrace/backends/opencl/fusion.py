@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import nn
 from ... import primitives as P
 from ...core import Literal
 from ...optimize import shape_size
-from ...scipy import special as scipy_special
+from ...primitives import special
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 
@@ -628,9 +627,9 @@ def _write_bitcast(w, eqn, args, ct, in_ct, e):
 
 
 def _write_erf_inv(w, eqn, args, ct, in_ct, e):
-    """Giles' polynomial (nn.ERF_INV_*) with fused multiply-adds; double refines it as
-    ``nn._erf_inv_newton`` (the numpy implementation) does: Halley on erf, Newton on log(erfc)
-    above ``nn.ERF_INV_TAIL_FROM`` (both lanes' steps computed, selected per lane; extra Halley
+    """Giles' polynomial (special.ERF_INV_*) with fused multiply-adds; double refines it as
+    ``primitives/special.py`` (the numpy implementation) does: Halley on erf, Newton on log(erfc)
+    above ``special.ERF_INV_TAIL_FROM`` (both lanes' steps computed, selected per lane; extra Halley
     steps on a converged lane change nothing)."""
     vt = w.vtype(ct)
     k = lambda v: f"(({vt}){float(v)!r})"
@@ -638,18 +637,18 @@ def _write_erf_inv(w, eqn, args, ct, in_ct, e):
     lw = w.fresh(ct, f"(-log1p(-{x} * {x}))")
     central = f"({lw} < {k(5.0)})"
     u = w.fresh(ct, w.select(f"(sqrt({lw}) - {k(3.0)})", f"({lw} - {k(2.5)})", central, ct))
-    p = w.fresh(ct, w.select(k(nn.ERF_INV_TAIL[0]), k(nn.ERF_INV_CENTRAL[0]), central, ct))
-    for c, d in zip(nn.ERF_INV_CENTRAL[1:], nn.ERF_INV_TAIL[1:]):
+    p = w.fresh(ct, w.select(k(special.ERF_INV_TAIL[0]), k(special.ERF_INV_CENTRAL[0]), central, ct))
+    for c, d in zip(special.ERF_INV_CENTRAL[1:], special.ERF_INV_TAIL[1:]):
         p = w.fresh(ct, f"fma({p}, {u}, {w.select(k(d), k(c), central, ct)})")
     z = w.fresh(ct, f"({p} * {x})")
     if ct == "double":
         a = w.fresh(ct, f"fabs({x})")
         z = w.fresh(ct, f"fabs({z})")
-        for _ in range(max(nn.ERF_INV_STEPS)):
+        for _ in range(max(special.ERF_INV_STEPS)):
             dens = w.fresh(ct, f"({k(2 / math.sqrt(math.pi))} * exp(-{z} * {z}))")
             miss, ec = w.fresh(ct, f"(erf({z}) - {a})"), w.fresh(ct, f"erfc({z})")
             step = w.select(f"({miss} / ({dens} + {z} * {miss}))", f"((log1p(-{a}) - log({ec})) * {ec} / {dens})",
-                            f"({a} > {k(nn.ERF_INV_TAIL_FROM)})", ct)
+                            f"({a} > {k(special.ERF_INV_TAIL_FROM)})", ct)
             z = w.fresh(ct, w.select(z, f"({z} - {step})", f"isfinite({z}) & ({dens} > {k(0.0)})", ct))
         z = w.fresh(ct, f"copysign({z}, {x})")
     return w.select(z, f"({x} * INFINITY)", f"(fabs({x}) == {k(1.0)})", ct)
@@ -664,9 +663,9 @@ ELEMENTWISE: dict = {
     P.expm1_p: Op(f="expm1({0})"), P.sqrt_p: Op(f="sqrt({0})"), P.rsqrt_p: Op(f="rsqrt({0})"),
     P.abs_p: Op(f="fabs({0})"), P.floor_p: Op(f="floor({0})"), P.ceil_p: Op(f="ceil({0})"),
     P.round_p: Op(f="rint({0})"), P.logistic_p: Op(f="({one} / ({one} + exp(-{0})))"),
-    P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), nn.erf_p: Op(f="erf({0})"),
+    P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), special.erf_p: Op(f="erf({0})"),
     P.stop_gradient_p: Op(f="{0}", i="{0}", b="{0}"),
-    scipy_special.erfc_p: Op(f="erfc({0})"),
+    special.erfc_p: Op(f="erfc({0})"),
     P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
     P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
     P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),
@@ -685,7 +684,7 @@ ELEMENTWISE: dict = {
     P.shift_left_p: _write_shift("<<"), P.shift_right_logical_p: _write_shift(">>"),
     P.bitcast_convert_type_p: Op(writer=_write_bitcast, fits_eqn=lambda e: np.dtype(bool) not in
                                  (e.inputs[0].aval.dtype, e.out_vars[0].aval.dtype)),
-    nn.erf_inv_p: Op(writer=_write_erf_inv, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
+    special.erf_inv_p: Op(writer=_write_erf_inv, fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),
     P.cbrt_p: Op(f="cbrt({0})"), P.copysign_p: Op(f="copysign({0}, {1})"),
     P.fmod_p: Op(writer=lambda w, eqn, args, ct, in_ct, e: w.fmod(ct, *(w.fresh(ct, a) for a in args)),
                  fits_eqn=lambda e: e.out_vars[0].aval.dtype.kind == "f"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import nn
 from ...optimize import shape_size
+from ...primitives import nn as fused
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 from .placement import elements_touched
 
@@ -39,7 +39,7 @@ def _check(eqn, rt, n_float: int):
     return spec[0], spec[1], shape_size(xs) // D, D
 
 
-@register(nn.rms_norm_p, small_on_host=elements_touched)
+@register(fused.rms_norm_p, small_on_host=elements_touched)
 def lower_rms_norm(eqn, rt):
     chk = _check(eqn, rt, 2)
     if chk is None:
@@ -68,7 +68,7 @@ def _dw_chunks(R: int, D: int) -> int:
     return max(1, min(want, -(-R // 16), 256))
 
 
-@register(nn.rms_norm_bwd_p)
+@register(fused.rms_norm_bwd_p)
 def lower_rms_norm_bwd(eqn, rt):
     chk = _check(eqn, rt, 3)
     if chk is None:

@@ -27,11 +27,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ... import nn
 from ... import primitives as P
 from ...config import config
 from ...optimize import shape_size
-from ...scipy import special as scipy_special
+from ...primitives import nn as fused
+from ...primitives import special
 
 HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside a host segment
 
@@ -54,13 +54,13 @@ OP_COSTS = {
     P.sin_p: (0.56, 5.71, 0.28, 3.93),
     P.cos_p: (1.04, 5.09, 0.35, 4.00),
     P.tan_p: (0.47, 1.36, 20.3, 4.21),
-    nn.erf_p: (87.2, 87.3, 2.45, 7.08),
+    special.erf_p: (87.2, 87.3, 2.45, 7.08),
     P.pow_p: (1.08, 4.93, 10.3, 143.0),
     P.atan2_p: (0.84, 2.48, 1.07, 3.10),
     P.rem_p: (11.8, 11.4, 2.17, 18.4),
     P.floor_div_p: (16.9, 17.1, 2.56, 20.8),
-    nn.rms_norm_p: (1.2, 2.4, 1.0, 2.0),
-    nn.attention_p: (4.5, 9.0, 2.9, 5.8),
+    fused.rms_norm_p: (1.2, 2.4, 1.0, 2.0),
+    fused.attention_p: (4.5, 9.0, 2.9, 5.8),
 }
 CHEAP_COSTS = (0.2, 0.3, 0.05, 0.1)  # adds, products, compares, converts, reductions, copies
 # The fused elementwise primitives charged ``CHEAP_COSTS``: a few instructions per element either way
@@ -71,7 +71,7 @@ CHEAP = frozenset({
     P.convert_element_type_p, P.bitcast_convert_type_p, P.stop_gradient_p,
 })
 # The fused elementwise primitives not calibrated yet: charged ``CHEAP_COSTS`` until measured
-UNCALIBRATED = frozenset({P.cbrt_p, P.fmod_p, nn.erf_inv_p, scipy_special.erfc_p})
+UNCALIBRATED = frozenset({P.cbrt_p, P.fmod_p, special.erf_inv_p, special.erfc_p})
 
 
 def op_costs(eqn) -> tuple:

@@ -10,13 +10,13 @@ import hashlib
 
 import numpy as np
 
-from ... import random as ft_random
 from ...optimize import shape_size
+from ...primitives import random_bits
 from .fusion import access_for
 from .lowerings import Lowered, device_inputs, kernel_source, register
 
 
-@register(ft_random.threefry2x32_p)
+@register(random_bits.threefry2x32_p)
 def lower_threefry2x32(eqn, rt) -> Lowered | None:
     """One launch of threefry.cl specialized to the operands' broadcast layout (its kernel name)."""
     out_shape = tuple(eqn.out_vars[0].aval.shape)

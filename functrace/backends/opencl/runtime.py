@@ -45,7 +45,6 @@ import numpy as np
 from ...config import config
 from ...core import HasShape, get_aval
 from ...eager import EagerArray, as_eager
-from ...numpy._indexing import IndexUpdateHelper
 from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
 from . import driver_cache, pyopencl_cache
@@ -868,7 +867,7 @@ class Array(HasShape):
     @property
     def at(self):
         """JAX's functional updates (``y = a.at[i].set(v)``), computed eagerly on a host copy."""
-        return IndexUpdateHelper(np.asarray(self))
+        return as_eager(np.asarray(self)).at
 
     def __getattr__(self, name: str):
         """numpy's array methods and attributes (``.sum()``, ``.T``, ``.reshape``, ``.astype``,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import nn
+from ...primitives import nn as fused
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 
@@ -31,11 +31,11 @@ def _lower(eqn, rt, kind: str) -> Lowered | None:
                    f"{kind} (OpenCL softmax.cl: {name}, one work-item per row of {D})")
 
 
-@register(nn.softmax_p)
+@register(fused.softmax_p)
 def lower_softmax(eqn, rt) -> Lowered | None:
     return _lower(eqn, rt, "softmax")
 
 
-@register(nn.log_softmax_p)
+@register(fused.log_softmax_p)
 def lower_log_softmax(eqn, rt) -> Lowered | None:
     return _lower(eqn, rt, "log_softmax")
