@@ -18,7 +18,7 @@ import numpy as np
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.optimize import optimize
+from functrace.transforms.optimize import optimize
 
 REPS = 25
 

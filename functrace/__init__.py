@@ -5,17 +5,23 @@ from typing import Any as _Any
 import numpy as _np
 
 from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, scipy, test_util, tree, tree_util
-from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
-from .batching import vmap
 from .callback import pure_callback
-from .config import config
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
 from .core import Tracer as _Tracer
-from .custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
-from .errors import ConcretizationError, DtypeError, ShapeError, TracerArrayConversionError, UnexpectedTracerError
-from .jit import disable_jit, jit
-from .shapes import ShapeDtypeStruct, eval_shape
-from .staging import make_jaxpr
+from .core.config import config
+from .core.errors import (
+    ConcretizationError,
+    DtypeError,
+    ShapeError,
+    TracerArrayConversionError,
+    UnexpectedTracerError,
+)
+from .transforms.autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
+from .transforms.batching import vmap
+from .transforms.custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
+from .transforms.jit import disable_jit, jit
+from .transforms.shapes import ShapeDtypeStruct, eval_shape
+from .transforms.staging import make_jaxpr
 
 __version__ = "0.1.0"
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import primitives as P
 from .core import PY_SCALAR_TYPES, Tracer
-from .errors import ShapeError, user_frame_description
+from .core.errors import ShapeError, user_frame_description
 
 _WEAK_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 _DEFAULT_DTYPE = {"b": np.dtype(bool), "i": np.dtype(np.int64), "f": np.dtype(np.float64),

@@ -13,9 +13,9 @@ import numpy as np
 from . import numpy as fnp
 from . import tree_util
 from .core import ShapedArray
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 from .primitives.callbacks import VMAP_METHODS, pure_callback_p
-from .shapes import abstract_value
+from .transforms.shapes import abstract_value
 
 
 def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, vmap_method: str | None = None,

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import primitives as P
 from . import tree_util
-from .errors import ShapeError, user_frame_description
+from .core.errors import ShapeError, user_frame_description
 from .primitives.collectives import (  # noqa: F401  (the primitives, read through here too)
     CollectivePrimitive,
     all_gather_p,

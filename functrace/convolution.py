@@ -15,7 +15,7 @@ import numpy as np
 
 from . import numpy as fnp
 from . import primitives as P
-from .errors import ShapeError, user_frame_description
+from .core.errors import ShapeError, user_frame_description
 from .lax_numeric import padtype_to_pads
 from .precision import canonicalize_precision, preferred_dtypes
 from .primitives import shape_of

@@ -16,9 +16,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .core import PY_SCALAR_TYPES, Tracer
-from .errors import check_callable, user_frame_description
+from .core.errors import check_callable, user_frame_description
 from .primitives.callbacks import debug_callback_p
-from .staging import innermost_staging_trace
+from .transforms.staging import innermost_staging_trace
 from .tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["print", "callback"]

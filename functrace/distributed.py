@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import tree_util
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 
 PROCESSES = "processes"  # the reserved axis name of the process group
 # before aborting, time for mpiexec to forward the traceback (an abort at once lost it in 1 of 3 runs)

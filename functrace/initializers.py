@@ -14,7 +14,7 @@ import numpy as np
 
 from . import numpy as fnp
 from . import random
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 
 Initializer = Callable  # init(key, shape, dtype=np.float32) -> array
 

@@ -34,10 +34,10 @@ from .collectives import (  # noqa: F401  (re-exported: ft.lax.psum, ...)
     psum_scatter,
 )
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, Tracer, Var, get_aval
-from .errors import ConcretizationError, function_name, user_frame_description
+from .core.errors import ConcretizationError, function_name, user_frame_description
 from .primitives import shape_of
 from .primitives.control import cond_p, scan_p, while_p
-from .subprograms import as_operand, avals_of, hoist_consts, stage_subprogram
+from .transforms.subprograms import as_operand, avals_of, hoist_consts, stage_subprogram
 
 # --------------------------------------------------------------------------- helpers
 

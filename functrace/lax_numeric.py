@@ -25,7 +25,7 @@ from . import arrays
 from . import numpy as fnp
 from . import primitives as P
 from .core import Tracer
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 from .numpy._indexing import IndexUpdateRef
 from .precision import (  # noqa: F401  (Precision, PrecisionLike: re-exported as ft.lax's)
     Precision,

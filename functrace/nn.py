@@ -22,7 +22,7 @@ from . import numpy as fnp
 from . import primitives as P
 from .convolution import conv_general_dilated
 from .core import get_aval
-from .errors import ShapeError, user_frame_description
+from .core.errors import ShapeError, user_frame_description
 from .lax_numeric import erf, erf_inv  # noqa: F401  (ft.nn.erf, ft.nn.erf_inv)
 from .primitives import shape_of
 from .primitives.nn import (

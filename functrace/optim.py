@@ -22,7 +22,7 @@ import numpy as np
 from . import numpy as fnp
 from . import optim_losses as losses
 from .core import Tracer
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 from .optim_losses import (  # noqa: F401  (optax's losses, as optax.<name> and optax.losses.<name>)
     cosine_distance,
     cosine_similarity,

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import nn
 from . import numpy as fnp
-from .errors import DtypeError, ShapeError, user_frame_description
+from .core.errors import DtypeError, ShapeError, user_frame_description
 
 Axis = Union[int, tuple, None]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from . import arrays
-from .errors import user_frame_description
+from .core.errors import user_frame_description
 
 
 class Precision(enum.Enum):

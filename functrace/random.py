@@ -32,7 +32,7 @@ from . import arrays
 from . import numpy as fnp
 from . import primitives as P
 from .core import Tracer
-from .errors import ShapeError, user_frame_description
+from .core.errors import ShapeError, user_frame_description
 from .primitives.random_bits import (  # noqa: F401  (threefry2x32_reference: ft.random's, for tests)
     threefry2x32_p,
     threefry2x32_reference,

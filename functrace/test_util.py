@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import tree_util
-from .autodiff import jvp, vjp
+from .transforms.autodiff import jvp, vjp
 
 
 def _inner(a, b) -> float:

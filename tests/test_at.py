@@ -9,7 +9,7 @@ import pytest
 import functrace as ft
 import functrace.numpy as fnp
 from functrace import lax
-from functrace.eager import EagerArray
+from functrace.core.eager import EagerArray
 from functrace.test_util import check_grads
 
 RNG = np.random.default_rng(7)

@@ -111,7 +111,7 @@ def test_many_signatures_of_one_function_keep_a_bounded_number_of_programs(kerne
 def test_cache_sizes_from_the_environment_are_checked(monkeypatch, value):
     # unchecked, FUNCTRACE_JIT_CACHE_SIZE=-1 made every call of a jitted function raise KeyError
     # (evicting from an empty cache while its size exceeded -1)
-    from functrace.config import Config
+    from functrace.core.config import Config
     monkeypatch.setenv("FUNCTRACE_JIT_CACHE_SIZE", value)
     with pytest.raises(ValueError, match="FUNCTRACE_JIT_CACHE_SIZE"):
         Config()

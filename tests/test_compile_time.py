@@ -10,8 +10,8 @@ import functrace as ft
 import functrace.numpy as fnp
 from functrace.backends import compile_for
 from functrace.core import get_aval
-from functrace.optimize import optimize
-from functrace.staging import trace_to_jaxpr
+from functrace.transforms.optimize import optimize
+from functrace.transforms.staging import trace_to_jaxpr
 
 
 def _chain_grad(n: int):

@@ -953,7 +953,7 @@ def _sub_jaxprs(jaxpr):
 def test_differentiated_sub_jaxprs_have_no_dead_equations():
     """The jit optimizer does not enter sub-jaxprs, so the rules must not leave dead work
     there (e.g. the forward half of a body's vjp that the backward pass does not read)."""
-    from functrace.optimize import dce
+    from functrace.transforms.optimize import dce
 
     def f(w, xs):
         y = lax.cond(w[0] > 0, lambda v: fnp.sin(v) * v, lambda v: fnp.exp(v), w)

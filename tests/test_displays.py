@@ -5,7 +5,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.reports import CompiledReport, LoweredReport, ProgramReport
+from functrace.core.reports import CompiledReport, LoweredReport, ProgramReport
 
 
 def test_array_repr_and_str_follow_jax_and_numpy():

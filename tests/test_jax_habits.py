@@ -10,7 +10,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.errors import ShapeError
+from functrace.core.errors import ShapeError
 
 REPROS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "repros")
 

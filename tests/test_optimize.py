@@ -4,7 +4,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.optimize import cse, dce, fold_constants, optimize, partial_eval, simplify
+from functrace.transforms.optimize import cse, dce, fold_constants, optimize, partial_eval, simplify
 
 RNG = np.random.default_rng(0)
 
@@ -15,7 +15,7 @@ def names(closed):
 
 def trace_raw(f, *args):
     from functrace.core import get_aval
-    from functrace.staging import trace_to_jaxpr
+    from functrace.transforms.staging import trace_to_jaxpr
     return trace_to_jaxpr(lambda *a: [f(*a)], [get_aval(a) for a in args])
 
 
@@ -115,7 +115,7 @@ def test_partial_eval_splits_known_and_unknown():
         b = a * 2.0
         return [b, b * t + fnp.cos(x) * t]
     from functrace.core import get_aval
-    from functrace.staging import trace_to_jaxpr
+    from functrace.transforms.staging import trace_to_jaxpr
     closed = trace_to_jaxpr(f, [get_aval(np.ones(2)), get_aval(np.ones(2))])
     keep_all = lambda eqn: True
     known, unknown, mask = partial_eval(closed, [False, True], keep_all)

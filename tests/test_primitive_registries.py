@@ -16,8 +16,8 @@ import functrace.collectives  # noqa: F401
 import functrace.primitives as P
 from functrace.backends import numpy_backend
 from functrace.backends.opencl import fusion, layout, lowerings, placement
-from functrace.config import BACKENDS
 from functrace.core import Primitive
+from functrace.core.config import BACKENDS
 
 ROOT = pathlib.Path(functrace.__file__).resolve().parent
 

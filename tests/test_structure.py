@@ -169,7 +169,7 @@ def test_no_import_cycle_and_no_import_inside_a_function():
     loading of the optional OpenCL backend (``LAZY_IMPORTS``)."""
     import pathlib
     graph, inside_functions = _imports(pathlib.Path(__file__).resolve().parents[1] / "functrace")
-    assert "functrace.numpy._shape" in graph["functrace.numpy"] and "functrace.core" in graph["functrace.autodiff"]
+    assert "functrace.numpy._shape" in graph["functrace.numpy"] and "functrace.core" in graph["functrace.transforms.autodiff"]
     assert inside_functions == LAZY_IMPORTS, sorted(inside_functions - LAZY_IMPORTS)
     for module, lazy in LAZY_IMPORTS:
         graph[module].discard(lazy)

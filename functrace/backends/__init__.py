@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import config
-from ..eager import EagerArray
+from ..core.config import config
+from ..core.eager import EagerArray
 from .numpy_backend import NumpyExecutable
 
 # The array classes the backends return (the OpenCL runtime adds ``ft.Array``): always leaves,

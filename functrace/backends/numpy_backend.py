@@ -18,11 +18,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import primitives as P
-from ..config import config
 from ..core import ClosedJaxpr, Literal
-from ..eager import as_eager
-from ..errors import check_nans
-from ..optimize import analyze
+from ..core.config import config
+from ..core.eager import as_eager
+from ..core.errors import check_nans
+from ..transforms.optimize import analyze
 
 
 class NumpyExecutable:

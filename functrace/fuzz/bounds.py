@@ -22,7 +22,7 @@ from ..core import ClosedJaxpr, Literal
 from ..primitives import control
 from ..primitives import nn as fused
 from ..primitives.special import erf_p
-from ..staging import make_jaxpr
+from ..transforms.staging import make_jaxpr
 
 
 @dataclass

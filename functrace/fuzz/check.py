@@ -15,7 +15,7 @@ import numpy as np
 
 import functrace as ft
 
-from ..staging import make_jaxpr
+from ..transforms.staging import make_jaxpr
 from .bounds import Bound, BoundInterpreter, summation_ulps
 from .programs import InputSet, Program
 

@@ -15,7 +15,7 @@ import numpy as np
 import functrace as ft
 import functrace.numpy as fnp
 
-from ..staging import make_jaxpr
+from ..transforms.staging import make_jaxpr
 from .programs import InputSpec, Program, Stmt
 
 _SIZE_CLASSES = (("empty", "one", "odd", "1k", "large"), (0.08, 0.08, 0.3, 0.32, 0.22))

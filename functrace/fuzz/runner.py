@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import config
-from ..staging import make_jaxpr
+from ..core.config import config
+from ..transforms.staging import make_jaxpr
 from .bounds import BoundInterpreter
 from .check import IMPLS, KINDS, Failure, check_impl, directional_check, kind_args, kind_function, reference
 from .generator import generate

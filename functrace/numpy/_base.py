@@ -71,10 +71,10 @@ from ..arrays import (
 )
 from ..core import PY_SCALAR_TYPES as _PY_SCALARS
 from ..core import Tracer as _Tracer
-from ..eager import as_eager as _as_eager  # eager results are numpy arrays with .at (eager.py says why)
-from ..errors import NotInFunctrace as _NotInFunctrace
-from ..errors import ShapeError as _ShapeError
-from ..errors import user_frame_description as _user_frame_description
+from ..core.eager import as_eager as _as_eager  # eager results are numpy arrays with .at (eager.py says why)
+from ..core.errors import NotInFunctrace as _NotInFunctrace
+from ..core.errors import ShapeError as _ShapeError
+from ..core.errors import user_frame_description as _user_frame_description
 from ..precision import dot_with_options as _dot_with_options
 from ..primitives import shape_of as _shape_of
 

@@ -10,8 +10,8 @@ import numpy as _np
 
 from .. import arrays as _arrays
 from .. import primitives as _P
-from ..errors import ShapeError as _ShapeError
-from ..errors import user_frame_description as _where_in_user_code
+from ..core.errors import ShapeError as _ShapeError
+from ..core.errors import user_frame_description as _where_in_user_code
 from ..precision import dot_operands as _dot_operands
 from . import _base as _fnp
 

@@ -9,7 +9,7 @@ import numpy as _np
 from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
-from ..errors import user_frame_description as _where_in_user_code
+from ..core.errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 
 _LN2 = _math.log(2)

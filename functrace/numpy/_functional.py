@@ -10,8 +10,8 @@ import numpy as _np
 
 from .. import arrays as _arrays
 from .. import tree_util
-from ..batching import vmap
-from ..errors import user_frame_description as _where_in_user_code
+from ..core.errors import user_frame_description as _where_in_user_code
+from ..transforms.batching import vmap
 from . import _base as _fnp
 
 _CORE = _re.compile(r"\(([^()]*)\)")

@@ -26,7 +26,7 @@ import numpy as np
 from .. import arrays
 from .. import primitives as P
 from ..core import Tracer
-from ..errors import user_frame_description
+from ..core.errors import user_frame_description
 from ..primitives import scatter as S
 from . import _base as fnp
 

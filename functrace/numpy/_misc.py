@@ -12,8 +12,8 @@ import numpy as _np
 from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
-from ..errors import ShapeError as _ShapeError
-from ..errors import user_frame_description as _where_in_user_code
+from ..core.errors import ShapeError as _ShapeError
+from ..core.errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 from . import _elementwise, _shape
 

@@ -14,7 +14,7 @@ import numpy as np
 from .. import arrays
 from .. import primitives as P
 from ..core import Tracer
-from ..eager import as_eager
+from ..core.eager import as_eager
 from ..primitives import cumulative
 from . import _base as fnp
 from ._dtypes import result_type

@@ -11,8 +11,8 @@ import numpy as _np
 from .. import arrays as _arrays
 from .. import primitives as _P
 from ..core import Tracer as _Tracer
-from ..errors import ShapeError as _ShapeError
-from ..errors import user_frame_description as _where_in_user_code
+from ..core.errors import ShapeError as _ShapeError
+from ..core.errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 
 _atleast_1d_one, _atleast_2d_one, _array_split_sections = _fnp.atleast_1d, _fnp.atleast_2d, _fnp.array_split

@@ -13,8 +13,8 @@ import numpy as np
 
 from .. import arrays
 from ..core import Tracer
-from ..eager import as_eager
-from ..errors import user_frame_description
+from ..core.eager import as_eager
+from ..core.errors import user_frame_description
 from ..primitives.sorting import argsort_last
 from . import _base as fnp
 

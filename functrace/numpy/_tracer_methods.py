@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import primitives as _P
 from ..core import Tracer
-from ..eager import EagerArray
+from ..core.eager import EagerArray
 from . import _base as fnp
 from ._indexing import IndexUpdateHelper
 from ._reductions import cumprod, ptp

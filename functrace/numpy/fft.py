@@ -19,8 +19,8 @@ import numpy as _np
 
 from .. import arrays as _arrays
 from .. import primitives as _P
-from ..errors import NotInFunctrace as _NotInFunctrace
-from ..errors import user_frame_description as _where
+from ..core.errors import NotInFunctrace as _NotInFunctrace
+from ..core.errors import user_frame_description as _where
 from ..primitives.fft import fft as _fft
 from ..primitives.fft import fft_p  # noqa: F401 (fnp.fft.fft_p)
 from . import _base as _fnp

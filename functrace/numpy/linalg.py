@@ -26,9 +26,9 @@ import numpy as _np
 
 from .. import arrays as _arrays
 from .. import primitives as _P
-from ..errors import NotInFunctrace as _NotInFunctrace
-from ..errors import ShapeError as _ShapeError
-from ..errors import user_frame_description as _where
+from ..core.errors import NotInFunctrace as _NotInFunctrace
+from ..core.errors import ShapeError as _ShapeError
+from ..core.errors import user_frame_description as _where
 from ..primitives.linalg import (  # noqa: F401 (fnp.linalg.*_p)
     cholesky_p,
     det_p,

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import tree_util
 from ..core import Primitive, ShapedArray, get_aval
-from ..errors import DtypeError, ShapeError, user_frame_description
+from ..core.errors import DtypeError, ShapeError, user_frame_description
 
 registry: dict[str, Primitive] = {}
 

@@ -35,12 +35,12 @@ from typing import Callable, Hashable
 import numpy as np
 
 from .. import distributed
-from ..batching import BatchTrace
 from ..core import Primitive, ShapedArray, Tracer, trace_stack
+from ..core.eager import EagerArray
+from ..core.errors import user_frame_description
 from ..distributed import PROCESSES
-from ..eager import EagerArray
-from ..errors import user_frame_description
-from ..staging import StagingTrace
+from ..transforms.batching import BatchTrace
+from ..transforms.staging import StagingTrace
 from . import basic as P
 
 # --------------------------------------------------------------------------- the axis environment

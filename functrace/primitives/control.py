@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autodiff import float_mask, jvp_of_closed, vjp_of_closed
-from ..batching import vmap
 from ..core import ShapedArray, eval_jaxpr, get_aval, is_float_dtype
-from ..optimize import dce
-from ..subprograms import avals_of, run_subprogram, split3, stage_subprogram, zeros_for_none
+from ..transforms.autodiff import float_mask, jvp_of_closed, vjp_of_closed
+from ..transforms.batching import vmap
+from ..transforms.optimize import dce
+from ..transforms.subprograms import avals_of, run_subprogram, split3, stage_subprogram, zeros_for_none
 from . import basic as P
 from .basic import new_primitive, shape_of
 

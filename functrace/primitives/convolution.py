@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..core import ShapedArray, get_aval
-from ..errors import DtypeError, ShapeError, user_frame_description
+from ..core.errors import DtypeError, ShapeError, user_frame_description
 from . import basic as P
 from .basic import new_primitive, shape_of
 

@@ -1,6 +1,6 @@
 """The primitives of user-defined derivative rules and rematerialization: ``custom_jvp_call``,
 ``custom_vjp_call`` and ``checkpoint``.  Each runs its sub-program (``call`` / ``jaxpr``) on its
-operands; ``functrace.custom``'s ``custom_jvp``, ``custom_vjp`` and ``checkpoint`` bind them.
+operands; ``functrace.transforms.custom``'s ``custom_jvp``, ``custom_vjp`` and ``checkpoint`` bind them.
 The OpenCL backend inlines the sub-program (``inline_body``), so it becomes kernels.
 
 * ``custom_jvp_call(*consts, *nondiff, *args, call, jvp, num_consts, num_nondiff)``: forward
@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .. import tree_util
-from ..autodiff import float_mask, jvp_of_closed, vjp_flat
-from ..batching import vmap
 from ..core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, is_float_dtype
-from ..errors import UnexpectedTracerError
-from ..optimize import dce, partial_eval, prune_inputs, unique_outputs
-from ..subprograms import avals_of, run_subprogram, split3, stage_subprogram, zeros_for_none
+from ..core.errors import UnexpectedTracerError
+from ..transforms.autodiff import float_mask, jvp_of_closed, vjp_flat
+from ..transforms.batching import vmap
+from ..transforms.optimize import dce, partial_eval, prune_inputs, unique_outputs
+from ..transforms.subprograms import avals_of, run_subprogram, split3, stage_subprogram, zeros_for_none
 from . import basic as P
 from .basic import new_primitive, shape_of
 

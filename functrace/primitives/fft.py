@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from ..core import ShapedArray
-from ..errors import ShapeError
-from ..errors import user_frame_description as _where
+from ..core.errors import ShapeError
+from ..core.errors import user_frame_description as _where
 from . import basic as P
 
 _TYPES = ("fft", "ifft", "rfft", "irfft")

@@ -38,11 +38,11 @@ import numpy as np
 
 import functrace.numpy._base as fnp
 
-from ..autodiff import vjp_flat
 from ..core import ShapedArray
-from ..custom import custom_jvp
-from ..errors import ShapeError
-from ..errors import user_frame_description as _where
+from ..core.errors import ShapeError
+from ..core.errors import user_frame_description as _where
+from ..transforms.autodiff import vjp_flat
+from ..transforms.custom import custom_jvp
 from . import basic as P
 from . import lapack
 

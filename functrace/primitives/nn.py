@@ -19,9 +19,9 @@ import numpy as np
 
 from .. import arrays
 from .. import numpy as fnp
-from ..autodiff import jvp_flat, vjp_flat
-from ..batching import vmap
 from ..core import ShapedArray, get_aval
+from ..transforms.autodiff import jvp_flat, vjp_flat
+from ..transforms.batching import vmap
 from . import basic as P
 from .basic import new_primitive, shape_of
 

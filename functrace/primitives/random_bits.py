@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import ShapedArray
-from ..errors import DtypeError, user_frame_description
+from ..core.errors import DtypeError, user_frame_description
 from . import basic as P
 
 _U32 = np.dtype(np.uint32)

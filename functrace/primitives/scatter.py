@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import ShapedArray
-from ..errors import DtypeError, ShapeError, user_frame_description
+from ..core.errors import DtypeError, ShapeError, user_frame_description
 from . import basic as P
 
 scatter_p = P.new_primitive("scatter")

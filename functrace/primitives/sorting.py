@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import ShapedArray
-from ..errors import user_frame_description
+from ..core.errors import user_frame_description
 from . import basic as P
 
 argsort_p = P.new_primitive("argsort")

@@ -6,11 +6,11 @@ import numpy as np
 
 from .. import arrays
 from .. import numpy as fnp
-from ..autodiff import stop_gradient as _stop_gradient
 from ..core import Tracer
-from ..errors import ConcretizationError
+from ..core.errors import ConcretizationError
 from ..numpy import linalg as _la
 from ..primitives.linalg import lu_p as _lu_p
+from ..transforms.autodiff import stop_gradient as _stop_gradient
 
 
 def _as_columns(b, matrix_ndim: int):

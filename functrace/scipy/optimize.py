@@ -19,9 +19,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 import numpy as np
 
 from .. import numpy as fnp
-from ..autodiff import value_and_grad
-from ..errors import check_callable, user_frame_description
+from ..core.errors import check_callable, user_frame_description
 from ..lax import while_loop
+from ..transforms.autodiff import value_and_grad
 
 __all__ = ["OptimizeResults", "minimize"]
 

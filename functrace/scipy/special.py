@@ -23,9 +23,9 @@ import numpy as np
 from .. import arrays, nn
 from .. import numpy as fnp
 from .. import primitives as P
-from ..autodiff import stop_gradient as _stop_gradient
-from ..custom import custom_jvp
 from ..primitives.special import erfc_p
+from ..transforms.autodiff import stop_gradient as _stop_gradient
+from ..transforms.custom import custom_jvp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _SQRT2 = math.sqrt(2.0)

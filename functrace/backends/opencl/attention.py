@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...optimize import shape_size
 from ...primitives import nn as fused
+from ...transforms.optimize import shape_size
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...config import config
 from ...core import ClosedJaxpr
-from ...optimize import shape_size
+from ...core.config import config
 from ...primitives import control
+from ...transforms.optimize import shape_size
 from .. import compile_for
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs

@@ -16,8 +16,8 @@ import hashlib
 
 import numpy as np
 
-from ...optimize import shape_size
 from ...primitives import convolution
+from ...transforms.optimize import shape_size
 from . import matmul
 from .lowerings import Lowered, device_inputs, kernel_source, real_type, register
 

@@ -8,7 +8,7 @@ import hashlib
 import os
 import tempfile
 
-from ...config import config
+from ...core.config import config
 
 
 def cache_dir() -> str:

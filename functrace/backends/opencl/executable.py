@@ -19,9 +19,9 @@ from typing import Callable
 import numpy as np
 
 from ... import primitives as P
-from ...config import config
 from ...core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal
-from ...optimize import analyze, aval_nbytes, inline_calls, optimize, shape_size
+from ...core.config import config
+from ...transforms.optimize import analyze, aval_nbytes, inline_calls, optimize, shape_size
 from ..numpy_backend import NumpyExecutable
 
 # the modules of hand-written lowerings, each registering its own (tests/test_primitive_registries.py

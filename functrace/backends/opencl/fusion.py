@@ -25,8 +25,8 @@ import numpy as np
 
 from ... import primitives as P
 from ...core import Literal
-from ...optimize import shape_size
 from ...primitives import special
+from ...transforms.optimize import shape_size
 
 VEC = 8  # default lanes per work-item; the executable picks the device's preferred width
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import primitives as P
 from ...core import Literal
-from ...optimize import shape_size
+from ...transforms.optimize import shape_size
 from .fusion import CTYPE, Access, c_literal, contiguous_strides
 
 LAYOUT_PRIMS: dict = {}  # primitive -> its LayoutRule (filled below the rules)

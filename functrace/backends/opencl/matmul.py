@@ -63,8 +63,8 @@ import numpy as np
 
 from ... import distributed
 from ... import primitives as P
-from ...config import config
 from ...core import Literal
+from ...core.config import config
 from . import runtime
 from .disk_cache import cache_dir, read_entry, write_entry
 from .fusion import View, access_for, contiguous_strides, f32_helpers

@@ -28,10 +28,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ... import primitives as P
-from ...config import config
-from ...optimize import shape_size
+from ...core.config import config
 from ...primitives import nn as fused
 from ...primitives import special
+from ...transforms.optimize import shape_size
 
 HOST_STEP_SECONDS = 1.5e-6  # numpy's cost of one call on a small array, inside a host segment
 

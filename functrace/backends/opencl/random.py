@@ -10,8 +10,8 @@ import hashlib
 
 import numpy as np
 
-from ...optimize import shape_size
 from ...primitives import random_bits
+from ...transforms.optimize import shape_size
 from .fusion import access_for
 from .lowerings import Lowered, device_inputs, kernel_source, register
 

@@ -42,9 +42,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ...config import config
 from ...core import HasShape, get_aval
-from ...eager import EagerArray, as_eager
+from ...core.config import config
+from ...core.eager import EagerArray, as_eager
 from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
 from . import driver_cache, pyopencl_cache

@@ -7,8 +7,8 @@ import numpy as np
 
 from ... import arrays
 from ... import numpy as fnp
-from ...errors import ShapeError
-from ...errors import user_frame_description as _where
+from ...core.errors import ShapeError
+from ...core.errors import user_frame_description as _where
 from ...numpy import linalg as _linalg
 
 

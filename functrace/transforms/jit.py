@@ -17,12 +17,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import backends, tree_util
-from .config import config
-from .core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
-from .errors import api_boundary, check_callable, hide_library_frames, traceback_boundary, user_frame_description
+from .. import backends, tree_util
+from ..core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
+from ..core.config import config
+from ..core.errors import (
+    api_boundary,
+    check_callable,
+    hide_library_frames,
+    traceback_boundary,
+    user_frame_description,
+)
+from ..core.reports import CompiledReport, LoweredReport, title_html
 from .optimize import Report, optimize
-from .reports import CompiledReport, LoweredReport, title_html
 from .staging import trace_to_jaxpr
 
 _ARRAY_TYPES = backends.ARRAY_TYPES  # always-leaf array classes: keyed by shape and dtype, no pytree walk

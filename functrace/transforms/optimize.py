@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import primitives as P
-from .core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Tracer, Var
-from .primitives import broadcast_in_dim_p, convert_element_type_p, mul_p, reduce_sum_p, repeat_dtype, reshape_p
+from .. import primitives as P
+from ..core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Tracer, Var
+from ..primitives import broadcast_in_dim_p, convert_element_type_p, mul_p, reduce_sum_p, repeat_dtype, reshape_p
 
 _FOLD_MAX_GROWTH = 4096  # fold only if the result has at most this many elements more than its inputs
 

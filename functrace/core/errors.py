@@ -11,7 +11,7 @@ import numpy as np
 
 from .config import config
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # functrace/ (this is functrace/core/)
 
 
 def user_frame_description() -> str:

@@ -7,10 +7,10 @@ from typing import Any, Callable, Hashable, NamedTuple
 
 import numpy as np
 
-from . import primitives as P
-from . import tree_util
-from .core import ClosedJaxpr, Jaxpr, ShapedArray, Trace, Tracer, get_aval, new_main
-from .errors import ConcretizationError, api_boundary, check_callable
+from .. import primitives as P
+from .. import tree_util
+from ..core import ClosedJaxpr, Jaxpr, ShapedArray, Trace, Tracer, get_aval, new_main
+from ..core.errors import ConcretizationError, api_boundary, check_callable
 from .staging import check_output
 
 

@@ -5,8 +5,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import tree_util
-from .core import (
+from .. import tree_util
+from ..core import (
     ClosedJaxpr,
     Jaxpr,
     JaxprEqn,
@@ -20,7 +20,7 @@ from .core import (
     new_main,
     trace_stack,
 )
-from .errors import ConcretizationError, api_boundary
+from ..core.errors import ConcretizationError, api_boundary
 from .optimize import dce
 
 

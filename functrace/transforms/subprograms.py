@@ -8,10 +8,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .backends.numpy_backend import NumpyExecutable
-from .core import ClosedJaxpr, Jaxpr, Tracer, eval_jaxpr, get_aval
+from ..backends.numpy_backend import NumpyExecutable
+from ..core import ClosedJaxpr, Jaxpr, Tracer, eval_jaxpr, get_aval
+from ..primitives import basic as P
 from .optimize import dce
-from .primitives import basic as P
 from .staging import trace_to_jaxpr
 
 

@@ -24,11 +24,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import primitives as P
-from . import tree_util
-from .core import Tracer, get_aval, is_float_dtype
-from .errors import function_name, user_frame_description
-from .primitives.custom_calls import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p
+from .. import primitives as P
+from .. import tree_util
+from ..core import Tracer, get_aval, is_float_dtype
+from ..core.errors import function_name, user_frame_description
+from ..primitives.custom_calls import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p
 from .subprograms import as_operand, avals_of, hoist_consts, stage_subprogram
 
 

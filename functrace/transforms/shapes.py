@@ -6,9 +6,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import tree_util
-from .core import HasShape, ShapedArray, get_aval
-from .errors import api_boundary
+from .. import tree_util
+from ..core import HasShape, ShapedArray, get_aval
+from ..core.errors import api_boundary
 from .staging import trace_to_jaxpr
 
 

@@ -21,14 +21,14 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from . import core, tree_util
-from . import primitives as P
+from .. import core, tree_util
+from .. import primitives as P
+from ..core import ShapedArray, Trace, Tracer, eval_jaxpr, get_aval, is_float_dtype, new_main
+from ..core.errors import ConcretizationError, DtypeError, api_boundary, check_callable, function_name
+from ..core.errors import argnum_tuple as _argnum_tuple
+from ..primitives import add
 from .batching import vmap
-from .core import ShapedArray, Trace, Tracer, eval_jaxpr, get_aval, is_float_dtype, new_main
-from .errors import ConcretizationError, DtypeError, api_boundary, check_callable, function_name
-from .errors import argnum_tuple as _argnum_tuple
 from .optimize import without_effects
-from .primitives import add
 from .staging import check_output, make_jaxpr, trace_to_jaxpr
 
 # --------------------------------------------------------------------------- forward mode
