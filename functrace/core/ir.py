@@ -372,6 +372,9 @@ class Primitive:
         # binding it once on the operands of two consecutive equations with equal params gives both
         # equations' results (``psum``): the ``merge_psums`` pass joins such equations
         self.merges_consecutive = False
+        # a switch over sub-programs (``cond``): the param holding its branches, the first operand
+        # choosing one (clamped); constant folding inlines the branch a known index takes
+        self.branches_param: str | None = None
 
     def __repr__(self) -> str:
         return self.name

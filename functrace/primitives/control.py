@@ -115,6 +115,7 @@ cond_p.abstract_eval = _cond_abstract
 cond_p.jvp_rule = _cond_jvp
 cond_p.vjp_rule = _cond_vjp
 cond_p.batch = _cond_batch
+cond_p.branches_param = "branches"  # a known index: constant folding inlines its branch
 
 
 # --------------------------------------------------------------------------- while

@@ -266,7 +266,7 @@ class checkpoint_policies:
 
     @staticmethod
     def dots_saveable(eqn) -> bool:
-        return eqn.primitive.name == "dot_general"
+        return eqn.primitive is P.dot_general_p
 
 
 def checkpoint(fun: Callable | None = None, *, policy: Callable | None = None,

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import backends, tree_util
+from .. import primitives as P
 from ..core import ClosedJaxpr, Tracer, eval_jaxpr, get_aval, scalars_to_arrays
 from ..core.config import config
 from ..core.errors import (
@@ -157,7 +158,7 @@ def _narrowed_python_ints(closed: ClosedJaxpr, signature: tuple) -> list:
     for i, (v, (_, dtype, weak)) in enumerate(zip(closed.jaxpr.in_vars, signature)):
         if weak and np.dtype(dtype).kind in "iu":
             for eqn in closed.jaxpr.eqns:
-                target = eqn.params.get("new_dtype") if eqn.primitive.name == "convert_element_type" else None
+                target = eqn.params.get("new_dtype") if eqn.primitive is P.convert_element_type_p else None
                 if target is not None and v in eqn.inputs and np.dtype(target).kind in "iu":
                     checks.append((i, np.dtype(target)))
     return checks

@@ -183,9 +183,9 @@ def shape_size(shape) -> int:
 def _static_branch(eqn: JaxprEqn, vals: list):
     """The branch a ``cond``/``switch`` equation with a known index takes (clamped, as its
     impl does), or None."""
-    if eqn.primitive.name != "cond" or vals[0] is _MISSING:
+    if eqn.primitive.branches_param is None or vals[0] is _MISSING:
         return None
-    branches = eqn.params["branches"]
+    branches = eqn.params[eqn.primitive.branches_param]
     return branches[int(np.clip(int(np.asarray(vals[0])), 0, len(branches) - 1))]
 
 
@@ -353,7 +353,7 @@ def _fold_transposes_into_dot(eqn: JaxprEqn, inputs: list, producer: dict):
     new_inputs, dims, changed = list(inputs), [[lc, lb], [rc, rb]], False
     for k, a in enumerate(inputs):
         prev = producer.get(a) if type(a) is not Literal else None
-        if prev is None or prev.primitive.name != "transpose":
+        if prev is None or prev.primitive is not P.transpose_p:
             continue
         perm = prev.params["permutation"]
         contract, batch = dims[k]
@@ -393,7 +393,7 @@ def _implicit_broadcasts(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list
     new_inputs = list(inputs)
     for k, a in enumerate(inputs):
         prev = producer.get(a) if type(a) is not Literal else None
-        if prev is None or prev.primitive.name != "broadcast_in_dim" or type(prev.inputs[0]) is Literal:
+        if prev is None or prev.primitive is not broadcast_in_dim_p or type(prev.inputs[0]) is Literal:
             continue
         src = prev.inputs[0]
         dims = prev.params["broadcast_dimensions"]
@@ -427,7 +427,7 @@ def _sum_of_broadcast(eqn: JaxprEqn, inputs: list, producer: dict, eqns: list):
     kernel's per-lane accumulators stop growing at 2^24 additions (a 1e12-element broadcast summed
     to 2^36).  The product is rounded once: in float64 when ``count`` is not exact in the dtype."""
     prev = producer.get(inputs[0]) if type(inputs[0]) is not Literal else None
-    if prev is None or prev.primitive.name != "broadcast_in_dim":
+    if prev is None or prev.primitive is not broadcast_in_dim_p:
         return None
     y, shape, dims = prev.inputs[0], prev.params["shape"], prev.params["broadcast_dimensions"]
     axes, out = eqn.params["axes"], eqn.out_vars[0]
