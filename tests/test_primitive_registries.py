@@ -34,8 +34,6 @@ REGISTRIES = [
     ("functrace's float32 math (fusion._F32_OWN_MATH)", fusion._F32_OWN_MATH),
     ("layout kernels (layout.LAYOUT_PRIMS)", layout.LAYOUT_PRIMS),
     ("measured costs (placement.OP_COSTS)", placement.OP_COSTS),
-    ("cheap primitives (placement.CHEAP)", placement.CHEAP),
-    ("uncalibrated primitives (placement.UNCALIBRATED)", placement.UNCALIBRATED),
     ("fresh numpy results (numpy_backend.FRESH_RESULTS)", numpy_backend.FRESH_RESULTS),
 ]
 
@@ -103,16 +101,11 @@ def test_no_backend_table_or_comparison_names_a_primitive_by_string():
 
 # ------------------------------------------------------------------------ complete registries
 
-def test_every_fused_elementwise_primitive_has_exactly_one_cost_class():
-    """Placement weighs each fused primitive by its measured cost (``OP_COSTS``) or, declared so,
-    as cheap (``CHEAP``) or not yet measured (``UNCALIBRATED``, charged as cheap)."""
-    elementwise = set(fusion.ELEMENTWISE) | {p for p in _registered().values() if p.elementwise}
-    classes = [set(placement.OP_COSTS), set(placement.CHEAP), set(placement.UNCALIBRATED)]
-    missing = [p.name for p in elementwise if not any(p in c for c in classes)]
-    assert missing == [], f"no cost class: {sorted(missing)}"
-    twice = [p.name for p in elementwise if sum(p in c for c in classes) > 1]
-    assert twice == [], f"more than one cost class: {sorted(twice)}"
-    assert all(len(row) == 4 and all(c > 0 for c in row) for row in placement.OP_COSTS.values())
+def test_measured_costs_are_rows_of_four_positive_numbers():
+    """Placement weighs a primitive by its measured row of ``OP_COSTS`` (host and kernel, float32
+    and float64), any other by ``CHEAP_COSTS``: a new primitive needs no entry to run."""
+    rows = list(placement.OP_COSTS.values()) + [placement.CHEAP_COSTS]
+    assert all(len(row) == 4 and all(c > 0 for c in row) for row in rows)
 
 
 def test_every_primitive_has_a_numpy_implementation():
@@ -149,3 +142,34 @@ def test_the_backend_registry_offers_the_configurable_names():
     assert tuple(backends.BACKENDS) == tuple(BACKENDS)
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         backends.compile_for("tpu", None)
+
+
+# ------------------------------------------------------------------------ one home per primitive
+
+def _imported_names(module) -> set:
+    """The module-level names ``module`` binds by import statements."""
+    tree = ast.parse(pathlib.Path(module.__file__).read_text())
+    return {alias.asname or alias.name.partition(".")[0] for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+
+
+def test_every_primitive_is_declared_in_functrace_primitives_and_imported_elsewhere():
+    """A primitive and all its rules have one home, a module of ``functrace/primitives/``; any other
+    module that holds one imports it.  So a new primitive is one entry there (CONTRIBUTING.md)."""
+    homes: dict = {}
+    strays = []
+    for info in pkgutil.walk_packages([str(ROOT)], "functrace."):
+        if info.name.endswith("__main__") or info.name == "functrace.primitives":  # (the package re-exports basic)
+            continue
+        module = importlib.import_module(info.name)
+        imported = _imported_names(module)
+        for name, value in vars(module).items():
+            if isinstance(value, Primitive) and name not in imported:
+                if info.name.startswith("functrace.primitives."):
+                    homes.setdefault(value, set()).add(info.name)
+                else:
+                    strays.append(f"{info.name}.{name}")
+    assert strays == [], f"primitives declared outside functrace/primitives/: {strays}"
+    registered = _registered().values()
+    assert [p.name for p in registered if p not in homes] == []
+    assert {p.name: sorted(m) for p, m in homes.items() if len(m) > 1} == {}
