@@ -12,7 +12,7 @@ in ``primitives/collectives.py``.  ``psum`` of a pytree is one equation, so its 
 travel in one MPI message per dtype; ``jit`` joins consecutive ``psum`` equations into one, so
 separate calls (a loss and its gradients) share it too.
 In ``cond`` / ``scan`` / ``while_loop`` bodies under a named ``vmap`` they combine the members too
-(the loop's batching rule names its own vmap, see ``batching.py``), unless every operand of the
+(the loop's batching rule names its own vmap, see ``transforms/batching.py``), unless every operand of the
 loop is a constant rather than a value of the vmapped function: such a loop runs at once, outside
 the vmap, and raises.
 """

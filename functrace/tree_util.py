@@ -146,7 +146,7 @@ def tree_map(f: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = None
     return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
 
 
-# --------------------------------------------------------------------------- issue 16: the rest of JAX's tree_util
+# --------------------------------------------------------------------------- the rest of JAX's tree_util
 
 
 def _flatten_up_to(treedef: PyTreeDef, tree: Any, what: str) -> list:

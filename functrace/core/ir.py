@@ -336,8 +336,8 @@ class Primitive:
 
     * ``abstract_eval(*avals, **params) -> aval`` (shape/dtype rule)
     * ``impl(*arrays, **params) -> array`` (numpy reference implementation)
-    * ``jvp`` / ``vjp``: per-argument derivative rules (see ``autodiff.py``)
-    * ``batch(vals, dims, **params) -> (val, dim)`` (see ``batching.py``)
+    * ``jvp`` / ``vjp``: per-argument derivative rules (see ``transforms/autodiff.py``)
+    * ``batch(vals, dims, **params) -> (val, dim)`` (see ``transforms/batching.py``)
 
     OpenCL lowerings are registered apart, keyed by the primitive (``backends/opencl/lowerings.py``).
 
@@ -407,7 +407,7 @@ class Primitive:
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)
-            # eager results carry JAX's ``.at`` (functrace/eager.py says why a numpy subclass)
+            # eager results carry JAX's ``.at`` (core/eager.py says why a numpy subclass)
             return [as_eager(o) for o in out] if self.multiple_results else as_eager(out)
         if not top.main.alive:
             raise leaked_tracer_error(top.main, f"'{self.name}'")

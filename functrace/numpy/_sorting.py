@@ -1,7 +1,7 @@
 """Sorting and searching: ``sort``, ``argsort``, ``lexsort``, ``partition``, ``searchsorted``,
 ``unique``, ``quantile`` / ``percentile`` / ``median`` and their ``nan`` forms.
 
-All are written over the stable ``argsort`` primitive (``functrace/sorting.py``) and gathers, so
+All are written over the stable ``argsort`` primitive (``functrace/primitives/sorting.py``) and gathers, so
 they differentiate (a sort's derivative gathers by its permutation, as JAX's), batch, and run as
 OpenCL kernels.
 """

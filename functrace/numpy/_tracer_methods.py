@@ -2,7 +2,7 @@
 functrace.numpy.
 
 Importing this module (``functrace.numpy`` does) installs them on ``Tracer`` and ``EagerArray``,
-which are defined below the numpy API (``core.py``, ``eager.py``); ``functrace.numpy`` routes
+which are defined below the numpy API (``core/ir.py``, ``core/eager.py``); ``functrace.numpy`` routes
 numpy's protocols to itself with ``route_numpy_protocols`` once all its names exist."""
 from __future__ import annotations
 
