@@ -81,6 +81,58 @@ def test_sorts_and_scatters():
         sort_scatter.test_scatter_kernels_match_numpy(op, dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_run_the_work_group_gemm_with_its_epilogue(dtype):
+    """The gpu kind's matrix products are one launch of the work-group GEMM (tiles of both operands
+    in local memory), bias and tanh fused after it: tile edges (sizes that are not multiples
+    of the tiles), K in several chunks, and a NaN row kept through relu / tanh, as numpy's."""
+    rng = np.random.default_rng(28)
+    for m, k, n in [(1, 3, 2), (65, 17, 63), (130, 300, 47)]:
+        x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (k, n), (n,)))
+        x[m // 2, k // 3] = np.nan
+        for act, ref in [(ft.nn.relu, lambda v: np.maximum(v, 0)), (fnp.tanh, np.tanh)]:
+            f = ft.jit(lambda x, w, b, act=act: act(x @ w + b))
+            want = ref(x.astype(np.float64) @ w + b)
+            got = np.asarray(f(x, w, b))
+            assert np.isnan(got[m // 2]).all() and got.dtype == dtype
+            tol = 1e-4 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+            report = str(f.lower(x, w, b).compile().report())
+            assert "work-group tiles" in report and "+ bias" in report, report
+            if act is fnp.tanh:  # (relu is max with a select, fused in the next kernel)
+                assert "+ bias + tanh" in report and "kernel launches per call: 1" in report, report
+
+
+@pytest.mark.parametrize("tiles", [(64, 64, 16, 4, 4), (32, 32, 16, 4, 4), (16, 16, 16, 4, 4)])
+def test_every_tile_shape_gives_numpys_product(tiles, monkeypatch):
+    """Each tile shape a device may get (the largest its work-group size and local memory allow)
+    computes the same products, batched and in every transpose form."""
+    from functrace.backends.opencl import matmul as mm
+    monkeypatch.setattr(mm, "TILES", (tiles,))
+    monkeypatch.setattr(mm, "_SHARED", {})
+    rng = np.random.default_rng(len(tiles) + tiles[0])
+    a, b = rng.standard_normal((3, 37, 70)), rng.standard_normal((3, 70, 29))
+    f = ft.jit(lambda a, b: (a @ b, fnp.swapaxes(a, 1, 2).T, a[0].T @ a[1], b[0] @ b[1].T))
+    got = f(a, b)
+    want = (a @ b, np.swapaxes(a, 1, 2).T, a[0].T @ a[1], b[0] @ b[1].T)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12, atol=1e-12)
+    assert f"work-group tiles {tiles[0]}x{tiles[1]}" in f.lower(a, b).compile().report()
+
+
+def test_tiles_fit_the_device():
+    """The largest tile shape whose work-group and local memory fit the device."""
+    from types import SimpleNamespace
+
+    from functrace.backends.opencl import matmul as mm
+    big = SimpleNamespace(device=SimpleNamespace(max_work_group_size=1024, local_mem_size=48 * 1024))
+    small = SimpleNamespace(device=SimpleNamespace(max_work_group_size=128, local_mem_size=16 * 1024))
+    tiny = SimpleNamespace(device=SimpleNamespace(max_work_group_size=32, local_mem_size=8 * 1024))
+    assert mm.tiles_for(big, np.float32) == mm.tiles_for(big, np.float64) == (64, 64, 16, 4, 4)
+    assert mm.tiles_for(small, np.float32) == (32, 32, 16, 4, 4)
+    assert mm.tiles_for(small, np.float64) == mm.tiles_for(tiny, np.float32) == (16, 16, 16, 4, 4)
+
+
 def test_the_option_takes_a_kind_and_is_checked():
     ft.config.update("opencl_device_kind", " GPU ")
     assert ft.config.opencl_device_kind == "gpu"

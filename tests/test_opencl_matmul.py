@@ -102,6 +102,7 @@ def test_matmul_operator_and_numpy_transposes(dtype):
     check(outs[5], w, x[0], dtype, 33)
 
 
+@pytest.mark.skipif(rt is None or rt.kind != "cpu", reason="describes the cpu kind's packed GEMM")
 def test_operands_are_packed_only_where_that_pays():
     plan = lambda m, n, k, ta=False, tb=False, dt=np.float32: mm._Plan(
         mm.MatmulSpec(1, m, n, k, ta, tb, np.dtype(dt)), rt, False, "none")

@@ -124,12 +124,18 @@ def sources() -> dict:
         return {kind: _sources_of(kind, mp) for kind in ("cpu", "gpu")}
 
 
+# kernel files of one kind's designs only
+KIND_ONLY = {"matmul_tiled.cl": "gpu"}
+
+
 def test_the_programs_use_every_kernel_file(sources):
-    """Every ``cl_kernels/*.cl`` is in some source of each kind, so the checks below cover it."""
+    """Every ``cl_kernels/*.cl`` is in some source of each kind it serves, so the checks below
+    cover it."""
     names = sorted(f for f in os.listdir(lowerings._KERNEL_DIR) if f.endswith(".cl"))
     for kind, found in sources.items():
         text = "\n".join(s for s, _ in found)
-        assert [n for n in names if lowerings.kernel_source(n) not in text] == [], kind
+        missing = [n for n in names if KIND_ONLY.get(n, kind) == kind and lowerings.kernel_source(n) not in text]
+        assert missing == [], kind
 
 
 def test_gpu_kind_sources_are_plain_opencl_c(sources):

@@ -83,6 +83,10 @@ BLOCK_M, BLOCK_N, BLOCK_K = 64, 256, 256
 # BLOCK_K chunks (A read in place down long columns is slower with long chunks)
 ONE_CHUNK_K = 1024
 MEASURE_AT_RUN = 3          # auto mode: the run of an undecided shape that measures OpenCL vs BLAS
+# the work-group GEMM's tiles (matmul_tiled.cl), largest first: (rows, columns, k) of a work-group's
+# tile of C and chunk of K, and (rows, columns) of a work-item's register block; a device gets the
+# first whose work-group size and local memory (two buffers of each operand's chunk) it has
+TILES = ((64, 64, 16, 4, 4), (32, 32, 16, 4, 4), (16, 16, 16, 4, 4))  # 256, 64, 16 work-items
 
 _DECISIONS: dict = {}       # (dtype, batch, M, N, K, ta, tb, epilogue) -> "opencl" | "blas"
 _TIMINGS: dict = {}         # same key -> (opencl seconds, blas seconds) of the measurement
@@ -124,10 +128,13 @@ def _shared(rt, dtype, bias: bool, act: str) -> tuple:
     key = (id(rt), np.dtype(dtype), bool(bias), act)  # the dtype itself: its .name is slow to get
     entry = _SHARED.get(key)
     if entry is None or entry[0] is not rt:
-        prog = rt.program(FP64_PRAGMA + matmul_source(dtype, bias, act))
+        tiles = tiles_for(rt, dtype) if rt.policy.tiled_matmul else None
+        prog = rt.program(FP64_PRAGMA + matmul_source(dtype, bias, act, tiles))
         sfx = SFX[np.dtype(dtype)]
         names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}"] + [kernel_name(dtype, bias, act) + layout
                                                                    for layout in ("", "_arows", "_acols")]
+        if tiles is not None:
+            names.append(kernel_name(dtype, bias, act, tiled=True))
         if not bias and act == "none":
             names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
         entry = _SHARED[key] = (rt, prog, {n: rt.kernel(prog, n) for n in names})
@@ -251,14 +258,27 @@ def _warm_up_main(spec: tuple, device: int, cache_dir: str, kind: str) -> None:
     _warm_up(_Plan(MatmulSpec(batch, M, N, K, ta, tb, np.dtype(dtype)), rt, bias, act), rt)
 
 
-def kernel_name(dtype, bias: bool = False, act: str = "none") -> str:
+def kernel_name(dtype, bias: bool = False, act: str = "none", tiled: bool = False) -> str:
     dtype = np.dtype(dtype)
-    return f"matmul_{SFX[dtype]}" + ("_bias" if bias else "") + ("" if act == "none" else f"_{act}")
+    return (f"matmul_{'tiled_' if tiled else ''}{SFX[dtype]}" + ("_bias" if bias else "")
+            + ("" if act == "none" else f"_{act}"))
 
 
-def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
+def tiles_for(rt, dtype) -> tuple:
+    """The largest of ``TILES`` whose work-group and local memory fit ``rt``'s device."""
+    itemsize = np.dtype(dtype).itemsize
+    items = int(getattr(rt.device, "max_work_group_size", 256) or 256)
+    local = int(getattr(rt.device, "local_mem_size", 32768) or 32768)
+    for tsm, tsn, tsk, wptm, wptn in TILES:
+        if (tsm // wptm) * (tsn // wptn) <= items and 2 * tsk * (tsm + tsn + 2) * itemsize <= local:
+            return tsm, tsn, tsk, wptm, wptn
+    return TILES[-1]
+
+
+def matmul_source(dtype, bias: bool = False, act: str = "none", tiles: tuple | None = None) -> str:
     """``matmul.cl`` specialized for a dtype and an epilogue (one variant; several variants can
-    share a program: the packing and matrix-vector kernels are emitted once per dtype)."""
+    share a program: the packing and matrix-vector kernels are emitted once per dtype), followed,
+    given ``tiles``, by the work-group GEMM of ``matmul_tiled.cl`` for the same variant."""
     dtype = np.dtype(dtype)
     f32 = dtype == np.float32
     tanh = f"#define MM_TANH(v) ft_tanh_float{VW[dtype]}(v)\n#define MM_TANH1(v) ft_tanh_float(v)\n"
@@ -267,7 +287,16 @@ def matmul_source(dtype, bias: bool = False, act: str = "none") -> str:
             f"#define MM_SFX {SFX[dtype]}\n#define MM_NAME {kernel_name(dtype, bias, act)}\n"
             f"#define MM_BIAS {int(bool(bias))}\n#define MM_ACT {ACTS[act]}\n"
             f"#define MM_WITH_MV {int(not bias and act == 'none')}\n")  # epilogue variants: GEMM only
-    return head + kernel_source("matmul.cl")
+    source = head + kernel_source("matmul.cl")
+    if tiles is None:
+        return source
+    tsm, tsn, tsk, wptm, wptn = tiles
+    tiled = (f"#define MT_REAL {'float' if f32 else 'double'}\n#define MT_NAME {kernel_name(dtype, bias, act, True)}\n"
+             f"#define MT_BIAS {int(bool(bias))}\n#define MT_ACT {ACTS[act]}\n"
+             f"#define MT_TANH(v) {'ft_tanh_float(v)' if f32 else 'tanh(v)'}\n"
+             f"#define MT_TSM {tsm}\n#define MT_TSN {tsn}\n#define MT_TSK {tsk}\n#define MT_WPTM {wptm}\n"
+             f"#define MT_WPTN {wptn}\n")
+    return source + tiled + kernel_source("matmul_tiled.cl")
 
 
 # --------------------------------------------------------------------------- shapes
@@ -370,6 +399,16 @@ class _Plan:
             self.args = (i32(rows), i32(s.K), i64(rows * s.K), i64(s.K), i64(rows))
             self.launches = 1
             return
+        if rt is not None and rt.policy.tiled_matmul:  # the gpu kind: one work-group GEMM launch
+            self.kind = "tiled"
+            self.tiles = tsm, tsn, _, wptm, wptn = tiles_for(rt, s.dtype)
+            self.local = (tsn // wptn, tsm // wptm, 1)
+            self.grid = (_cdiv(s.N, tsn) * self.local[0], _cdiv(s.M, tsm) * self.local[1], s.batch)
+            self.args = (i32(s.M), i32(s.N), i32(s.K), i32(int(s.ta)), i32(int(s.tb)),
+                         i64(s.M * s.K), i64(s.K * s.N), i64(s.M * s.N))
+            self.kernel_names = [kernel_name(s.dtype, bias, act, tiled=True)]
+            self.launches = 1
+            return
         mb, nbk = _cdiv(s.M, TM), _cdiv(s.N, tn)
         self.ap_size = s.batch * mb * TM * s.K
         self.bp_size = s.batch * nbk * tn * s.K
@@ -414,6 +453,9 @@ class _Plan:
         return (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
 
     def describe(self) -> str:
+        if self.kind == "tiled":
+            tsm, tsn, tsk, wptm, wptn = self.tiles
+            return f"work-group tiles {tsm}x{tsn}, k chunks of {tsk}, {wptm}x{wptn} per work-item{self.epilogue()}"
         if self.kind != "gemm":
             return f"{self.kind} kernel"
         m, n, k = self.blocking
@@ -426,6 +468,11 @@ class _Plan:
         ``launch_lock`` can be a null context)."""
         q = ctx.queue
         kernels = kernels or shared_kernels(ctx.rt, self.spec.dtype, self.bias, self.act)
+        if self.kind == "tiled":
+            with launch_lock:
+                kernels[self.kernel_names[0]](q, self.grid, self.local, a.buffer, b.buffer, out.buffer,
+                                              (bias if bias is not None else out).buffer, *self.args)
+            return
         if self.kind != "gemm":
             ops = (a, b)
             with launch_lock:

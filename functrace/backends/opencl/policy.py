@@ -20,8 +20,9 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   host memory), elementwise kernels use 4 lanes, float32 sin / cos of vectors run lane by lane,
   and the sources are plain OpenCL C 1.2: no ``__builtin_*``, no ``native_*`` (NVIDIA's compiler
   rejects ``__builtin_prefetch`` on a ``__global`` pointer; its native functions drift by
-  thousands of ulp).  Still CPU-shaped: the matmul kernels (one work-item per register-tiled block,
-  work-groups of one) run correctly there, but a GPU design (local-memory tiles) is not written.
+  thousands of ulp).  Products of matrices run the work-group GEMM (``matmul_tiled.cl``: tiles of
+  both operands in local memory, a register block per work-item); matrix-vector products and the
+  other kernels are still the CPU designs.
 
 On both kinds float32 division and sqrt are correctly rounded, as numpy's: programs are built with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device reports
@@ -83,6 +84,7 @@ class DevicePolicy:
     wraps_host_memory: bool       # buffers wrap numpy memory (``USE_HOST_PTR``): unified memory only
     streaming_stores: bool        # elementwise kernels past the cache store non-temporally
     one_item_work_groups: bool    # attention: work-groups of one item (the driver balances cores)
+    tiled_matmul: bool            # GEMM by work-groups sharing tiles in local memory (matmul_tiled.cl)
     device_vector_widths: bool    # vector lanes from the device's preference (else the fixed ones)
     prefix: str                   # source text before every program of this kind
     build_options: str            # options of every program built on the device
@@ -141,9 +143,10 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) 
     if kind == "cpu":
         return DevicePolicy("cpu", host_steps=True, host_blas=True, timed_trials=True,
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
-                            one_item_work_groups=True, device_vector_widths=True, prefix=CPU_PREFIX + fix,
+                            one_item_work_groups=True, tiled_matmul=False, device_vector_widths=True,
+                            prefix=CPU_PREFIX + fix,
                             build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
-                        one_item_work_groups=False, device_vector_widths=False, prefix=fix,
+                        one_item_work_groups=False, tiled_matmul=True, device_vector_widths=False, prefix=fix,
                         build_options=options)
