@@ -21,8 +21,10 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   and the sources are plain OpenCL C 1.2: no ``__builtin_*``, no ``native_*`` (NVIDIA's compiler
   rejects ``__builtin_prefetch`` on a ``__global`` pointer; its native functions drift by
   thousands of ulp).  Products of matrices run the work-group GEMM (``matmul_tiled.cl``: tiles of
-  both operands in local memory, a register block per work-item); matrix-vector products and the
-  other kernels are still the CPU designs.
+  both operands in local memory, a register block per work-item); rms_norm, its backward pass,
+  softmax and log_softmax run a work-group per row (several per group when rows are short:
+  ``rmsnorm_rows.cl``, ``softmax_rows.cl``); matrix-vector products and the other kernels are
+  still the CPU designs.
 
 On both kinds float32 division and sqrt are correctly rounded, as numpy's: programs are built with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device reports
@@ -85,6 +87,7 @@ class DevicePolicy:
     streaming_stores: bool        # elementwise kernels past the cache store non-temporally
     one_item_work_groups: bool    # attention: work-groups of one item (the driver balances cores)
     tiled_matmul: bool            # GEMM by work-groups sharing tiles in local memory (matmul_tiled.cl)
+    row_work_groups: bool         # rms_norm / softmax rows by work-groups (rmsnorm_rows.cl, softmax_rows.cl)
     device_vector_widths: bool    # vector lanes from the device's preference (else the fixed ones)
     prefix: str                   # source text before every program of this kind
     build_options: str            # options of every program built on the device
@@ -143,10 +146,12 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) 
     if kind == "cpu":
         return DevicePolicy("cpu", host_steps=True, host_blas=True, timed_trials=True,
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
-                            one_item_work_groups=True, tiled_matmul=False, device_vector_widths=True,
+                            one_item_work_groups=True, tiled_matmul=False, row_work_groups=False,
+                            device_vector_widths=True,
                             prefix=CPU_PREFIX + fix,
                             build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
-                        one_item_work_groups=False, tiled_matmul=True, device_vector_widths=False, prefix=fix,
+                        one_item_work_groups=False, tiled_matmul=True, row_work_groups=True,
+                        device_vector_widths=False, prefix=fix,
                         build_options=options)
