@@ -133,6 +133,30 @@ def test_tiles_fit_the_device():
     assert mm.tiles_for(small, np.float64) == mm.tiles_for(tiny, np.float32) == (16, 16, 16, 4, 4)
 
 
+def test_reductions_run_as_work_group_trees():
+    """The gpu kind's reductions: a work-group per output, or per slice of one when few outputs have
+    many terms (then a second kernel combines the slices), its work-items striding over the terms
+    and halving a tree in local memory; fused with their elementwise operand, NaN kept by max / min,
+    float16 accumulated in float32, integers exact, any reduced axes."""
+    rng = np.random.default_rng(31)
+    big = rng.standard_normal(300_001).astype(np.float32)
+    big[-1] = np.nan  # in the max only
+    f = ft.jit(lambda a: (fnp.sum(fnp.sin(a[:-1]) * 2.0), fnp.max(a), fnp.min(a[1:20_000])))
+    total, top, low = f(big)
+    np.testing.assert_allclose(np.asarray(total), np.sum(np.sin(big[:-1].astype(np.float64)) * 2), rtol=1e-4)
+    assert np.isnan(np.asarray(top)) and np.asarray(low) == big[1:20_000].min()
+    report = str(f.lower(big).compile().report())
+    assert "kernel launches per call: 6" in report, report  # each in slices, then a kernel combining them
+    x16 = rng.standard_normal((3, 5, 7001)).astype(np.float16)
+    xi = rng.integers(-1000, 1000, (7, 600, 9)).astype(np.int32)
+    g = ft.jit(lambda h, i: (fnp.sum(h, axis=(1, 2)), fnp.max(h, axis=1), fnp.sum(i, axis=(0, 2)), fnp.min(i, axis=1)))
+    s16, m16, si, mi = (np.asarray(v) for v in g(x16, xi))
+    np.testing.assert_allclose(s16, x16.astype(np.float64).sum(axis=(1, 2)), rtol=2e-3, atol=0.5)
+    assert s16.dtype == np.float16 and np.array_equal(m16, x16.max(axis=1))
+    assert np.array_equal(si, xi.sum(axis=(0, 2))) and np.array_equal(mi, xi.min(axis=1))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True) for a, b in zip(f(big), f(big)))
+
+
 def test_the_option_takes_a_kind_and_is_checked():
     ft.config.update("opencl_device_kind", " GPU ")
     assert ft.config.opencl_device_kind == "gpu"

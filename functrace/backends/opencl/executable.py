@@ -46,6 +46,7 @@ from .fusion import (
     reduce_combine,
     reduction_kernel,
     store_scalar,
+    tree_reduction_kernel,
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
@@ -56,6 +57,7 @@ from .policy import PLAIN_MACROS
 from .runtime import Array, CompileProgress, DeviceUnusable, Runtime, forget_runtime, get_runtime
 
 _LOCAL = None  # reductions: work-group size left to the driver
+TREE_GROUP = 256  # work-items of a gpu-kind reduction's work-group (a power of two)
 WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (faster on PoCL than the driver's
                  # choice); the global size is rounded up and extra work-items do nothing
 
@@ -116,6 +118,7 @@ class ReduceStep(Step):
     items: int  # global size of the (first) kernel
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
+    local: int | None = None  # the (first) kernel's work-group size, when its design fixes one
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
     host_reason: str = ""  # ... and why it is not worth a launch of its own
     scalar_args = ()
@@ -130,11 +133,12 @@ class ReduceStep(Step):
         queue, kernels = exe.rt.queue, exe.kernels
         out = exe._alloc(self.output.aval.shape, self.output.aval.dtype)
         bufs = [get(b).buffer for b in self.inputs]
+        local = (self.local,) if self.local else _LOCAL
         if self.finish is None:
-            kernels[self.name](queue, (self.items,), _LOCAL, *bufs, out.buffer)
+            kernels[self.name](queue, (self.items,), local, *bufs, out.buffer)
         else:
-            partial = exe._alloc((self.items,), self.output.aval.dtype)
-            kernels[self.name](queue, (self.items,), _LOCAL, *bufs, partial.buffer)
+            partial = exe._alloc((self.n_out * self.chunks,), self.output.aval.dtype)
+            kernels[self.name](queue, (self.items,), local, *bufs, partial.buffer)
             kernels[self.finish](queue, (self.n_out,), _LOCAL, partial.buffer, out.buffer)
             partial.recycle()
         env[self.output] = out
@@ -585,8 +589,15 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
                                           if g is not None else "")
     vec = _vector_width(rt, eqns)
-    items = n_out * chunks
-    if leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
+    items, local = n_out * chunks, None
+    if rt is not None and rt.policy.tree_reductions and not (leading_axes(item) and n_out >= TREE_GROUP):
+        # a work-group per output (or per slice of one, when few outputs have many terms: enough
+        # groups to fill the device); a column sum of many columns keeps its column kernel
+        local = _tree_group(rt)
+        chunks = 1 if n_out >= 4 * TREE_GROUP or R < 64 * local else min(1024, -(-R // (64 * local)))
+        items = n_out * chunks * local
+        source = lambda: tree_reduction_kernel(name, item, g, accesses, chunks, local)[0]
+    elif leading_axes(item) and item.out_vars[0].aval.dtype.kind == "f" and n_out >= vec:
         chunks, items = 1, -(-n_out // vec)
         source = lambda: column_reduction_kernel(name, item, g, accesses, vec)[0]
     else:
@@ -596,7 +607,7 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     finish = None
     if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
         finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
-    step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish)
+    step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish, local=local)
     return _kernel_steps(plan, rt, step, source, shape_size(x.aval.shape)), True
 
 
@@ -760,6 +771,13 @@ def _vector_width(rt, eqns) -> int:
         return 8
     pref = rt.device.preferred_vector_width_double if wide else rt.device.preferred_vector_width_float
     return rt.policy.vector_width(pref)
+
+
+def _tree_group(rt) -> int:
+    """Work-items of a tree reduction's work-group: ``TREE_GROUP``, or the largest power of two the
+    device allows."""
+    allowed = int(getattr(rt.device, "max_work_group_size", TREE_GROUP) or TREE_GROUP)
+    return min(TREE_GROUP, 1 << (allowed.bit_length() - 1))
 
 
 def _combine_source(name: str, eqn, chunks: int) -> str:

@@ -809,6 +809,24 @@ def _reduce_operand(x, group: Group | None, in_names: dict, accesses: dict, vec:
     return w.lines, w.names[x]
 
 
+def _reduction_indexing(reduce_eqn) -> tuple:
+    """(R, the terms of output ``o``'s base offset, the terms of reduced element ``r``'s offset --
+    both in the operand's flat index space --, whether the reduced axes are the trailing ones)."""
+    xshape = reduce_eqn.inputs[0].aval.shape
+    axes = reduce_eqn.params["axes"]
+    kept = [d for d in range(len(xshape)) if d not in axes]
+    xstrides = contiguous_strides(xshape)
+    kept_shape = [xshape[d] for d in kept]
+    red_shape = [xshape[d] for d in axes]
+    kept_cs, red_cs = contiguous_strides(kept_shape), contiguous_strides(red_shape)
+    base_terms = [f"((o / {kept_cs[k]}) % {kept_shape[k]}) * {xstrides[d]}" for k, d in enumerate(kept)
+                  if kept_shape[k] > 1] or ["0"]
+    red_terms = [f"((r / {red_cs[k]}) % {red_shape[k]}) * {xstrides[d]}" for k, d in enumerate(axes)
+                 if red_shape[k] > 1] or ["0"]
+    contiguous_tail = tuple(axes) == tuple(range(len(xshape) - len(axes), len(xshape)))
+    return shape_size(red_shape), base_terms, red_terms, contiguous_tail
+
+
 def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict, chunks: int,
                      vec: int = VEC) -> tuple[str, list]:
     """Source of a reduction kernel; with ``group`` the operand is computed inline.
@@ -819,24 +837,10 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     then starts at a multiple of ``vec`` within its output's row of R elements, so no vector
     crosses a row of a view it reads (see ``vector_readable``)."""
     x = reduce_eqn.inputs[0]
-    xshape = x.aval.shape
-    axes = reduce_eqn.params["axes"]
     kind = reduce_eqn.primitive
-    out = reduce_eqn.out_vars[0]
-    st = CTYPE[out.aval.dtype]
+    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
     ct = compute_type(st)  # float16: accumulated in float, rounded once at the end
-    kept = [d for d in range(len(xshape)) if d not in axes]
-    xstrides = contiguous_strides(xshape)
-    kept_shape = [xshape[d] for d in kept]
-    red_shape = [xshape[d] for d in axes]
-    kept_cs, red_cs = contiguous_strides(kept_shape), contiguous_strides(red_shape)
-    R = shape_size(red_shape)
-    # base offset of output o, and offset of reduced element r, in x's flat index space
-    base_terms = [f"((o / {kept_cs[k]}) % {kept_shape[k]}) * {xstrides[d]}" for k, d in enumerate(kept)
-                  if kept_shape[k] > 1] or ["0"]
-    red_terms = [f"((r / {red_cs[k]}) % {red_shape[k]}) * {xstrides[d]}" for k, d in enumerate(axes)
-                 if red_shape[k] > 1] or ["0"]
-    contiguous_tail = tuple(axes) == tuple(range(len(xshape) - len(axes), len(xshape)))
+    R, base_terms, red_terms, contiguous_tail = _reduction_indexing(reduce_eqn)
     inputs = group_inputs(group) if group is not None else [x]
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
@@ -876,6 +880,48 @@ __kernel void {name}({_params(inputs, in_names, [], {})}, __global {st}* restric
         {combine('acc', s_val, False)}
     }}
     {store_scalar(st, "out0", "gid", "acc")}
+}}"""
+    return src, inputs
+
+
+def tree_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict, chunks: int,
+                          work_group: int) -> tuple[str, list]:
+    """Source of a reduction for the gpu kind: work-group ``g`` reduces the ``g % chunks``-th slice
+    of output ``g / chunks``'s terms, its ``work_group`` work-items striding over the slice
+    (neighbours read neighbouring elements when the reduced axes are the trailing ones), then
+    halving a tree of their partial results in local memory; work-item 0 stores the group's
+    result (chunks > 1: partial results a second pass combines).  A fixed order: the same bits
+    on every run."""
+    x = reduce_eqn.inputs[0]
+    kind = reduce_eqn.primitive
+    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    ct = compute_type(st)
+    R, base_terms, red_terms, contiguous_tail = _reduction_indexing(reduce_eqn)
+    inputs = group_inputs(group) if group is not None else [x]
+    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
+    s_lines, s_val = _reduce_operand(x, group, in_names, accesses, 1, False, "e", R)
+    per = -(-R // chunks)
+    src = f"""
+__kernel __attribute__((reqd_work_group_size({work_group}, 1, 1)))
+void {name}({_params(inputs, in_names, [], {})}, __global {st}* restrict out0) {{
+    __local {ct} part[{work_group}];
+    const long group = get_group_id(0);
+    const long o = group / {chunks};
+    const int lid = get_local_id(0);
+    const long r_end = min((long){R}, (group % {chunks}) * {per} + {per});
+    const long xbase = {' + '.join(base_terms)};
+    {ct} acc = {_reduce_init(kind, ct)};
+    for (long r = (group % {chunks}) * {per} + lid; r < r_end; r += {work_group}) {{
+        const long e = xbase + {' + '.join(red_terms) if not contiguous_tail else 'r'};
+        {chr(10).join('        ' + l for l in s_lines).strip()}
+        {reduce_combine(kind, ct, 'acc', s_val, False)}
+    }}
+    part[lid] = acc;
+    for (int width = {work_group // 2}; width > 0; width >>= 1) {{
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < width) {{ {reduce_combine(kind, ct, "part[lid]", "part[lid + width]", False)} }}
+    }}
+    if (lid == 0) {{ {store_scalar(st, "out0", "group", "part[0]")} }}
 }}"""
     return src, inputs
 

@@ -87,6 +87,7 @@ class DevicePolicy:
     streaming_stores: bool        # elementwise kernels past the cache store non-temporally
     one_item_work_groups: bool    # attention: work-groups of one item (the driver balances cores)
     tiled_matmul: bool            # GEMM by work-groups sharing tiles in local memory (matmul_tiled.cl)
+    tree_reductions: bool         # reductions by work-groups halving a tree in local memory
     row_work_groups: bool         # rms_norm / softmax rows by work-groups (rmsnorm_rows.cl, softmax_rows.cl)
     device_vector_widths: bool    # vector lanes from the device's preference (else the fixed ones)
     prefix: str                   # source text before every program of this kind
@@ -146,12 +147,11 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) 
     if kind == "cpu":
         return DevicePolicy("cpu", host_steps=True, host_blas=True, timed_trials=True,
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
-                            one_item_work_groups=True, tiled_matmul=False, row_work_groups=False,
-                            device_vector_widths=True,
-                            prefix=CPU_PREFIX + fix,
-                            build_options=options)
+                            one_item_work_groups=True, tiled_matmul=False, tree_reductions=False,
+                            row_work_groups=False,
+                            device_vector_widths=True, prefix=CPU_PREFIX + fix, build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
-                        one_item_work_groups=False, tiled_matmul=True, row_work_groups=True,
-                        device_vector_widths=False, prefix=fix,
-                        build_options=options)
+                        one_item_work_groups=False, tiled_matmul=True, tree_reductions=True,
+                        row_work_groups=True,
+                        device_vector_widths=False, prefix=fix, build_options=options)
