@@ -100,7 +100,7 @@ def test_small_work_groups(monkeypatch):
     got, want, report = run_both(f, xs, ws, cs)
     assert_close(got, want, np.float64)
     assert "rows of 1000: a work-group per row (16 work-items)" in report
-    assert "work-groups of 16 columns x 1 row lanes" in report
+    assert "work-groups of 16 columns x 1 row lane over" in report
 
 
 def test_work_group_sizes_fit_the_device():

@@ -139,10 +139,10 @@ def _dw_chunks(R: int, D: int) -> int:
     return max(1, min(want, -(-R // 16), 256))
 
 
-def _dw_row_chunks(R: int, D: int, lanes: int) -> int:
-    """Row chunks of the gpu kind's dw reduction: ``DW_GROUPS`` work-groups in all, each lane of a
-    chunk summing at least 8 rows."""
-    col_groups = -(-D // DW_COLUMNS)
+def _dw_row_chunks(R: int, D: int, lanes: int, columns: int = DW_COLUMNS) -> int:
+    """Row chunks of the gpu kind's dw reduction (work-groups of ``columns`` x ``lanes``):
+    about ``DW_GROUPS`` work-groups in all, each lane of a chunk summing at least 8 rows."""
+    col_groups = -(-D // columns)
     return max(1, min(-(-DW_GROUPS // col_groups), -(-R // (8 * lanes))))
 
 
@@ -155,7 +155,7 @@ def _lower_rms_norm_bwd_rows(eqn, rt, ctype, suf, R, D):
     groups = -(-R // (wg // T))
     cw = min(DW_COLUMNS, wg)
     rh = wg // cw
-    chunks = _dw_row_chunks(R, D, rh)
+    chunks = _dw_row_chunks(R, D, rh, cw)
     rows_per_chunk = -(-R // chunks)
     chunks = -(-R // rows_per_chunk)
     cols = -(-D // cw) * cw
@@ -181,7 +181,7 @@ def _lower_rms_norm_bwd_rows(eqn, rt, ctype, suf, R, D):
 
     return Lowered(_rows_source(ctype, suf, wg), names, run, 2 if chunks == 1 else 3,
                    f"rms_norm_bwd (OpenCL rmsnorm_rows.cl: dx by {rows_design(D, wg)}; dw as a column "
-                   f"reduction by work-groups of {cw} columns x {rh} row lanes over {chunks} row chunk"
+                   f"reduction by work-groups of {cw} columns x {rh} row lane{'s' if rh > 1 else ''} over {chunks} row chunk"
                    f"{'s + combine' if chunks > 1 else ''})")
 
 
