@@ -90,3 +90,25 @@ def test_sorts_and_scatters_of_several_types_share_one_program():
     got = _compiled(f, x, b, i)(x, b, i)
     for g, w in zip(got, ft.jit(f, backend="numpy")(x, b, i)):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_repeated_indices_add_and_multiply_in_index_order(kind, dtype, monkeypatch):
+    """``x.at[i].add`` / ``.multiply`` (and an embedding's gradient) with many repeated indices, some
+    out of range (clipped): each position combines its updates in the order of their index, as
+    ``np.add.at`` does, so the result equals the numpy backend's bit for bit, on every call -- no
+    atomics, whose order of additions would change the last bits from call to call on a GPU."""
+    monkeypatch.setattr(ft.config, "opencl_device_kind", kind)
+    table = RNG.standard_normal((37, 6)).astype(dtype)
+    ids = RNG.integers(-2, 40, 3001)
+    upd = (RNG.standard_normal((3001, 6)) * 0.1 + 1).astype(dtype)
+    f = lambda t, u, i: (t.at[i].add(u, mode="clip"), t[:, 0].at[i].multiply(u[:, 1], mode="clip"),
+                         ft.grad(lambda t: fnp.sum(t[fnp.clip(i, 0, 36)] * u))(t))
+    compiled = _compiled(f, table, upd, ids)
+    want = ft.jit(f, backend="numpy")(table, upd, ids)
+    first = compiled(table, upd, ids)
+    for got, ref in zip(first, want):
+        assert np.array_equal(np.asarray(got), np.asarray(ref))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(compiled(table, upd, ids), first))
+    assert "in index order" in compiled.report()

@@ -7,8 +7,9 @@ The output starts as a copy of the operand; one work-item per update then applie
   numpy's "last update wins" and the result is deterministic;
 * ``min`` / ``max``: a compare-and-swap loop; the result does not depend on the order (NaN
   propagates as ``np.minimum`` / ``np.maximum``), so it is deterministic too;
-* ``mul``: a compare-and-swap loop of products; with repeated indices the order of the products,
-  hence the last bits of the result, may vary between runs (as ``scatter_add``'s sums).
+* ``mul``: each position multiplies the updates aimed at it in the order of their index
+  (``gather.IndexRuns``: a stable sort of the indices, no atomics), as ``np.multiply.at`` does: the
+  numpy backend's bits, on every call.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 from ...core import Literal
 from ...primitives import scatter as S
 from .fusion import CTYPE
-from .gather import index_source
+from .gather import IndexRuns, index_source
 from .lowerings import Lowered, has_int64_atomics, register
 from .placement import elements_touched
 
@@ -27,9 +28,7 @@ _INT64_ATOMICS = "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n"
 
 
 def _combine(op: str, t: str) -> str:
-    """C expression combining the current value ``old`` with the update ``v``."""
-    if op == "mul":
-        return "old * v"
+    """C expression combining the current value ``old`` with the update ``v`` (min / max)."""
     better = "v < old" if op == "min" else "v > old"
     if t in ("float", "double"):
         return f"(isnan(old) ? old : ((isnan(v) || {better}) ? v : old))"
@@ -64,7 +63,7 @@ def lower_scatter(eqn, rt) -> Lowered | None:
         return None
     if dt == np.dtype(np.float64) and not getattr(rt, "supports_fp64", True):
         return None
-    if op != "set" and dt.itemsize == 8 and not has_int64_atomics(rt):
+    if op in ("min", "max") and dt.itemsize == 8 and not has_int64_atomics(rt):
         return None
     n, k = x.aval.shape[0], idx.aval.shape[0]
     if k >= 2 ** 31:
@@ -86,6 +85,21 @@ __kernel void {write}(__global {t}* out, __global const int* restrict winner,
     if (k < K && winner[idx[k]] == (int)k) out[idx[k]] = upd[k];
 }}"""
         names = [claim, write]
+    elif op == "mul":
+        runs = IndexRuns(rt, "long", n, k)
+        apply = f"scatter_mul_{t}"
+        source = f"""
+__kernel void {apply}(__global const {t}* restrict x, __global const {t}* restrict upd,
+                      __global const long* restrict perm, __global const long* restrict starts,
+                      __global {t}* restrict out, const long n) {{
+    const long i = get_global_id(0);
+    if (i >= n) return;
+    {t} acc = x[i];
+    for (long j = starts[i]; j < starts[i + 1]; j++)
+        acc *= upd[perm[j]];
+    out[i] = acc;
+}}"""
+        names = runs.kernel_names + [apply]
     else:
         apply = f"scatter_{op}_{t}"
         source = _atomic_update(op, t) + f"""
@@ -98,6 +112,13 @@ __kernel void {apply}(__global {t}* out, __global const long* restrict idx, __gl
 
     def run(ctx, inputs):
         out = ctx.alloc((n,), dt)
+        if op == "mul" and k and n:
+            perm, starts = runs.run(ctx, index(ctx, inputs[1]))
+            ctx.kernels[apply](ctx.queue, (n,), None, inputs[0].buffer, inputs[2].buffer, perm.buffer,
+                               starts.buffer, out.buffer, np.int64(n))
+            ctx.release(perm)
+            ctx.release(starts)
+            return [out]
         if nbytes:
             ctx.rt.cl.enqueue_copy(ctx.queue, out.buffer, inputs[0].buffer, byte_count=nbytes)
         if not k:
@@ -114,6 +135,11 @@ __kernel void {apply}(__global {t}* out, __global const long* restrict idx, __gl
             ctx.kernels[names[0]](ctx.queue, (k,), None, out.buffer, indices, inputs[2].buffer, np.int64(k))
         return [out]
 
+    if op == "mul":
+        launches = (1 + runs.launches) if k and n else (1 if nbytes else 0)
+        return Lowered(source, names, run, launches,
+                       f"scatter-mul (updates in index order by a stable sort of the indices, {k} updates into {n})",
+                       shared=runs.shared)
     launches = (1 if nbytes else 0) + ((3 if op == "set" else 1) if k else 0)
-    how = "last update wins, deterministic" if op == "set" else "atomic compare-and-swap"
+    how = "last update wins, deterministic" if op == "set" else "atomic compare-and-swap, order-free"
     return Lowered(source, names, run, launches, f"scatter-{op} ({how}, {k} updates into {n})")
