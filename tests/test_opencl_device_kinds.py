@@ -157,6 +157,23 @@ def test_reductions_run_as_work_group_trees():
     assert all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True) for a, b in zip(f(big), f(big)))
 
 
+def test_column_sums_run_as_work_groups_of_columns_and_row_lanes():
+    """The gpu kind's sums over leading axes: work-groups of 32 neighbouring columns x 8 row lanes
+    over slices of the rows, then a kernel combining the slices in order; float16 partial results
+    kept in float (more accurate than numpy's float16 column sums), NaN kept by max."""
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal((20_000, 33)).astype(np.float32)
+    x[7, 3] = np.nan
+    h = (rng.random((3, 700, 64)) * 4).astype(np.float16)
+    f = ft.jit(lambda x, h: (fnp.sum(fnp.abs(x[:, :32]) * 2.0, axis=0), fnp.max(x, axis=0), fnp.sum(h, axis=(0, 1))))
+    s, m, hs = (np.asarray(v) for v in f(x, h))
+    np.testing.assert_allclose(s, np.sum(np.abs(x[:, :32]).astype(np.float64) * 2, axis=0), rtol=1e-5)
+    assert np.isnan(m[3]) and np.array_equal(np.delete(m, 3), np.delete(np.max(x, axis=0), 3))
+    assert hs.dtype == np.float16
+    np.testing.assert_allclose(hs, h.astype(np.float64).sum(axis=(0, 1)), rtol=1e-3)  # one float16 rounding
+    assert "kernel launches per call: 6" in str(f.lower(x, h).compile().report())  # each: slices + combine
+
+
 def test_the_option_takes_a_kind_and_is_checked():
     ft.config.update("opencl_device_kind", " GPU ")
     assert ft.config.opencl_device_kind == "gpu"

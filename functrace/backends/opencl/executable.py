@@ -36,6 +36,7 @@ from .fusion import (
     View,
     access_for,
     column_reduction_kernel,
+    column_tree_kernel,
     compute_type,
     elementwise_kernel,
     f32_helpers,
@@ -58,6 +59,7 @@ from .runtime import Array, CompileProgress, DeviceUnusable, Runtime, forget_run
 
 _LOCAL = None  # reductions: work-group size left to the driver
 TREE_GROUP = 256  # work-items of a gpu-kind reduction's work-group (a power of two)
+COLUMN_TILE = (32, 8)  # a gpu-kind column sum's work-group: neighbouring columns x row lanes
 WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (faster on PoCL than the driver's
                  # choice); the global size is rounded up and extra work-items do nothing
 
@@ -115,10 +117,11 @@ class ReduceStep(Step):
     output: object
     chunks: int
     n_out: int
-    items: int  # global size of the (first) kernel
+    items: int | tuple  # global size of the (first) kernel
     eqns: list
     finish: str | None = None  # second-pass kernel combining chunk partials
-    local: int | None = None  # the (first) kernel's work-group size, when its design fixes one
+    local: int | tuple | None = None  # the (first) kernel's work-group size, when its design fixes one
+    partial_dtype: np.dtype | None = None  # of the chunks' partial results (None: the output's)
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
     host_reason: str = ""  # ... and why it is not worth a launch of its own
     scalar_args = ()
@@ -133,12 +136,13 @@ class ReduceStep(Step):
         queue, kernels = exe.rt.queue, exe.kernels
         out = exe._alloc(self.output.aval.shape, self.output.aval.dtype)
         bufs = [get(b).buffer for b in self.inputs]
-        local = (self.local,) if self.local else _LOCAL
+        items = self.items if isinstance(self.items, tuple) else (self.items,)
+        local = self.local if isinstance(self.local, tuple) else (self.local,) if self.local else _LOCAL
         if self.finish is None:
-            kernels[self.name](queue, (self.items,), local, *bufs, out.buffer)
+            kernels[self.name](queue, items, local, *bufs, out.buffer)
         else:
-            partial = exe._alloc((self.n_out * self.chunks,), self.output.aval.dtype)
-            kernels[self.name](queue, (self.items,), local, *bufs, partial.buffer)
+            partial = exe._alloc((self.n_out * self.chunks,), self.partial_dtype or self.output.aval.dtype)
+            kernels[self.name](queue, items, local, *bufs, partial.buffer)
             kernels[self.finish](queue, (self.n_out,), _LOCAL, partial.buffer, out.buffer)
             partial.recycle()
         env[self.output] = out
@@ -589,10 +593,20 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     name = f"{item.primitive.name}{k}" + ("_" + "_".join(dict.fromkeys(e.primitive.name for e in g.eqns))[:50]
                                           if g is not None else "")
     vec = _vector_width(rt, eqns)
-    items, local = n_out * chunks, None
-    if rt is not None and rt.policy.tree_reductions and not (leading_axes(item) and n_out >= TREE_GROUP):
+    items, local, strided = n_out * chunks, None, False
+    # the gpu kind's slices keep float16 partial results in float (the cpu kind's: in float16)
+    wide_partials = rt is not None and rt.policy.tree_reductions and item.out_vars[0].aval.dtype == np.float16
+    if rt is not None and rt.policy.tree_reductions and leading_axes(item) and n_out >= COLUMN_TILE[0]:
+        # column sums: work-groups of neighbouring columns x row lanes over slices of the rows,
+        # enough slices to fill the device, each lane at least 16 rows
+        cols, lanes = COLUMN_TILE
+        blocks = -(-n_out // cols)
+        chunks = max(1, min(-(-R // (16 * lanes)), -(-512 // blocks)))
+        items, local, strided = (blocks * cols, chunks * lanes), (cols, lanes), True
+        source = lambda: column_tree_kernel(name, item, g, accesses, chunks, cols, lanes)[0]
+    elif rt is not None and rt.policy.tree_reductions:
         # a work-group per output (or per slice of one, when few outputs have many terms: enough
-        # groups to fill the device); a column sum of many columns keeps its column kernel
+        # groups to fill the device)
         local = _tree_group(rt)
         chunks = 1 if n_out >= 4 * TREE_GROUP or R < 64 * local else min(1024, -(-R // (64 * local)))
         items = n_out * chunks * local
@@ -606,8 +620,10 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
         return [HostStep(e, why) for e in eqns], False
     finish = None
     if chunks > 1:  # named from this step's own kernel name: unique whatever add_kernel shares
-        finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks))
-    step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish, local=local)
+        finish = plan.add_kernel(f"{name}_combine", _combine_source(f"{name}_combine", item, chunks, strided,
+                                                                    "float" if wide_partials else None))
+    step = ReduceStep(name, buffers, item.out_vars[0], chunks, n_out, items, eqns, finish, local=local,
+                      partial_dtype=np.dtype(np.float32) if wide_partials else None)
     return _kernel_steps(plan, rt, step, source, shape_size(x.aval.shape)), True
 
 
@@ -780,15 +796,19 @@ def _tree_group(rt) -> int:
     return min(TREE_GROUP, 1 << (allowed.bit_length() - 1))
 
 
-def _combine_source(name: str, eqn, chunks: int) -> str:
+def _combine_source(name: str, eqn, chunks: int, strided: bool = False, pt: str | None = None) -> str:
+    """A kernel combining each output's ``chunks`` partial results of C type ``pt`` (default: the
+    output's) in order: laid out ``[output][chunk]``, or ``[chunk][output]`` when ``strided``."""
     st = CTYPE[eqn.out_vars[0].aval.dtype]
     ct = compute_type(st)
-    op = reduce_combine(eqn.primitive, ct, "acc", load_scalar(st, "p", "i"), False)
+    pt = pt or st
+    n_out = shape_size(eqn.out_vars[0].aval.shape)
+    op = reduce_combine(eqn.primitive, ct, "acc", load_scalar(pt, "p", f"i * {n_out}" if strided else "i"), False)
     return f"""
-__kernel void {name}(__global const {st}* restrict partial, __global {st}* restrict out0) {{
+__kernel void {name}(__global const {pt}* restrict partial, __global {st}* restrict out0) {{
     const long o = get_global_id(0);
-    __global const {st}* p = partial + o * {chunks};
-    {ct} acc = {load_scalar(st, "p", "0")};
+    __global const {pt}* p = partial + o{'' if strided else f' * {chunks}'};
+    {ct} acc = {load_scalar(pt, "p", "0")};
     for (long i = 1; i < {chunks}; i++) {{ {op} }}
     {store_scalar(st, "out0", "o", "acc")}
 }}"""

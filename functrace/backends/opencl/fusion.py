@@ -901,9 +901,10 @@ def tree_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: 
     in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     s_lines, s_val = _reduce_operand(x, group, in_names, accesses, 1, False, "e", R)
     per = -(-R // chunks)
+    ot = ct if chunks > 1 else st  # slices' partial results in the compute type (float16: float)
     src = f"""
 __kernel __attribute__((reqd_work_group_size({work_group}, 1, 1)))
-void {name}({_params(inputs, in_names, [], {})}, __global {st}* restrict out0) {{
+void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {{
     __local {ct} part[{work_group}];
     const long group = get_group_id(0);
     const long o = group / {chunks};
@@ -921,7 +922,52 @@ void {name}({_params(inputs, in_names, [], {})}, __global {st}* restrict out0) {
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < width) {{ {reduce_combine(kind, ct, "part[lid]", "part[lid + width]", False)} }}
     }}
-    if (lid == 0) {{ {store_scalar(st, "out0", "group", "part[0]")} }}
+    if (lid == 0) {{ {store_scalar(ot, "out0", "group", "part[0]")} }}
+}}"""
+    return src, inputs
+
+
+def column_tree_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict, chunks: int,
+                       columns: int, lanes: int) -> tuple[str, list]:
+    """Source of a reduction over the leading axes for the gpu kind, ``x`` viewed as (R, C) -> (C,):
+    a work-group of ``columns`` x ``lanes`` work-items covers ``columns`` neighbouring columns
+    (neighbours read neighbouring elements) over the ``get_group_id(1)``-th of ``chunks`` slices
+    of the rows, lane ``l`` summing rows ``l, l + lanes, ...`` of it; the lanes' results are halved
+    in local memory into the slice's partial result at ``[slice][column]`` (a second pass combines
+    the slices when there are several).  A fixed order: the same bits on every run."""
+    x = reduce_eqn.inputs[0]
+    kind = reduce_eqn.primitive
+    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    ct = compute_type(st)
+    C = shape_size(reduce_eqn.out_vars[0].aval.shape)
+    R = shape_size(x.aval.shape) // C
+    inputs = group_inputs(group) if group is not None else [x]
+    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
+    lines, val = _reduce_operand(x, group, in_names, accesses, 1, False, "e", C)
+    per = -(-R // chunks)
+    ot = ct if chunks > 1 else st  # slices' partial results in the compute type (float16: float)
+    src = f"""
+__kernel __attribute__((reqd_work_group_size({columns}, {lanes}, 1)))
+void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {{
+    __local {ct} part[{lanes}][{columns}];
+    const int lc = get_local_id(0), lr = get_local_id(1);
+    const long c = (long)get_group_id(0) * {columns} + lc;
+    const long r0 = (long)get_group_id(1) * {per};
+    const long r_end = min((long){R}, r0 + {per});
+    {ct} acc = {_reduce_init(kind, ct)};
+    if (c < {C}) {{
+        for (long r = r0 + lr; r < r_end; r += {lanes}) {{
+            const long e = r * {C} + c;
+            {chr(10).join('            ' + l for l in lines).strip()}
+            {reduce_combine(kind, ct, 'acc', val, False)}
+        }}
+    }}
+    part[lr][lc] = acc;
+    for (int width = {lanes // 2}; width > 0; width >>= 1) {{
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lr < width) {{ {reduce_combine(kind, ct, "part[lr][lc]", "part[lr + width][lc]", False)} }}
+    }}
+    if (lr == 0 && c < {C}) {{ {store_scalar(ot, "out0", f"get_group_id(1) * {C}L + c", "part[0][lc]")} }}
 }}"""
     return src, inputs
 
