@@ -17,6 +17,15 @@ treatment.
 the kernel names carry that suffix (``attention_fwd_f32_h64_n4_w16``).  Unsupported cases
 (other dtypes, float64 without device support, empty arrays, head_dim > 256) return None and
 run as host steps.
+
+On the gpu kind (``policy.tiled_attention``) the same three kernels come from
+``cl_kernels/attention_tiled.cl`` for head_dim <= 128 (larger head dims keep attention.cl): a
+work-group of 64 work-items per 64 queries (forward, dQ) or 64 keys (dK/dV) of one batch * head,
+one row per work-item with its accumulators in private memory, the other side streamed in tiles
+staged in local memory by the whole group (64 rows per tile for float32 up to head_dim 64, fewer
+for longer rows and float64: at most 32 KiB of local tiles), tiles that no row of the group keeps
+(and whose zeros are exact) skipped by the whole group.  Same launches and scratch rows as the
+CPU design.
 """
 from __future__ import annotations
 
@@ -27,6 +36,16 @@ from ...transforms.optimize import shape_size
 from .lowerings import Lowered, device_inputs, real_type, register, specialize
 
 MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
+TILED_MAX_HEAD_DIM = 128  # attention_tiled.cl: 2-4 private rows of head_dim per work-item
+TILED_WG = 64             # attention_tiled.cl: work-items (queries / keys) per work-group
+TILED_LOCAL_BYTES = 32768  # attention_tiled.cl: its two local tiles at most
+
+
+def _tiled_rows(H: int, itemsize: int) -> int:
+    """Rows per local tile of attention_tiled.cl: two tiles of head_dim (rounded up to a power of
+    two) within TILED_LOCAL_BYTES, a multiple of 16, at most 64."""
+    hp = 1 << (H - 1).bit_length()
+    return max(16, min(64, TILED_LOCAL_BYTES // (2 * hp * itemsize)) // 16 * 16)
 
 
 def _lanes(rt, ctype: str) -> int:
@@ -58,12 +77,18 @@ def _spec(eqn, rt):
     if T >= 2 ** 31 or S >= 2 ** 31:
         return None
     ctype, dsuf = rs
+    B = int(np.prod(batch, dtype=np.int64))
+    if rt.policy.tiled_attention and H <= TILED_MAX_HEAD_DIM:
+        BK = _tiled_rows(H, np.dtype(dtype).itemsize)
+        suffix = f"{dsuf}_h{H}_n{N}_k{BK}"
+        defines = {"AF_REAL": ctype, "AF_HD": H, "AF_NH": N, "AF_WG": TILED_WG, "AF_BK": BK, "AF_SUF": suffix}
+        return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, BK=BK, tiled=True, suffix=suffix,
+                    source=specialize("attention_tiled.cl", defines), lse_shape=tuple(batch) + (N, T))
     W = _lanes(rt, ctype)
     suffix = f"{dsuf}_h{H}_n{N}_w{W}"
     defines = {"AT_REAL": ctype, "AT_ITYPE": "int" if ctype == "float" else "long", "AT_W": W, "AT_HD": H,
                "AT_NH": N, "AT_SUF": suffix}
-    B = int(np.prod(batch, dtype=np.int64))
-    return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, W=W, suffix=suffix,
+    return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, W=W, tiled=False, suffix=suffix,
                 source=specialize("attention.cl", defines), lse_shape=tuple(batch) + (N, T))
 
 
@@ -84,6 +109,8 @@ def lower_attention(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:
         return None
+    if sp["tiled"]:
+        return _lower_tiled_fwd(eqn, sp)
     dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
     name = f"attention_fwd_{sp['suffix']}"
     scale = dtype.type(eqn.params["scale"])
@@ -114,6 +141,8 @@ def lower_attention_bwd(eqn, rt):
     if avals[4].shape != q_aval.shape or avals[6].shape != q_aval.shape or avals[5].shape != sp["lse_shape"] \
             or any(a.dtype != q_aval.dtype for a in (avals[4], avals[5], avals[6])):
         return None
+    if sp["tiled"]:
+        return _lower_tiled_bwd(eqn, sp)
     dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
     names = [f"attention_bwd_dq_{sp['suffix']}", f"attention_bwd_dkdv_{sp['suffix']}"]
     scale = dtype.type(eqn.params["scale"])
@@ -140,3 +169,62 @@ def lower_attention_bwd(eqn, rt):
     return Lowered(sp["source"], names, run, 2,
                    f"attention_bwd (OpenCL attention.cl: {names[0]} with delta, then {names[1]}; P recomputed "
                    f"from the saved lse per 16-wide tile, masked tiles skipped)")
+
+
+def _tiled_groups(rows: int, B: int, N: int):
+    """(global size, local size) of attention_tiled.cl's kernels: a group per TILED_WG rows."""
+    return (-(-rows // TILED_WG) * TILED_WG, B * N), (TILED_WG, 1)
+
+
+def _tiled_words(sp) -> str:
+    return (f"a work-group per {TILED_WG} {{rows}} x one head, one per work-item, {{other}} in "
+            f"{sp['BK']}-row local-memory tiles, tiles no row keeps skipped")
+
+
+def _lower_tiled_fwd(eqn, sp):
+    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
+    name = f"attention_tiled_fwd_{sp['suffix']}"
+    scale = dtype.type(eqn.params["scale"])
+    q_shape, lse_shape = eqn.inputs[0].aval.shape, sp["lse_shape"]
+    gsize, local = _tiled_groups(T, B, N)
+
+    def run(ctx, inputs):
+        q, k, v, mask = device_inputs(eqn, ctx, inputs)
+        out = ctx.alloc(q_shape, dtype)
+        lse = ctx.alloc(lse_shape, dtype)
+        ctx.kernels[name](ctx.queue, gsize, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer,
+                          lse.buffer, np.int32(T), np.int32(S), scale)
+        return [out, lse]
+
+    words = _tiled_words(sp).format(rows="queries", other="K/V")
+    return Lowered(sp["source"], [name], run, 1,
+                   f"attention (OpenCL attention_tiled.cl: {name}, tiled flash forward: {words}, "
+                   f"online softmax)")
+
+
+def _lower_tiled_bwd(eqn, sp):
+    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
+    names = [f"attention_tiled_dq_{sp['suffix']}", f"attention_tiled_dkdv_{sp['suffix']}"]
+    scale = dtype.type(eqn.params["scale"])
+    q_shape, k_shape, lse_shape = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape, sp["lse_shape"]
+    (g_dq, local), (g_dkdv, _) = _tiled_groups(T, B, N), _tiled_groups(S, B, N)
+
+    def run(ctx, inputs):
+        q, k, v, mask, out, lse, g = device_inputs(eqn, ctx, inputs)
+        k_dq, k_dkdv = ctx.kernels[names[0]], ctx.kernels[names[1]]
+        dq = ctx.alloc(q_shape, dtype)
+        dk = ctx.alloc(k_shape, dtype)
+        dv = ctx.alloc(k_shape, dtype)
+        rows = [ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, np.uint8)]
+        k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
+             dq.buffer, *[r.buffer for r in rows], np.int32(T), np.int32(S), scale)
+        k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
+               *[r.buffer for r in rows], dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
+        for r in rows:  # (delta, bias, weightless) the in-order queue runs their later users after dkdv
+            ctx.release(r)
+        return [dq, dk, dv]
+
+    return Lowered(sp["source"], names, run, 2,
+                   f"attention_bwd (OpenCL attention_tiled.cl: {names[0]} ({_tiled_words(sp).format(rows='queries', other='K/V')}) "
+                   f"with delta, then {names[1]} ({_tiled_words(sp).format(rows='keys', other='Q/dO')}); "
+                   f"P recomputed from the saved lse)")

@@ -89,6 +89,7 @@ class DevicePolicy:
     tiled_matmul: bool            # GEMM by work-groups sharing tiles in local memory (matmul_tiled.cl)
     tree_reductions: bool         # reductions by work-groups halving a tree in local memory
     row_work_groups: bool         # rms_norm / softmax rows by work-groups (rmsnorm_rows.cl, softmax_rows.cl)
+    tiled_attention: bool         # attention by work-groups of queries (keys) sharing K/V (Q/G) tiles in local memory
     device_vector_widths: bool    # vector lanes from the device's preference (else the fixed ones)
     prefix: str                   # source text before every program of this kind
     build_options: str            # options of every program built on the device
@@ -148,10 +149,10 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) 
         return DevicePolicy("cpu", host_steps=True, host_blas=True, timed_trials=True,
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
                             one_item_work_groups=True, tiled_matmul=False, tree_reductions=False,
-                            row_work_groups=False,
+                            row_work_groups=False, tiled_attention=False,
                             device_vector_widths=True, prefix=CPU_PREFIX + fix, build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
                         one_item_work_groups=False, tiled_matmul=True, tree_reductions=True,
-                        row_work_groups=True,
+                        row_work_groups=True, tiled_attention=True,
                         device_vector_widths=False, prefix=fix, build_options=options)
