@@ -125,8 +125,8 @@ def sources() -> dict:
 
 
 # kernel files of one kind's designs only
-KIND_ONLY = {"matmul_tiled.cl": "gpu", "rmsnorm_rows.cl": "gpu", "softmax_rows.cl": "gpu",
-             "rmsnorm.cl": "cpu", "softmax.cl": "cpu"}
+KIND_ONLY = {"matmul_tiled.cl": "gpu", "rmsnorm_rows.cl": "gpu", "softmax_rows.cl": "gpu", "attention_tiled.cl": "gpu",
+             "rmsnorm.cl": "cpu", "softmax.cl": "cpu", "attention.cl": "cpu"}
 
 
 def test_the_programs_use_every_kernel_file(sources):
