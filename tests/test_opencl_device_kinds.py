@@ -269,3 +269,24 @@ def test_a_device_without_correct_rounding_gets_the_corrected_division():
         want = (x / y, np.sqrt(np.abs(x)))
     for got, w in zip(exe(x, y), want):
         np.testing.assert_array_equal(np.asarray(got), w)
+
+
+def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
+    """The cpu kind uses the driver's native sin / cos only when they were measured within
+    ``NATIVE_TRIG_ERROR`` of sin / cos on this device (once per device and driver, kept on disk); a
+    device whose native forms drift gets the plain ones, and the gpu kind never has them."""
+    from functrace.backends.opencl.policy import NATIVE_TRIG_PREFIX
+    rt = cl_runtime.get_runtime()
+    verdicts = []
+    monkeypatch.setattr(cl_runtime, "_read_verdict", lambda device, kind: None)  # measure afresh
+    monkeypatch.setattr(cl_runtime, "_keep_verdict", lambda device, kind, verdict: verdicts.append(verdict))
+    measured = cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
+    assert verdicts == ["accurate" if measured else "inaccurate"]
+    monkeypatch.setattr(cl_runtime, "NATIVE_TRIG_ERROR", 1e-12)  # a bound no approximation meets
+    assert not cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
+    assert verdicts[-1] == "inaccurate"
+    assert NATIVE_TRIG_PREFIX in make_policy("cpu", native_trig=True).prefix
+    assert "native_" not in make_policy("cpu", native_trig=False).prefix + make_policy("gpu", native_trig=True).prefix
+    monkeypatch.setattr(ft.config, "opencl_device_kind", "cpu")
+    cpu = cl_runtime.Runtime(rt.device)  # the cpu kind on this device: native forms as measured
+    assert ("native_sin" in cpu.policy.prefix) == cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)

@@ -11,7 +11,8 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   page-aligned numpy memory (``USE_HOST_PTR``) on unified memory, elementwise kernels use the
   device's preferred vector width and store past the cache when their data outgrow it, and the
   sources may use clang's builtins (prefetch, non-temporal stores) and ``native_sin``/``native_cos``
-  (measured on PoCL within 1.2e-7 of sin/cos on |x| <= 1e4): those are defined in ``CPU_PREFIX``,
+  where the device's were measured accurate (once per device and driver, kept on disk): those are
+  defined in ``CPU_PREFIX`` and ``NATIVE_TRIG_PREFIX``,
   the text only this kind puts before its programs (with ``FT_CPU_KIND``, for sources that need
   to test for it); the sources themselves fall back to plain forms (``executable.PREAMBLE``,
   ``matmul.cl``'s ``MM_PREFETCH``).
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 ROUNDING_OPTION = "-cl-fp32-correctly-rounded-divide-sqrt"
 
 # CPU-only macros, put before every program of the cpu kind (and only there): clang's prefetch
-# and non-temporal store where the compiler has them, PoCL's faster sin / cos
+# and non-temporal store where the compiler has them
 CPU_PREFIX = """#define FT_CPU_KIND 1
 #if defined(__has_builtin)
 #  if __has_builtin(__builtin_prefetch)
@@ -48,8 +49,13 @@ CPU_PREFIX = """#define FT_CPU_KIND 1
 #    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
 #  endif
 #endif
-""" + "".join(f"#define FT_{f.upper()}_float{n}(v) native_{f}(v)\n" for f in ("sin", "cos")
-             for n in ("", 2, 3, 4, 8, 16))
+"""
+# the driver's faster sin / cos: on the cpu kind, where the device's own were measured accurate
+# (``runtime.native_trig_accurate``: within NATIVE_TRIG_ERROR of sin / cos on |x| <= 1e4, NaN for
+# inf and NaN), once per device and driver
+NATIVE_TRIG_PREFIX = "".join(f"#define FT_{f.upper()}_float{n}(v) native_{f}(v)\n" for f in ("sin", "cos")
+                             for n in ("", 2, 3, 4, 8, 16))
+NATIVE_TRIG_ERROR = 2.4e-7  # two float32 ulps at 1.0
 
 
 def _lane_by_lane(f: str, n: int) -> str:
@@ -135,14 +141,18 @@ def device_kind(device, option: str) -> str:
     return "cpu" if device.type & CL_DEVICE_TYPE_CPU else "gpu"
 
 
-def choose_policy(device, option: str) -> DevicePolicy:
-    """The policy of ``device`` under the ``opencl_device_kind`` option: the one place a kind is chosen."""
-    return make_policy(device_kind(device, option), rounds_fp32_correctly(device), bool(device.host_unified_memory))
+def choose_policy(device, option: str, native_trig: bool) -> DevicePolicy:
+    """The policy of ``device`` under the ``opencl_device_kind`` option, its native sin / cos measured
+    accurate or not: the one place a kind is chosen."""
+    return make_policy(device_kind(device, option), rounds_fp32_correctly(device), bool(device.host_unified_memory),
+                       native_trig)
 
 
-def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) -> DevicePolicy:
+def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True,
+                native_trig: bool = True) -> DevicePolicy:
     """The policy of ``kind`` on a device that does (or not) round float32 division and sqrt
-    correctly and has (or not) unified host memory (tests and the compile check use it directly)."""
+    correctly, has (or not) unified host memory and (on the cpu kind) accurate native sin / cos
+    (tests and the compile check use it directly)."""
     options = ROUNDING_OPTION if correct_rounding else ""
     fix = "" if correct_rounding else CORRECTED_DIVISION_PREFIX
     if kind == "cpu":
@@ -150,7 +160,9 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) 
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
                             one_item_work_groups=True, tiled_matmul=False, tree_reductions=False,
                             row_work_groups=False, tiled_attention=False,
-                            device_vector_widths=True, prefix=CPU_PREFIX + fix, build_options=options)
+                            device_vector_widths=True,
+                            prefix=CPU_PREFIX + (NATIVE_TRIG_PREFIX if native_trig else "") + fix,
+                            build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
                         one_item_work_groups=False, tiled_matmul=True, tree_reductions=True,

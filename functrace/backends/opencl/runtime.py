@@ -49,7 +49,7 @@ from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
 from . import driver_cache, pyopencl_cache
 from .disk_cache import cache_dir, discard, read_entry, write_entry
-from .policy import choose_policy, device_kind
+from .policy import NATIVE_TRIG_ERROR, choose_policy, device_kind
 
 _state: dict = {}
 _lock = threading.Lock()
@@ -242,6 +242,63 @@ def _keep_verdict(device, kind: str, verdict: str) -> None:
         write_entry(_marker(device, kind), f"{kind}|{_fingerprint(device)}", verdict.encode())
     except OSError:
         pass
+
+
+# native_sin / native_cos, in 16 lanes and alone, at float32 points: a grid over |x| <= 1e4, small
+# values and multiples of pi / 2 near zero; then inf and NaN (which must give NaN)
+_NATIVE_TRIG_PROBE = """
+__kernel void ft_native_trig16(__global const float* x, __global float* out, const long n) {
+    const long i = get_global_id(0);
+    vstore16(native_sin(vload16(i, x)), i, out);
+    vstore16(native_cos(vload16(i, x)), i, out + n);
+}
+__kernel void ft_native_trig1(__global const float* x, __global float* out, const long n) {
+    const long i = get_global_id(0);
+    out[2 * n + i] = native_sin(x[i]);
+    out[3 * n + i] = native_cos(x[i]);
+}
+"""
+
+
+def _native_trig_points() -> np.ndarray:
+    near = np.concatenate([np.arange(-8, 9) * (np.pi / 2), np.geomspace(1e-30, 1.0, 200)])
+    x = np.concatenate([np.linspace(-1e4, 1e4, 7664), near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan] * 16])
+    return x[:len(x) // 16 * 16].astype(np.float32)
+
+
+def native_trig_accurate(context, queue, device) -> bool:
+    """Are ``device``'s ``native_sin`` / ``native_cos`` (16 lanes and alone) within
+    ``NATIVE_TRIG_ERROR`` of numpy's float64 sin / cos at float32 points over |x| <= 1e4, and NaN at
+    inf and NaN?  Measured once per device and driver (a probe of a few ms), the verdict kept on
+    disk; a probe that fails to build or run says no."""
+    saved = _read_verdict(device, "native-trig")
+    if saved in ("accurate", "inaccurate"):
+        return saved == "accurate"
+    cl = _cl()
+    x = _native_trig_points()
+    n = len(x)
+    try:
+        with warnings.catch_warnings():  # (the driver's remarks on the probe are not the user's concern)
+            warnings.simplefilter("ignore")
+            prog = _build_checked(device, cl.Program(context, _NATIVE_TRIG_PROBE), "",
+                                  hashlib.sha256(_NATIVE_TRIG_PROBE.encode()).hexdigest())
+        out = np.empty(4 * n, np.float32)
+        flags = cl.mem_flags
+        xb = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+        ob = cl.Buffer(context, flags.WRITE_ONLY, out.nbytes)
+        prog.ft_native_trig16(queue, (n // 16,), None, xb, ob, np.int64(n))
+        prog.ft_native_trig1(queue, (n,), None, xb, ob, np.int64(n))
+        cl.enqueue_copy(queue, out, ob)
+        queue.finish()
+    except Exception:
+        return False
+    with np.errstate(invalid="ignore"):
+        want = np.tile(np.concatenate([np.sin(x.astype(np.float64)), np.cos(x.astype(np.float64))]), 2)
+    got = out.astype(np.float64)
+    finite = np.isfinite(want)
+    accurate = bool(np.isnan(got[~finite]).all() and np.all(np.abs(got[finite] - want[finite]) <= NATIVE_TRIG_ERROR))
+    _keep_verdict(device, "native-trig", "accurate" if accurate else "inaccurate")
+    return accurate
 
 
 def _mark_usable(device) -> None:
@@ -493,7 +550,9 @@ class Runtime:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
         # the device kind's choices (placement, kernel designs, build options): made here, once
-        self.policy = choose_policy(device, config.opencl_device_kind)
+        kind = device_kind(device, config.opencl_device_kind)
+        native_trig = kind == "cpu" and native_trig_accurate(self.context, self.queue, device)
+        self.policy = choose_policy(device, config.opencl_device_kind, native_trig)
         self.kind = self.policy.kind
         self.unified = self.policy.wraps_host_memory
         self._in_flight: list = []  # host memory that enqueued kernels may still use (see hold)
