@@ -57,6 +57,15 @@ def _lanes(rt, ctype: str) -> int:
     return rt.policy.attention_lanes(ctype, native)
 
 
+def _tiled_fits(rt, local_bytes: int) -> bool:
+    """Does the device take attention_tiled.cl's work-groups (TILED_WG work-items, local_bytes of
+    tiles plus its flags and rows)?"""
+    try:
+        return rt.device.max_work_group_size >= TILED_WG and rt.device.local_mem_size >= local_bytes + 1024
+    except Exception:
+        return True
+
+
 def _spec(eqn, rt):
     """Checks shapes and dtypes; returns the specialization or None."""
     q, k, v, mask = (a.aval for a in eqn.inputs[:4])
@@ -78,8 +87,8 @@ def _spec(eqn, rt):
         return None
     ctype, dsuf = rs
     B = int(np.prod(batch, dtype=np.int64))
-    if rt.policy.tiled_attention and H <= TILED_MAX_HEAD_DIM:
-        BK = _tiled_rows(H, np.dtype(dtype).itemsize)
+    BK = _tiled_rows(H, np.dtype(dtype).itemsize)
+    if rt.policy.tiled_attention and H <= TILED_MAX_HEAD_DIM and _tiled_fits(rt, 2 * BK * H * np.dtype(dtype).itemsize):
         suffix = f"{dsuf}_h{H}_n{N}_k{BK}"
         defines = {"AF_REAL": ctype, "AF_HD": H, "AF_NH": N, "AF_WG": TILED_WG, "AF_BK": BK, "AF_SUF": suffix}
         return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, BK=BK, tiled=True, suffix=suffix,
