@@ -23,7 +23,7 @@ On the gpu kind (``policy.tiled_attention``) the same three kernels come from
 work-group of 64 work-items per 64 queries (forward, dQ) or 64 keys (dK/dV) of one batch * head,
 one row per work-item with its accumulators in private memory, the other side streamed in tiles
 staged in local memory by the whole group (64 rows per tile for float32 up to head_dim 64, fewer
-for longer rows and float64: at most 32 KiB of local tiles), tiles that no row of the group keeps
+for longer rows, float64 and devices with little local memory: at most 32 KiB of local tiles), tiles that no row of the group keeps
 (and whose zeros are exact) skipped by the whole group.  Same launches and scratch rows as the
 CPU design.
 """
@@ -41,11 +41,23 @@ TILED_WG = 64             # attention_tiled.cl: work-items (queries / keys) per 
 TILED_LOCAL_BYTES = 32768  # attention_tiled.cl: its two local tiles at most
 
 
-def _tiled_rows(H: int, itemsize: int) -> int:
+def _tiled_rows(H: int, itemsize: int, budget: int = TILED_LOCAL_BYTES) -> int:
     """Rows per local tile of attention_tiled.cl: two tiles of head_dim (rounded up to a power of
-    two) within TILED_LOCAL_BYTES, a multiple of 16, at most 64."""
+    two) within ``budget`` bytes, a multiple of 16, at most 64 (0: not even 16 fit)."""
     hp = 1 << (H - 1).bit_length()
-    return max(16, min(64, TILED_LOCAL_BYTES // (2 * hp * itemsize)) // 16 * 16)
+    rows = min(64, budget // (2 * hp * itemsize)) // 16 * 16
+    return rows if rows >= 16 else 0
+
+
+def _tiled_budget(rt) -> int:
+    """Local-memory bytes attention_tiled.cl's tiles may take on ``rt``'s device (its flags and
+    rows take the last KiB); 0 where its work-groups of TILED_WG work-items do not fit."""
+    try:
+        if rt.device.max_work_group_size < TILED_WG:
+            return 0
+        return min(TILED_LOCAL_BYTES, int(rt.device.local_mem_size) - 1024)
+    except Exception:
+        return TILED_LOCAL_BYTES
 
 
 def _lanes(rt, ctype: str) -> int:
@@ -55,15 +67,6 @@ def _lanes(rt, ctype: str) -> int:
     except Exception:
         native = 0
     return rt.policy.attention_lanes(ctype, native)
-
-
-def _tiled_fits(rt, local_bytes: int) -> bool:
-    """Does the device take attention_tiled.cl's work-groups (TILED_WG work-items, local_bytes of
-    tiles plus its flags and rows)?"""
-    try:
-        return rt.device.max_work_group_size >= TILED_WG and rt.device.local_mem_size >= local_bytes + 1024
-    except Exception:
-        return True
 
 
 def _spec(eqn, rt):
@@ -87,8 +90,8 @@ def _spec(eqn, rt):
         return None
     ctype, dsuf = rs
     B = int(np.prod(batch, dtype=np.int64))
-    BK = _tiled_rows(H, np.dtype(dtype).itemsize)
-    if rt.policy.tiled_attention and H <= TILED_MAX_HEAD_DIM and _tiled_fits(rt, 2 * BK * H * np.dtype(dtype).itemsize):
+    BK = _tiled_rows(H, np.dtype(dtype).itemsize, _tiled_budget(rt)) if rt.policy.tiled_attention else 0
+    if BK and H <= TILED_MAX_HEAD_DIM:
         suffix = f"{dsuf}_h{H}_n{N}_k{BK}"
         defines = {"AF_REAL": ctype, "AF_HD": H, "AF_NH": N, "AF_WG": TILED_WG, "AF_BK": BK, "AF_SUF": suffix}
         return dict(dtype=dtype, B=B, T=T, S=S, N=N, H=H, BK=BK, tiled=True, suffix=suffix,
