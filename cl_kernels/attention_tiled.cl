@@ -18,8 +18,11 @@
  * tile and whether its share of the tile's multiplicands holds an inf or NaN; the group skips the
  * tile -- no load, no arithmetic -- when no row keeps a pair and the zeros the masked pairs would
  * add are exact (attention.cl's rule: 0 * inf is NaN in the reference).  That is how the causal
- * upper triangle costs only the flags.  Within a loaded tile a work-item whose row keeps nothing
- * skips it under the same rule.  The forward's online softmax takes 16 keys at a time (their
+ * upper triangle costs only the flags.  Within a loaded tile every work-item computes (its
+ * masked pairs add the reference's exact zeros; rows past T / S repeat the last row and store
+ * nothing): no branch on a work-item's own data inside the tile loops -- a GPU's SIMD lanes would
+ * wait anyway, and PoCL's CPU device took work-item 0's side of such a branch (after a barrier in
+ * a loop) for the whole group.  The forward's online softmax takes 16 keys at a time (their
  * scores in registers: one rescale per 16 keys).  Rows whose logits are all at most -1e30 and
  * that have masked keys (skipped tiles miss their -1e30 scores) are recomputed by their
  * work-item over all keys, as in attention.cl.  Sums run in a fixed order; no atomics.
@@ -112,34 +115,33 @@ void AF_KN(attention_tiled_fwd)(__global const AF_REAL* restrict q, __global con
             vt[e] = in ? vb[off] : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        {   /* every work-item (past T: a copy of the last row, not stored) */
-            for (int c = 0; c < nk; c += AF_BC) {
-                AF_REAL s[AF_BC];
-                for (int j = 0; j < AF_BC; j++) {
-                    AF_REAL d;
-                    AF_DOT(d, qv, kt + (c + j) * AF_HD);
-                    const int jj = min(j0 + c + j, S - 1);
-                    /* keys past S (zero rows of the tile) weigh exp(-inf) = 0 */
-                    s[j] = c + j >= nk ? (AF_REAL)(-INFINITY) : (mr[jj] ? d * scale : AF_NEG);
-                }
-                AF_REAL mx = s[0];
-                for (int j = 1; j < AF_BC; j++) mx = fmax(mx, s[j]);
-                const AF_REAL mnew = fmax(m, mx);
-                /* the shift: 0 while the max is -inf, so exp(-inf - shift) = 0, not NaN */
-                const AF_REAL ms = mnew == -INFINITY ? (AF_REAL)0 : mnew;
-                const AF_REAL alpha = exp(m - ms);
-                l = l * alpha;
-                for (int j = 0; j < AF_BC; j++) {
-                    s[j] = exp(s[j] - ms);
-                    l += s[j];
-                }
-                for (int h = 0; h < AF_HD; h++) {
-                    AF_REAL a = acc[h] * alpha;
-                    for (int j = 0; j < AF_BC; j++) a = s[j] * vt[(c + j) * AF_HD + h] + a;
-                    acc[h] = a;
-                }
-                m = mnew;
+        /* every work-item computes (past T: a copy of the last row, not stored) */
+        for (int c = 0; c < nk; c += AF_BC) {
+            AF_REAL s[AF_BC];
+            for (int j = 0; j < AF_BC; j++) {
+                AF_REAL d;
+                AF_DOT(d, qv, kt + (c + j) * AF_HD);
+                const int jj = min(j0 + c + j, S - 1);
+                /* keys past S (zero rows of the tile) weigh exp(-inf) = 0 */
+                s[j] = c + j >= nk ? (AF_REAL)(-INFINITY) : (mr[jj] ? d * scale : AF_NEG);
             }
+            AF_REAL mx = s[0];
+            for (int j = 1; j < AF_BC; j++) mx = fmax(mx, s[j]);
+            const AF_REAL mnew = fmax(m, mx);
+            /* the shift: 0 while the max is -inf, so exp(-inf - shift) = 0, not NaN */
+            const AF_REAL ms = mnew == -INFINITY ? (AF_REAL)0 : mnew;
+            const AF_REAL alpha = exp(m - ms);
+            l = l * alpha;
+            for (int j = 0; j < AF_BC; j++) {
+                s[j] = exp(s[j] - ms);
+                l += s[j];
+            }
+            for (int h = 0; h < AF_HD; h++) {
+                AF_REAL a = acc[h] * alpha;
+                for (int j = 0; j < AF_BC; j++) a = s[j] * vt[(c + j) * AF_HD + h] + a;
+                acc[h] = a;
+            }
+            m = mnew;
         }
     }
     if (!live) return;
