@@ -13,9 +13,11 @@
  * values each) in private memory.  It streams over the other side in tiles of AF_BK rows staged
  * in __local memory by the whole group (coalesced loads: neighbouring work-items read
  * neighbouring elements of a row), so each K / V (Q / G) tile is read from global memory once
- * per group instead of once per query.  Before each tile every work-item publishes (in local
- * flags, double-buffered so one barrier per tile suffices) whether its row keeps any pair of the
- * tile and whether its share of the tile's multiplicands holds an inf or NaN; the group skips the
+ * per group instead of once per query.  The mask of a tile comes as bits per work-item (a ulong:
+ * at most 64 rows per tile), from a local copy of the tile's mask loaded coalesced by the group
+ * (forward, dQ) or from loads coalesced across the group's keys (dK/dV).  Before each tile every
+ * work-item publishes (in local flags) whether its row keeps any pair of the tile and whether
+ * its share of the tile's multiplicands holds an inf or NaN; the group skips the
  * tile -- no load, no arithmetic -- when no row keeps a pair and the zeros the masked pairs would
  * add are exact (attention.cl's rule: 0 * inf is NaN in the reference).  That is how the causal
  * upper triangle costs only the flags.  Within a loaded tile every work-item computes (its
@@ -44,6 +46,8 @@
 #define AF_RS ((long)AF_NH * AF_HD)             /* stride between sequence positions */
 #define AF_NEG ((AF_REAL)(-1e30))
 #define AF_BC 16                                /* keys per online-softmax step (forward) */
+#define AF_MS (AF_BK + 4)                       /* row stride of a local mask tile: AF_BK / 4 + 1 words,
+                                                   odd, so the rows' words fall in distinct banks */
 /* acc = the dot product of a and b (AF_HD values each) in the order every kernel uses, so the
  * backward's logits are the forward's bits (a * b + c: the compiler contracts it alike everywhere) */
 #define AF_DOT(acc, a, b) do { acc = 0; for (int h_ = 0; h_ < AF_HD; h_++) acc = (a)[h_] * (b)[h_] + acc; } while (0)
@@ -59,6 +63,25 @@ inline AF_REAL AF_KN(af_prob)(const AF_REAL dot, const AF_REAL scale, const AF_R
 inline AF_REAL AF_KN(af_masked_prob)(const AF_REAL lse, const AF_REAL bias)
 {
     return exp(AF_NEG - lse - bias);
+}
+
+/* The group loads mask[tq0 ... tq0+AF_WG-1, j0 ... j0+nk-1] (rows past T: the last row; keys past
+ * nk: 0) into ml, coalesced: neighbouring work-items read neighbouring bytes of a row. */
+inline void AF_KN(af_load_mask)(__global const uchar* mb, __local uchar* ml, const int tq0, const int T,
+                                const long S, const int j0, const int nk, const int lid)
+{
+    for (int e = lid; e < AF_WG * AF_BK; e += AF_WG) {
+        const int r = e / AF_BK, j = e % AF_BK;
+        ml[r * AF_MS + j] = j < nk ? mb[min(tq0 + r, T - 1) * S + j0 + j] : 0;
+    }
+}
+
+/* row lid of the local mask tile as bits (bit j: key j0 + j kept) */
+inline ulong AF_KN(af_row_bits)(__local const uchar* ml, const int lid)
+{
+    ulong bits = 0;
+    for (int j = 0; j < AF_BK; j++) bits |= (ulong)(ml[lid * AF_MS + j] != 0) << j;
+    return bits;
 }
 
 /* the OR of the group's flags of this tile */
@@ -78,9 +101,9 @@ void AF_KN(attention_tiled_fwd)(__global const AF_REAL* restrict q, __global con
                                 const int T, const int S, const AF_REAL scale)
 {
     __local AF_REAL kt[AF_BK * AF_HD], vt[AF_BK * AF_HD];
-    __local uchar fl[2][AF_WG];
+    __local uchar fl[2][AF_WG], ml[AF_WG * AF_MS];
     const int lid = get_local_id(0);
-    const int t = get_group_id(0) * AF_WG + lid;
+    const int tq0 = get_group_id(0) * AF_WG, t = tq0 + lid;
     const int live = t < T;
     const long tr = live ? t : T - 1;           /* work-items past T read the last row, store nothing */
     const long bn = get_global_id(1);
@@ -100,12 +123,15 @@ void AF_KN(attention_tiled_fwd)(__global const AF_REAL* restrict q, __global con
     int it = 0;
     for (int j0 = 0; j0 < S; j0 += AF_BK, it ^= 1) {
         const int nk = min(AF_BK, S - j0);
-        uchar kept = 0, bad = 0;
-        for (int j = 0; j < nk; j++) kept |= mr[j0 + j];
+        AF_KN(af_load_mask)(mask + bn * T * (long)S, ml, tq0, T, S, j0, nk, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);   /* (every work-item is done with the previous tile) */
+        const ulong bits = AF_KN(af_row_bits)(ml, lid);   /* this row's keys of the tile */
+        const int kept = bits != 0;
+        uchar bad = 0;
         for (int e = lid; e < nk * AF_HD; e += AF_WG)
             bad |= !isfinite(vb[(long)(j0 + e / AF_HD) * AF_RS + e % AF_HD]);
         fl[it][lid] = (live && kept ? 1 : 0) | (bad ? 2 : 0);
-        barrier(CLK_LOCAL_MEM_FENCE);   /* also: every work-item is done with the previous tile */
+        barrier(CLK_LOCAL_MEM_FENCE);   /* also: every work-item has read its row of ml */
         const uchar any = AF_KN(af_group_flags)(fl[it]);
         if (any == 0) continue;         /* no row keeps a key here and v is finite: adds exact zeros */
         for (int e = lid; e < AF_BK * AF_HD; e += AF_WG) {
@@ -121,9 +147,8 @@ void AF_KN(attention_tiled_fwd)(__global const AF_REAL* restrict q, __global con
             for (int j = 0; j < AF_BC; j++) {
                 AF_REAL d;
                 AF_DOT(d, qv, kt + (c + j) * AF_HD);
-                const int jj = min(j0 + c + j, S - 1);
                 /* keys past S (zero rows of the tile) weigh exp(-inf) = 0 */
-                s[j] = c + j >= nk ? (AF_REAL)(-INFINITY) : (mr[jj] ? d * scale : AF_NEG);
+                s[j] = c + j >= nk ? (AF_REAL)(-INFINITY) : ((bits >> (c + j)) & 1 ? d * scale : AF_NEG);
             }
             AF_REAL mx = s[0];
             for (int j = 1; j < AF_BC; j++) mx = fmax(mx, s[j]);
@@ -188,9 +213,9 @@ void AF_KN(attention_tiled_dq)(__global const AF_REAL* restrict q, __global cons
                                const AF_REAL scale)
 {
     __local AF_REAL kt[AF_BK * AF_HD], vt[AF_BK * AF_HD];
-    __local uchar fl[2][AF_WG];
+    __local uchar fl[2][AF_WG], ml[AF_WG * AF_MS];
     const int lid = get_local_id(0);
-    const int t = get_group_id(0) * AF_WG + lid;
+    const int tq0 = get_group_id(0) * AF_WG, t = tq0 + lid;
     const int live = t < T;
     const long tr = live ? t : T - 1;
     const long bn = get_global_id(1);
@@ -251,8 +276,11 @@ void AF_KN(attention_tiled_dq)(__global const AF_REAL* restrict q, __global cons
     int it = 1;
     for (int j0 = 0; j0 < S; j0 += AF_BK, it ^= 1) {
         const int nk = min(AF_BK, S - j0);
-        uchar kept = 0, bad = 0;
-        for (int j = 0; j < nk; j++) kept |= mr[j0 + j];
+        AF_KN(af_load_mask)(mask + bn * T * (long)S, ml, tq0, T, S, j0, nk, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);   /* (every work-item is done with the previous tile) */
+        const ulong bits = AF_KN(af_row_bits)(ml, lid);   /* this row's keys of the tile */
+        const int kept = bits != 0;
+        uchar bad = 0;
         for (int e = lid; e < nk * AF_HD; e += AF_WG)
             bad |= !isfinite(kb[(long)(j0 + e / AF_HD) * AF_RS + e % AF_HD]);
         fl[it][lid] = (live && kept ? 1 : 0) | (bad ? 2 : 0);
@@ -272,7 +300,7 @@ void AF_KN(attention_tiled_dq)(__global const AF_REAL* restrict q, __global cons
             AF_DOT(d, qv, kr);
             AF_DOT(dp, gv, vt + j * AF_HD);
             /* masked pairs: dS = 0 exactly, even where dP - delta is NaN */
-            const AF_REAL ds = mr[j0 + j] ? AF_KN(af_prob)(d, scale, ls, bs) * (dp - dl) * scale : (AF_REAL)0;
+            const AF_REAL ds = (bits >> j) & 1 ? AF_KN(af_prob)(d, scale, ls, bs) * (dp - dl) * scale : (AF_REAL)0;
             for (int h = 0; h < AF_HD; h++) dqa[h] = ds * kr[h] + dqa[h];
         }
     }
@@ -315,8 +343,10 @@ void AF_KN(attention_tiled_dkdv)(__global const AF_REAL* restrict q, __global co
     int it = 0;
     for (int t0 = 0; t0 < T; t0 += AF_BK, it ^= 1) {
         const int nq = min(AF_BK, T - t0);
-        uchar kept = 0, heavy = 0;     /* heavy: a row of the tile whose masked pairs weigh something */
-        for (int r = 0; r < nq; r++) kept |= mc[(long)(t0 + r) * S];   /* coalesced across the group */
+        uchar heavy = 0;               /* heavy: a row of the tile whose masked pairs weigh something */
+        ulong bits = 0;                /* bit r: query t0 + r keeps this key (loads coalesced across the group) */
+        for (int r = 0; r < nq; r++) bits |= (ulong)(mc[(long)(t0 + r) * S] != 0) << r;
+        const int kept = bits != 0;
         for (int r = lid; r < nq; r += AF_WG) heavy |= !weightless[bn * T + t0 + r];
         fl[it][lid] = (live && kept ? 1 : 0) | (heavy ? 2 : 0);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -342,7 +372,7 @@ void AF_KN(attention_tiled_dkdv)(__global const AF_REAL* restrict q, __global co
             AF_REAL d, dp;
             AF_DOT(d, qr, kv);     /* q . k in the forward's order */
             AF_DOT(dp, gr, vv);
-            const int keep = mc[(long)(t0 + r) * S] != 0;
+            const int keep = (bits >> r) & 1;
             const AF_REAL p = keep ? AF_KN(af_prob)(d, scale, lt[r], bt[r]) : AF_KN(af_masked_prob)(lt[r], bt[r]);
             const AF_REAL ds = keep ? p * (dp - dt[r]) * scale : (AF_REAL)0;
             for (int h = 0; h < AF_HD; h++) {

@@ -112,7 +112,7 @@ def test_tile_rows_and_fallback_head_dims():
     assert [cl_attention._tiled_rows(h, 4) for h in (8, 64, 65, 128)] == [64, 64, 32, 32]
     assert [cl_attention._tiled_rows(h, 8) for h in (8, 64, 128)] == [64, 32, 16]
     # a device with 32 KiB of local memory: 48-row tiles; too little for 16 rows: the CPU design
-    assert cl_attention._tiled_rows(64, 4, 32768 - 1024) == 48 and cl_attention._tiled_rows(128, 8, 16384) == 0
+    assert cl_attention._tiled_rows(64, 4, 32768 - cl_attention.TILED_LOCAL_RESERVE) == 48 and cl_attention._tiled_rows(128, 8, 16384) == 0
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((5, 1, 136)).astype(np.float32) for _ in range(3))
     got, want, report = run_both(lambda q, k, v: nn.attention(q, k, v, causal=True), q, k, v)

@@ -39,6 +39,7 @@ MAX_HEAD_DIM = 256  # private per-work-item tiles are O(head_dim * lanes)
 TILED_MAX_HEAD_DIM = 128  # attention_tiled.cl: 2-4 private rows of head_dim per work-item
 TILED_WG = 64             # attention_tiled.cl: work-items (queries / keys) per work-group
 TILED_LOCAL_BYTES = 32768  # attention_tiled.cl: its two local tiles at most
+TILED_LOCAL_RESERVE = 6144  # attention_tiled.cl's other local arrays: mask tile, flags, rows of lse etc.
 
 
 def _tiled_rows(H: int, itemsize: int, budget: int = TILED_LOCAL_BYTES) -> int:
@@ -50,12 +51,13 @@ def _tiled_rows(H: int, itemsize: int, budget: int = TILED_LOCAL_BYTES) -> int:
 
 
 def _tiled_budget(rt) -> int:
-    """Local-memory bytes attention_tiled.cl's tiles may take on ``rt``'s device (its flags and
-    rows take the last KiB); 0 where its work-groups of TILED_WG work-items do not fit."""
+    """Local-memory bytes attention_tiled.cl's tiles may take on ``rt``'s device (its mask tile,
+    flags and rows take the last TILED_LOCAL_RESERVE); 0 where its work-groups of TILED_WG
+    work-items do not fit."""
     try:
         if rt.device.max_work_group_size < TILED_WG:
             return 0
-        return min(TILED_LOCAL_BYTES, int(rt.device.local_mem_size) - 1024)
+        return min(TILED_LOCAL_BYTES, int(rt.device.local_mem_size) - TILED_LOCAL_RESERVE)
     except Exception:
         return TILED_LOCAL_BYTES
 
