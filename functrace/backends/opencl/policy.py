@@ -21,11 +21,12 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   host memory), elementwise kernels use 4 lanes, float32 sin / cos of vectors run lane by lane,
   and the sources are plain OpenCL C 1.2: no ``__builtin_*``, no ``native_*`` (NVIDIA's compiler
   rejects ``__builtin_prefetch`` on a ``__global`` pointer; its native functions drift by
-  thousands of ulp).  Products of matrices run the work-group GEMM (``matmul_tiled.cl``: tiles of
-  both operands in local memory, a register block per work-item); rms_norm, its backward pass,
-  softmax and log_softmax run a work-group per row (several per group when rows are short:
-  ``rmsnorm_rows.cl``, ``softmax_rows.cl``); matrix-vector products and the other kernels are
-  still the CPU designs.
+  thousands of ulp).  Work-group designs: products of matrices (``matmul_tiled.cl``: tiles of both
+  operands in local memory, a register block per work-item), reductions (trees in local memory),
+  rms_norm and its backward pass, softmax and log_softmax (a work-group per row, several per group
+  when rows are short: ``rmsnorm_rows.cl``, ``softmax_rows.cl``), attention (``attention_tiled.cl``:
+  flash attention with K / V tiles in local memory); matrix-vector products, scans and sorts keep
+  the CPU designs.
 
 On both kinds float32 division and sqrt are correctly rounded, as numpy's: programs are built with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device reports
