@@ -272,9 +272,10 @@ def test_a_device_without_correct_rounding_gets_the_corrected_division():
 
 
 def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
-    """The cpu kind uses the driver's native sin / cos only when they were measured within
-    ``NATIVE_TRIG_ERROR`` of sin / cos on this device (once per device and driver, kept on disk); a
-    device whose native forms drift gets the plain ones, and the gpu kind never has them."""
+    """The cpu kind's programs that compute sin or cos use the driver's native forms only when they
+    were measured within ``NATIVE_TRIG_ERROR`` of sin / cos on this device (at the first such
+    program, once per device and driver, kept on disk); a device whose native forms drift gets the
+    plain ones, a program without sin / cos asks nothing, and the gpu kind never has them."""
     from functrace.backends.opencl.policy import NATIVE_TRIG_PREFIX
     rt = cl_runtime.get_runtime()
     verdicts = []
@@ -285,8 +286,14 @@ def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
     monkeypatch.setattr(cl_runtime, "NATIVE_TRIG_ERROR", 1e-12)  # a bound no approximation meets
     assert not cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
     assert verdicts[-1] == "inaccurate"
-    assert NATIVE_TRIG_PREFIX in make_policy("cpu", native_trig=True).prefix
-    assert "native_" not in make_policy("cpu", native_trig=False).prefix + make_policy("gpu", native_trig=True).prefix
+    cpu, gpu = make_policy("cpu"), make_policy("gpu")
+    assert NATIVE_TRIG_PREFIX in cpu.program_source("", native_trig=True)
+    assert "native_" not in cpu.program_source("") + cpu.prefix + gpu.program_source("", native_trig=True)
     monkeypatch.setattr(ft.config, "opencl_device_kind", "cpu")
-    cpu = cl_runtime.Runtime(rt.device)  # the cpu kind on this device: native forms as measured
-    assert ("native_sin" in cpu.policy.prefix) == cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
+    fresh = cl_runtime.Runtime(rt.device)  # the cpu kind on this device, asked nothing yet
+    built = []
+    monkeypatch.setattr(cl_runtime, "_build_checked", lambda device, program, options, key: built.append(key))
+    fresh.program("__kernel void k(__global float* a) { a[0] = 1.0f; }")
+    assert fresh._native_trig is None  # no sin / cos: no probe
+    fresh.program("__kernel void k2(__global float* a) { a[0] = FT_SIN_float(a[0]); }")
+    assert fresh._native_trig is False  # asked now (its probe built nothing here: no, the plain forms)

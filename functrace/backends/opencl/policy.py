@@ -51,9 +51,9 @@ CPU_PREFIX = """#define FT_CPU_KIND 1
 #  endif
 #endif
 """
-# the driver's faster sin / cos: on the cpu kind, where the device's own were measured accurate
-# (``runtime.native_trig_accurate``: within NATIVE_TRIG_ERROR of sin / cos on |x| <= 1e4, NaN for
-# inf and NaN), once per device and driver
+# the driver's faster sin / cos: on the cpu kind, in programs that compute sin or cos, where the
+# device's own were measured accurate (``runtime.native_trig_accurate``: within NATIVE_TRIG_ERROR of
+# sin / cos on |x| <= 1e4, NaN for inf and NaN; at the first such program, once per device and driver)
 NATIVE_TRIG_PREFIX = "".join(f"#define FT_{f.upper()}_float{n}(v) native_{f}(v)\n" for f in ("sin", "cos")
                              for n in ("", 2, 3, 4, 8, 16))
 NATIVE_TRIG_ERROR = 2.4e-7  # two float32 ulps at 1.0
@@ -101,9 +101,11 @@ class DevicePolicy:
     prefix: str                   # source text before every program of this kind
     build_options: str            # options of every program built on the device
 
-    def program_source(self, source: str) -> str:
-        """The text built for ``source`` on this kind: its prefix, then the source."""
-        return self.prefix + source
+    def program_source(self, source: str, native_trig: bool = False) -> str:
+        """The text built for ``source`` on this kind: its prefix (with the driver's native sin / cos
+        on the cpu kind, given ``native_trig``: they were measured accurate), then the source."""
+        native = NATIVE_TRIG_PREFIX if native_trig and self.kind == "cpu" else ""
+        return self.prefix + native + source
 
     def vector_width(self, preferred: int) -> int:
         """Lanes per work-item of an elementwise kernel: the device's ``preferred`` width rounded up
@@ -142,18 +144,14 @@ def device_kind(device, option: str) -> str:
     return "cpu" if device.type & CL_DEVICE_TYPE_CPU else "gpu"
 
 
-def choose_policy(device, option: str, native_trig: bool) -> DevicePolicy:
-    """The policy of ``device`` under the ``opencl_device_kind`` option, its native sin / cos measured
-    accurate or not: the one place a kind is chosen."""
-    return make_policy(device_kind(device, option), rounds_fp32_correctly(device), bool(device.host_unified_memory),
-                       native_trig)
+def choose_policy(device, option: str) -> DevicePolicy:
+    """The policy of ``device`` under the ``opencl_device_kind`` option: the one place a kind is chosen."""
+    return make_policy(device_kind(device, option), rounds_fp32_correctly(device), bool(device.host_unified_memory))
 
 
-def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True,
-                native_trig: bool = True) -> DevicePolicy:
+def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True) -> DevicePolicy:
     """The policy of ``kind`` on a device that does (or not) round float32 division and sqrt
-    correctly, has (or not) unified host memory and (on the cpu kind) accurate native sin / cos
-    (tests and the compile check use it directly)."""
+    correctly and has (or not) unified host memory (tests and the compile check use it directly)."""
     options = ROUNDING_OPTION if correct_rounding else ""
     fix = "" if correct_rounding else CORRECTED_DIVISION_PREFIX
     if kind == "cpu":
@@ -161,9 +159,7 @@ def make_policy(kind: str, correct_rounding: bool = True, unified: bool = True,
                             small_programs_on_host=True, wraps_host_memory=unified, streaming_stores=True,
                             one_item_work_groups=True, tiled_matmul=False, tree_reductions=False,
                             row_work_groups=False, tiled_attention=False,
-                            device_vector_widths=True,
-                            prefix=CPU_PREFIX + (NATIVE_TRIG_PREFIX if native_trig else "") + fix,
-                            build_options=options)
+                            device_vector_widths=True, prefix=CPU_PREFIX + fix, build_options=options)
     return DevicePolicy("gpu", host_steps=False, host_blas=False, timed_trials=False,
                         small_programs_on_host=False, wraps_host_memory=False, streaming_stores=False,
                         one_item_work_groups=False, tiled_matmul=True, tree_reductions=True,

@@ -260,6 +260,9 @@ __kernel void ft_native_trig1(__global const float* x, __global float* out, cons
 """
 
 
+_USES_TRIG = re.compile(r"(?<!define )FT_(SIN|COS)_float\d*\(")  # a use of the sin / cos macros, not their definition
+
+
 def _native_trig_points() -> np.ndarray:
     near = np.concatenate([np.arange(-8, 9) * (np.pi / 2), np.geomspace(1e-30, 1.0, 200)])
     x = np.concatenate([np.linspace(-1e4, 1e4, 7664), near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan] * 16])
@@ -550,9 +553,8 @@ class Runtime:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
         # the device kind's choices (placement, kernel designs, build options): made here, once
-        kind = device_kind(device, config.opencl_device_kind)
-        native_trig = kind == "cpu" and native_trig_accurate(self.context, self.queue, device)
-        self.policy = choose_policy(device, config.opencl_device_kind, native_trig)
+        self.policy = choose_policy(device, config.opencl_device_kind)
+        self._native_trig: bool | None = None  # measured at the first cpu-kind program using sin / cos
         self.kind = self.policy.kind
         self.unified = self.policy.wraps_host_memory
         self._in_flight: list = []  # host memory that enqueued kernels may still use (see hold)
@@ -570,12 +572,19 @@ class Runtime:
         # while holding the GIL (seconds for a large program), so there no binary is fetched at all
         self.driver_caches_programs = "Portable Computing Language" in device.platform.name
 
+    def native_trig(self) -> bool:
+        """Are this device's native sin / cos accurate (``native_trig_accurate``, asked once)?"""
+        if self._native_trig is None:
+            self._native_trig = native_trig_accurate(self.context, self.queue, self.device)
+        return self._native_trig
+
     # ------------------------------------------------------------------ programs
 
     def program(self, source: str, options: str = ""):
         """A built program for ``source`` (with the device kind's prefix and build options): from
         memory, else from the disk cache, else compiled."""
-        source = self.policy.program_source(source)
+        source = self.policy.program_source(source, self.kind == "cpu" and "FT_" in source
+                                            and _USES_TRIG.search(source) is not None and self.native_trig())
         options = " ".join(filter(None, (self.policy.build_options, options)))
         key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
         with self._program_lock:
