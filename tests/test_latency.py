@@ -142,8 +142,9 @@ def test_one_unit_device_program_ends_on_the_faster_way(monkeypatch, host_wins):
     """On a device running kernels in the calling thread, a program with kernels is tried both
     ways inside its first call; every call's result is right and bitwise the first's, and the
     winner stays (the host: no launches, the report says why)."""
-    from functrace.backends.opencl import executable
+    from functrace.backends.opencl import executable, planner
     monkeypatch.setattr(executable, "compute_units", lambda rt: 1)
+    monkeypatch.setattr(planner, "compute_units", lambda rt: 1)
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)
     monkeypatch.setattr(executable, "_TRIAL_VERDICTS", {})  # (no verdict from an earlier test's program)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
@@ -169,9 +170,10 @@ def test_worker_device_program_with_kernels_is_tried_under_trial_elements(monkey
     """On a device handing kernels to worker threads, a program with a kernel and under
     TRIAL_ELEMENTS of work is tried both ways inside its first call and the winner stays; a larger
     one, or one whose placements are pinned, is not tried."""
-    from functrace.backends.opencl import executable, placement
+    from functrace.backends.opencl import executable, placement, planner
     rt = cl_runtime.get_runtime()
     monkeypatch.setattr(executable, "compute_units", lambda rt: 2)
+    monkeypatch.setattr(planner, "compute_units", lambda rt: 2)
     monkeypatch.setattr(placement, "compute_units", lambda rt: 2)
     monkeypatch.setattr(rt, "_launch_costs", placement.LaunchCosts(0.0, 0.0), raising=False)  # kernels
     monkeypatch.setattr(executable.HostTrial, "host_wins", lambda self: host_wins)

@@ -435,9 +435,9 @@ def test_small_steps_run_as_one_batched_launch(monkeypatch, dtype):
     launch of their own (a loss tail) run in one launch: elementwise groups with broadcasting and
     a masked partial vector, reductions along either axis, layout copies, integer division, bool
     outputs, all against the numpy backend."""
-    from functrace.backends.opencl import executable
+    from functrace.backends.opencl import planner
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**6)
-    monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+    monkeypatch.setattr(planner, "_batch_min_eqns", lambda rt: 2)
 
     def tail(x, y, i):
         a = fnp.exp(x - fnp.max(x, axis=1, keepdims=True))
@@ -458,7 +458,7 @@ def test_small_steps_run_as_one_batched_launch(monkeypatch, dtype):
     got, want = both(tail, x, y, i)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
-    monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 10**9)  # too little work: the host
+    monkeypatch.setattr(planner, "_batch_min_eqns", lambda rt: 10**9)  # too little work: the host
     exe = ft.jit(tail, backend="opencl").lower(x, y, i).compile()
     if kind() == "cpu":
         assert exe.num_kernel_launches == 0 and exe.num_host_steps > 0
@@ -480,18 +480,18 @@ def test_ten_op_chain_is_one_launch():
 def test_kernels_larger_than_the_cache_stream_their_stores(monkeypatch, dtype):
     """Data past the device's cache: outputs are non-temporal vector stores (the ragged last
     vector keeps plain ones); results are the same, broadcasting and a bool output included."""
-    from functrace.backends.opencl import executable
+    from functrace.backends.opencl import executable, planner
     f = lambda x, y: (x * y + 0.5 * x - y, x > y)
     for n in (4096 * 16, 4096 * 16 + 7):
         x, y = RNG.standard_normal((n // 16, 16)).astype(dtype), RNG.standard_normal(16).astype(dtype)
-        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 64 * 1024)
+        monkeypatch.setattr(planner, "cache_bytes", lambda rt: 64 * 1024)
         exe = ft.jit(f, backend="opencl").lower(x, y).compile()
         streams = "FT_STREAM_STORE(" in exe.as_text().replace(executable.PREAMBLE, "")  # used, not just defined
         assert streams == (kind() == "cpu")  # (the gpu kind: plain stores)
         got = [np.asarray(a) for a in exe(x, y)]
         np.testing.assert_array_equal(got[1], x > y)
         np.testing.assert_allclose(got[0], x * y + 0.5 * x - y, rtol=1e-6 if dtype == np.float32 else 1e-14)
-        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 1 << 40)
+        monkeypatch.setattr(planner, "cache_bytes", lambda rt: 1 << 40)
         src = ft.jit(f, backend="opencl").lower(x, y).compile().as_text()
         assert "FT_STREAM_STORE(" not in src.replace(executable.PREAMBLE, "")
 
@@ -545,9 +545,9 @@ def small_steps(request, monkeypatch):
     small steps into one launch (what a CPU device running kernels in the calling thread does)
     forced on: every step here is small."""
     if request.param == "batched":
-        from functrace.backends.opencl import executable
+        from functrace.backends.opencl import planner
         monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10**6)
-        monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+        monkeypatch.setattr(planner, "_batch_min_eqns", lambda rt: 2)
     return request.param
 
 

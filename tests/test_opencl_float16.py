@@ -118,14 +118,14 @@ def test_every_kernel_form(monkeypatch, form):
     """Vector widths 4 and 8 (the device's is 16 on AVX-512), stores past the caches (float16 has
     no non-temporal form: plain half stores), and small steps batched into one launch: bit for
     bit the numpy backend."""
-    from functrace.backends.opencl import executable
+    from functrace.backends.opencl import planner
     if form.startswith("vec"):
-        monkeypatch.setattr(executable, "_vector_width", lambda rt, eqns: int(form[3:]))
+        monkeypatch.setattr(planner, "_vector_width", lambda rt, eqns: int(form[3:]))
     elif form == "streaming":
-        monkeypatch.setattr(executable, "cache_bytes", lambda rt: 1024)
+        monkeypatch.setattr(planner, "cache_bytes", lambda rt: 1024)
     else:
         monkeypatch.setattr(ft.config, "opencl_host_step_elements", 10 ** 6)
-        monkeypatch.setattr(executable, "_batch_min_eqns", lambda rt: 2)
+        monkeypatch.setattr(planner, "_batch_min_eqns", lambda rt: 2)
     a, b = _halves(13 * 37, 1.0).reshape(13, 37), _halves(37, 1.0, specials=False)
     compiled, got, want = _run(_kernel_forms, a, b)
     for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):

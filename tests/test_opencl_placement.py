@@ -252,8 +252,8 @@ def test_a_long_chain_on_few_elements_stays_on_the_host():
 def test_fused_groups_stop_growing_at_max_group_eqns(monkeypatch):
     """A kernel's compile time grows faster than its length: a 900-equation elementwise chain is
     split into kernels of at most MAX_GROUP_EQNS equations, and still computes the same."""
-    from functrace.backends.opencl import executable
-    monkeypatch.setattr(executable, "MAX_GROUP_EQNS", 100)
+    from functrace.backends.opencl import planner
+    monkeypatch.setattr(planner, "MAX_GROUP_EQNS", 100)
     monkeypatch.setattr(ft.config, "opencl_host_step_elements", 0)
     monkeypatch.setattr(ft.config, "opencl_small_program_elements", 0)
 

@@ -128,10 +128,10 @@ def test_code_generation_tables_cover_what_they_are_asked_for():
     assert set(lowerings.SMALL_ON_HOST) <= set(lowerings.LOWERINGS)
 
 
-def test_every_module_with_lowerings_is_imported_by_the_executable():
-    """The executable imports the lowering modules by name: a new one must be listed there."""
+def test_every_module_with_lowerings_is_imported_by_the_planner():
+    """The planner imports the lowering modules by name: a new one must be listed there."""
     package = ROOT / "backends" / "opencl"
-    tree = ast.parse((package / "executable.py").read_text())
+    tree = ast.parse((package / "planner.py").read_text())
     imported = {n.module if n.module else a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
                 for a in n.names}
     registering = {p.stem for p in package.glob("*.py") if "@register(" in p.read_text() and p.stem != "lowerings"}

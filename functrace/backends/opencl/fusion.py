@@ -6,7 +6,7 @@
 * A reduction absorbs the elementwise group that produces its operand when nothing else
   needs that group's values (``sum(x * y, axis)`` is one kernel).
 * Code is explicitly vectorized: each work-item handles 4, 8 or 16 consecutive elements (the
-  device's preferred vector width, ``executable._vector_width``) with vector types (PoCL does
+  device's preferred vector width, ``planner._vector_width``) with vector types (PoCL does
   not vectorize scalar kernels well); the last, partial vector runs the same vector code on
   masked lanes.  ``a*b+c`` is written as such (no ``fma()``).
 * Bounds by construction: an input is read a vector at a time only where the whole vector

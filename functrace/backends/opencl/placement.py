@@ -106,7 +106,7 @@ WORKER_MARGIN = 1.5
 
 # A driver running kernels in the calling thread (one compute unit, PoCL's ``basic``): steps
 # under this many elements are held back and batched into one launch per run of them (see
-# executable._batch_small_steps).  The estimate is not used there: with launches of ~2 us it
+# planner._batch_small_steps).  The estimate is not used there: with launches of ~2 us it
 # makes every step a kernel of its own, each compiled at its first launch, for no gain.
 IN_THREAD_ELEMENTS = 4096
 
