@@ -118,19 +118,34 @@ def _logits(eqn) -> int:
     return shape_size(eqn.out_vars[1].aval.shape) * eqn.inputs[1].aval.shape[-3]
 
 
+def _tiled_groups(rows: int, B: int, N: int):
+    """(global size, local size) of attention_tiled.cl's kernels: a group per TILED_WG rows."""
+    return (-(-rows // TILED_WG) * TILED_WG, B * N), (TILED_WG, 1)
+
+
+def _tiled_words(sp, rows: str, other: str) -> str:
+    return (f"a work-group per {TILED_WG} {rows} x one head, one per work-item, {other} in "
+            f"{sp['BK']}-row local-memory tiles, tiles no row keeps skipped")
+
+
 @register(fused.attention_p, small_on_host=_logits)
 def lower_attention(eqn, rt):
     sp = _spec(eqn, rt)
     if sp is None:
         return None
+    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
     if sp["tiled"]:
-        return _lower_tiled_fwd(eqn, sp)
-    dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
-    name = f"attention_fwd_{sp['suffix']}"
+        name = f"attention_tiled_fwd_{sp['suffix']}"
+        gsize, local = _tiled_groups(T, B, N)
+        label = (f"attention (OpenCL attention_tiled.cl: {name}, tiled flash forward: "
+                 f"{_tiled_words(sp, 'queries', 'K/V')}, online softmax)")
+    else:
+        name = f"attention_fwd_{sp['suffix']}"
+        gsize, local = (-(-T // sp["W"]), B * N), _local(rt, 2)
+        label = (f"attention (OpenCL attention.cl: {name}, flash forward, online softmax over 16-key "
+                 f"tiles, {sp['W']} query rows per work-item, masked tiles skipped)")
     scale = dtype.type(eqn.params["scale"])
     q_shape, lse_shape = eqn.inputs[0].aval.shape, sp["lse_shape"]
-    gsize = (-(-T // W), B * N)
-    local = _local(rt, 2)
 
     def run(ctx, inputs):
         q, k, v, mask = device_inputs(eqn, ctx, inputs)
@@ -140,9 +155,7 @@ def lower_attention(eqn, rt):
                           lse.buffer, np.int32(T), np.int32(S), scale)
         return [out, lse]
 
-    return Lowered(sp["source"], [name], run, 1,
-                   f"attention (OpenCL attention.cl: {name}, flash forward, online softmax over 16-key "
-                   f"tiles, {W} query rows per work-item, masked tiles skipped)")
+    return Lowered(sp["source"], [name], run, 1, label)
 
 
 @register(fused.attention_bwd_p)
@@ -155,15 +168,21 @@ def lower_attention_bwd(eqn, rt):
     if avals[4].shape != q_aval.shape or avals[6].shape != q_aval.shape or avals[5].shape != sp["lse_shape"] \
             or any(a.dtype != q_aval.dtype for a in (avals[4], avals[5], avals[6])):
         return None
+    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
     if sp["tiled"]:
-        return _lower_tiled_bwd(eqn, sp)
-    dtype, B, T, S, N, W = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"], sp["W"]
-    names = [f"attention_bwd_dq_{sp['suffix']}", f"attention_bwd_dkdv_{sp['suffix']}"]
+        names = [f"attention_tiled_dq_{sp['suffix']}", f"attention_tiled_dkdv_{sp['suffix']}"]
+        (g_dq, l_dq), (g_dkdv, l_dkdv) = _tiled_groups(T, B, N), _tiled_groups(S, B, N)
+        label = (f"attention_bwd (OpenCL attention_tiled.cl: {names[0]} ({_tiled_words(sp, 'queries', 'K/V')}) "
+                 f"with delta, then {names[1]} ({_tiled_words(sp, 'keys', 'Q/dO')}); P recomputed from the "
+                 f"saved lse)")
+    else:
+        names = [f"attention_bwd_dq_{sp['suffix']}", f"attention_bwd_dkdv_{sp['suffix']}"]
+        g_dq, g_dkdv = (-(-T // sp["W"]), B * N), (-(-S // sp["W"]), B * N)
+        l_dq = l_dkdv = _local(rt, 2)
+        label = (f"attention_bwd (OpenCL attention.cl: {names[0]} with delta, then {names[1]}; P recomputed "
+                 f"from the saved lse per 16-wide tile, masked tiles skipped)")
     scale = dtype.type(eqn.params["scale"])
     q_shape, k_shape, lse_shape = q_aval.shape, k_aval.shape, sp["lse_shape"]
-    g_dq = (-(-T // W), B * N)
-    g_dkdv = (-(-S // W), B * N)
-    local = _local(rt, 2)
 
     def run(ctx, inputs):
         q, k, v, mask, out, lse, g = device_inputs(eqn, ctx, inputs)
@@ -172,73 +191,12 @@ def lower_attention_bwd(eqn, rt):
         dk = ctx.alloc(k_shape, dtype)
         dv = ctx.alloc(k_shape, dtype)
         rows = [ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, np.uint8)]
-        k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
+        k_dq(ctx.queue, g_dq, l_dq, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
              dq.buffer, *[r.buffer for r in rows], np.int32(T), np.int32(S), scale)
-        k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
+        k_dkdv(ctx.queue, g_dkdv, l_dkdv, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
                *[r.buffer for r in rows], dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
         for r in rows:  # (delta, bias, weightless) the in-order queue runs their later users after dkdv
             ctx.release(r)
         return [dq, dk, dv]
 
-    return Lowered(sp["source"], names, run, 2,
-                   f"attention_bwd (OpenCL attention.cl: {names[0]} with delta, then {names[1]}; P recomputed "
-                   f"from the saved lse per 16-wide tile, masked tiles skipped)")
-
-
-def _tiled_groups(rows: int, B: int, N: int):
-    """(global size, local size) of attention_tiled.cl's kernels: a group per TILED_WG rows."""
-    return (-(-rows // TILED_WG) * TILED_WG, B * N), (TILED_WG, 1)
-
-
-def _tiled_words(sp) -> str:
-    return (f"a work-group per {TILED_WG} {{rows}} x one head, one per work-item, {{other}} in "
-            f"{sp['BK']}-row local-memory tiles, tiles no row keeps skipped")
-
-
-def _lower_tiled_fwd(eqn, sp):
-    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
-    name = f"attention_tiled_fwd_{sp['suffix']}"
-    scale = dtype.type(eqn.params["scale"])
-    q_shape, lse_shape = eqn.inputs[0].aval.shape, sp["lse_shape"]
-    gsize, local = _tiled_groups(T, B, N)
-
-    def run(ctx, inputs):
-        q, k, v, mask = device_inputs(eqn, ctx, inputs)
-        out = ctx.alloc(q_shape, dtype)
-        lse = ctx.alloc(lse_shape, dtype)
-        ctx.kernels[name](ctx.queue, gsize, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer,
-                          lse.buffer, np.int32(T), np.int32(S), scale)
-        return [out, lse]
-
-    words = _tiled_words(sp).format(rows="queries", other="K/V")
-    return Lowered(sp["source"], [name], run, 1,
-                   f"attention (OpenCL attention_tiled.cl: {name}, tiled flash forward: {words}, "
-                   f"online softmax)")
-
-
-def _lower_tiled_bwd(eqn, sp):
-    dtype, B, T, S, N = sp["dtype"], sp["B"], sp["T"], sp["S"], sp["N"]
-    names = [f"attention_tiled_dq_{sp['suffix']}", f"attention_tiled_dkdv_{sp['suffix']}"]
-    scale = dtype.type(eqn.params["scale"])
-    q_shape, k_shape, lse_shape = eqn.inputs[0].aval.shape, eqn.inputs[1].aval.shape, sp["lse_shape"]
-    (g_dq, local), (g_dkdv, _) = _tiled_groups(T, B, N), _tiled_groups(S, B, N)
-
-    def run(ctx, inputs):
-        q, k, v, mask, out, lse, g = device_inputs(eqn, ctx, inputs)
-        k_dq, k_dkdv = ctx.kernels[names[0]], ctx.kernels[names[1]]
-        dq = ctx.alloc(q_shape, dtype)
-        dk = ctx.alloc(k_shape, dtype)
-        dv = ctx.alloc(k_shape, dtype)
-        rows = [ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, dtype), ctx.alloc(lse_shape, np.uint8)]
-        k_dq(ctx.queue, g_dq, local, q.buffer, k.buffer, v.buffer, mask.buffer, out.buffer, lse.buffer, g.buffer,
-             dq.buffer, *[r.buffer for r in rows], np.int32(T), np.int32(S), scale)
-        k_dkdv(ctx.queue, g_dkdv, local, q.buffer, k.buffer, v.buffer, mask.buffer, lse.buffer, g.buffer,
-               *[r.buffer for r in rows], dk.buffer, dv.buffer, np.int32(T), np.int32(S), scale)
-        for r in rows:  # (delta, bias, weightless) the in-order queue runs their later users after dkdv
-            ctx.release(r)
-        return [dq, dk, dv]
-
-    return Lowered(sp["source"], names, run, 2,
-                   f"attention_bwd (OpenCL attention_tiled.cl: {names[0]} ({_tiled_words(sp).format(rows='queries', other='K/V')}) "
-                   f"with delta, then {names[1]} ({_tiled_words(sp).format(rows='keys', other='Q/dO')}); "
-                   f"P recomputed from the saved lse)")
+    return Lowered(sp["source"], names, run, 2, label)
