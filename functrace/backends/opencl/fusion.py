@@ -809,6 +809,26 @@ def _reduce_operand(x, group: Group | None, in_names: dict, accesses: dict, vec:
     return w.lines, w.names[x]
 
 
+def _reduction_parts(reduce_eqn, group: Group | None) -> tuple:
+    """What every reduction kernel's writer starts from: (the operand, the reduction primitive, the
+    output's storage C type, the type it accumulates in -- float16 in float, rounded once at the
+    end --, the kernel's inputs -- the absorbed group's, else the operand --, their C names)."""
+    x = reduce_eqn.inputs[0]
+    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
+    inputs = group_inputs(group) if group is not None else [x]
+    return x, reduce_eqn.primitive, st, compute_type(st), inputs, {v: f"in{i}" for i, v in enumerate(inputs)}
+
+
+def _halving_tree(kind, ct: str, slot: str, lane: str, width: int) -> str:
+    """C: the ``width`` partial results ``slot`` holds at ``lane`` = 0, 1, ... (in local memory; ``{}``
+    in ``slot`` stands for the lane) combined into lane 0, halving in a fixed order."""
+    combine = reduce_combine(kind, ct, slot.format(lane), slot.format(f"{lane} + width"), False)
+    return f"""for (int width = {width // 2}; width > 0; width >>= 1) {{
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ({lane} < width) {{ {combine} }}
+    }}"""
+
+
 def _reduction_indexing(reduce_eqn) -> tuple:
     """(R, the terms of output ``o``'s base offset, the terms of reduced element ``r``'s offset --
     both in the operand's flat index space --, whether the reduced axes are the trailing ones)."""
@@ -836,13 +856,8 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     reduced axes are the trailing ones, vectors of ``vec`` of them are read at once; every slice
     then starts at a multiple of ``vec`` within its output's row of R elements, so no vector
     crosses a row of a view it reads (see ``vector_readable``)."""
-    x = reduce_eqn.inputs[0]
-    kind = reduce_eqn.primitive
-    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
-    ct = compute_type(st)  # float16: accumulated in float, rounded once at the end
+    x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     R, base_terms, red_terms, contiguous_tail = _reduction_indexing(reduce_eqn)
-    inputs = group_inputs(group) if group is not None else [x]
-    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
     combine = lambda acc, v, vector: reduce_combine(kind, ct, acc, v, vector)
     s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e", R)
@@ -892,13 +907,8 @@ def tree_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: 
     halving a tree of their partial results in local memory; work-item 0 stores the group's
     result (chunks > 1: partial results a second pass combines).  A fixed order: the same bits
     on every run."""
-    x = reduce_eqn.inputs[0]
-    kind = reduce_eqn.primitive
-    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
-    ct = compute_type(st)
+    x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     R, base_terms, red_terms, contiguous_tail = _reduction_indexing(reduce_eqn)
-    inputs = group_inputs(group) if group is not None else [x]
-    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     s_lines, s_val = _reduce_operand(x, group, in_names, accesses, 1, False, "e", R)
     per = -(-R // chunks)
     ot = ct if chunks > 1 else st  # slices' partial results in the compute type (float16: float)
@@ -918,10 +928,7 @@ void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {
         {reduce_combine(kind, ct, 'acc', s_val, False)}
     }}
     part[lid] = acc;
-    for (int width = {work_group // 2}; width > 0; width >>= 1) {{
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < width) {{ {reduce_combine(kind, ct, "part[lid]", "part[lid + width]", False)} }}
-    }}
+    {_halving_tree(kind, ct, "part[{}]", "lid", work_group)}
     if (lid == 0) {{ {store_scalar(ot, "out0", "group", "part[0]")} }}
 }}"""
     return src, inputs
@@ -935,14 +942,9 @@ def column_tree_kernel(name: str, reduce_eqn, group: Group | None, accesses: dic
     of the rows, lane ``l`` summing rows ``l, l + lanes, ...`` of it; the lanes' results are halved
     in local memory into the slice's partial result at ``[slice][column]`` (a second pass combines
     the slices when there are several).  A fixed order: the same bits on every run."""
-    x = reduce_eqn.inputs[0]
-    kind = reduce_eqn.primitive
-    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
-    ct = compute_type(st)
+    x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     C = shape_size(reduce_eqn.out_vars[0].aval.shape)
     R = shape_size(x.aval.shape) // C
-    inputs = group_inputs(group) if group is not None else [x]
-    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     lines, val = _reduce_operand(x, group, in_names, accesses, 1, False, "e", C)
     per = -(-R // chunks)
     ot = ct if chunks > 1 else st  # slices' partial results in the compute type (float16: float)
@@ -963,10 +965,7 @@ void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {
         }}
     }}
     part[lr][lc] = acc;
-    for (int width = {lanes // 2}; width > 0; width >>= 1) {{
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lr < width) {{ {reduce_combine(kind, ct, "part[lr][lc]", "part[lr + width][lc]", False)} }}
-    }}
+    {_halving_tree(kind, ct, "part[{}][lc]", "lr", lanes)}
     if (lr == 0 && c < {C}) {{ {store_scalar(ot, "out0", f"get_group_id(1) * {C}L + c", "part[0][lc]")} }}
 }}"""
     return src, inputs
@@ -983,14 +982,9 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     """Source of a reduction over the leading axes, ``x`` viewed as (R, C) -> (C,): work-item
     ``gid`` accumulates ``vec`` adjacent columns as one vector over all R rows (unit-stride
     loads; a scalar loop for the last, partial group of columns)."""
-    x = reduce_eqn.inputs[0]
-    kind = reduce_eqn.primitive
-    st = CTYPE[reduce_eqn.out_vars[0].aval.dtype]
-    ct = compute_type(st)
+    x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     C = shape_size(reduce_eqn.out_vars[0].aval.shape)
     R = shape_size(x.aval.shape) // C
-    inputs = group_inputs(group) if group is not None else [x]
-    in_names = {v: f"in{i}" for i, v in enumerate(inputs)}
     init = _reduce_init(kind, ct)
 
     def body(vector: bool) -> str:
