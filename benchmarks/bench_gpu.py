@@ -39,8 +39,9 @@ import time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
+from _common import call_times, median  # noqa: E402
 
 import functrace as ft  # noqa: E402
 import functrace.numpy as fnp  # noqa: E402
@@ -83,14 +84,8 @@ class Row:
 
 def timed(fn, calls):
     """(fastest, median) seconds of ``calls`` calls after one warm-up call."""
-    fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[0], ts[len(ts) // 2]
+    ts = call_times(fn, calls)
+    return min(ts), median(ts)
 
 
 def worst_err(got, ref) -> float:
