@@ -8,15 +8,22 @@ import pytest
 import functrace as ft
 import functrace.numpy as fnp
 from functrace.backends.opencl import runtime as cl_runtime
+from functrace.backends.opencl.placement import LaunchCosts
 
 lax = ft.lax
 
 
 @pytest.fixture
-def placement(request):
+def placement(request, monkeypatch):
     """Set ``opencl_host_step_elements`` (None: the cost estimate) for one test; conftest pins it
-    to 0 (kernels everywhere) for test_opencl* modules."""
+    to 0 (kernels everywhere) for test_opencl* modules.  The estimate runs on a quiet machine's
+    launch costs (the upper end of those measured: 6 us a dispatch, 110 us a launch and wait), not
+    on the ones this process measured: the suite runs two test processes at once, and the other one
+    can make a measured wait, hence a placement, anything."""
     saved = ft.config.opencl_host_step_elements
+    rt = cl_runtime.get_runtime()
+    if rt is not None:
+        monkeypatch.setattr(rt, "_launch_costs", LaunchCosts(dispatch=6e-6, wait=110e-6), raising=False)
 
     def use(value):
         ft.config.update("opencl_host_step_elements", value)
