@@ -176,3 +176,39 @@ def test_prod_derivative_over_an_empty_axis():
         _, t = ft.jvp(f, (x,), (x,))
         assert float(t) == 0.0
     assert ft.grad(lambda v: fnp.prod(v))(np.zeros(0)).shape == (0,)
+
+
+@pytest.mark.opencl_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cumprod_runs_in_numpys_order(dtype):
+    """A product tree reassociated a zero prefix times a later overflowing pair into NaN (numpy and
+    JAX give -0) and rounded differently: cumprod now multiplies in order, eagerly and under jit,
+    along any axis, in either direction, bit for bit as numpy."""
+    x = np.array([0.0, 2.0, 1e30, -1e30, 3.0, 4.0, 5.0, 6.0], dtype)
+    want = np.cumprod(x)
+    for got in _all_ways(lambda x: fnp.cumprod(x), x):
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+    y = RNG.uniform(0.5, 1.5, (7, 33, 5)).astype(dtype)  # rounding: exact equality with numpy's order
+    for axis in range(3):
+        for reverse in (False, True):
+            want = np.flip(np.cumprod(np.flip(y, axis), axis), axis) if reverse else np.cumprod(y, axis)
+            for got in _all_ways(lambda v: lax.cumprod(v, axis, reverse), y):
+                np.testing.assert_array_equal(got, want)
+    exe = ft.jit(lambda v: fnp.cumprod(v, axis=1), backend="opencl").lower(y).compile()
+    assert "cumulative product" in str(exe.report()) and exe.num_host_steps == 0, exe.report()
+
+
+@pytest.mark.opencl_kernels
+def test_cumprod_grads_vmap_and_zeros():
+    x = np.array([[0.7, 0.0, -1.3, 0.0, 2.2], [1.1, -0.4, 0.9, 1.6, -2.0]])
+    for axis in (0, 1):
+        for reverse in (False, True):
+            check_grads(lambda v: lax.cumprod(v, axis, reverse), (x,), order=2, modes=("fwd", "rev"))
+    jac = ft.jacrev(lambda r: fnp.cumprod(r))(x[0])
+    np.testing.assert_allclose(jac, ft.jacfwd(lambda r: fnp.cumprod(r))(x[0]), rtol=1e-14)
+    want = np.array([[1.0 if j <= i else 0.0 for j in range(5)] for i in range(5)])
+    np.testing.assert_allclose(jac[:, 0], want[:, 0] * np.concatenate([[1.0], np.cumprod(x[0, 1:])]))
+    np.testing.assert_allclose(ft.vmap(lambda r: fnp.cumprod(r))(x), np.cumprod(x, axis=1))
+    g = ft.jit(ft.grad(lambda v: fnp.sum(fnp.cumprod(v, axis=1) ** 2)), backend="opencl")(x)
+    np.testing.assert_allclose(np.asarray(g), ft.grad(lambda v: fnp.sum(fnp.cumprod(v, axis=1) ** 2))(x), rtol=1e-12)

@@ -1285,19 +1285,70 @@ def associative_scan(fn: Callable, elems, reverse: bool = False, axis: int = 0):
 
 
 def cumulative(prim, x, axis: int, reverse: bool = False):
-    """Inclusive scan of the binary primitive ``prim`` (``mul_p``, ``max_p``, ``min_p``)."""
+    """Inclusive scan of the binary primitive ``prim`` (``mul_p``, ``max_p``, ``min_p``):
+    products as ``cumprod_p`` (numpy's sequential order), the others as an associative scan
+    (exact for max and min in any order)."""
+    if prim is mul_p:
+        return cumprod_p.bind(x, axis=axis, reverse=reverse)
     return associative_scan(lambda a, b: prim.bind(a, b), x, reverse, axis)
+
+
+def _shift_in_ones(x, axis: int, drop_first: bool):
+    """``x`` moved one place along ``axis`` (toward the start when ``drop_first``), a one filling
+    the vacated end: the neighbours after (or before) each position."""
+    n = shape_of(x)[axis]
+    ones = broadcast_in_dim(np.ones((), dtype_of(x)),
+                            tuple(1 if d == axis else m for d, m in enumerate(shape_of(x))), ())
+    if drop_first:
+        return concatenate([_slice_axis(x, axis, 1, n), ones], axis)
+    return concatenate([ones, _slice_axis(x, axis, 0, n - 1)], axis)
 
 
 def exclusive_products(x, axis: int, reverse: bool = False):
     """Products of the entries strictly before (or after, ``reverse``) each position along ``axis``."""
-    n = shape_of(x)[axis]
-    if n == 0:  # nothing before or after any position (and no position)
+    if shape_of(x)[axis] == 0:  # nothing before or after any position (and no position)
         return x
-    ones = broadcast_in_dim(np.ones((), dtype_of(x)),
-                              tuple(1 if d == axis else m for d, m in enumerate(shape_of(x))), ())
+    return cumulative(mul_p, _shift_in_ones(x, axis, drop_first=reverse), axis, reverse)
+
+
+# ``cumprod`` is a primitive of its own rather than the scan of ``mul`` above: a product tree
+# reassociates, so a zero prefix times a later overflowing pair (``[0, 2, 1e30, -1e30]``) gave NaN
+# where numpy's and JAX's running product give -0, and the rounding differed from numpy's.  It runs
+# in numpy's order (on OpenCL one work-item per line, ``backends/opencl/scans.py``); its derivative
+# rules are scans written with primitives, exact at zeros (no division) and differentiable again.
+
+
+def _cumprod_impl(x, *, axis, reverse):
     if reverse:
-        shifted = concatenate([_slice_axis(x, axis, 1, n), ones], axis)
-    else:
-        shifted = concatenate([ones, _slice_axis(x, axis, 0, n - 1)], axis)
-    return cumulative(mul_p, shifted, axis, reverse)
+        return np.flip(np.cumprod(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+    return np.cumprod(x, axis=axis, dtype=x.dtype)
+
+
+def _cumprod_jvp(t, ans, x, *, axis, reverse):
+    """The product rule along the running product: a scan of (product, tangent) pairs."""
+    def product_rule(a, b):
+        return mul(a[0], b[0]), add(mul(a[1], b[0]), mul(a[0], b[1]))
+    return associative_scan(product_rule, (x, t), reverse, axis)[1]
+
+
+def _cumprod_vjp(g, ans, x, *, axis, reverse):
+    """``dx[j] = before[j] * s[j]``: the product of the entries before ``j`` times
+    ``s[j] = g[j] + x[j+1] * s[j+1]``, a linear recurrence run from the other end as a scan of
+    affine maps ``s -> b + a s`` (composed as ``(a A, b + a B)``)."""
+    if shape_of(x)[axis] == 0:
+        return g
+
+    def compose(later, earlier):
+        return mul(earlier[0], later[0]), add(earlier[1], mul(earlier[0], later[1]))
+    after = _shift_in_ones(x, axis, drop_first=not reverse)
+    s = associative_scan(compose, (after, g), not reverse, axis)[1]
+    return mul(exclusive_products(x, axis, reverse), s)
+
+
+cumprod_p = new_primitive("cumprod")
+cumprod_p.impl = _cumprod_impl
+cumprod_p.abstract_eval = lambda a, *, axis, reverse: a
+cumprod_p.batch = lambda vals, dims, *, axis, reverse: (
+    cumprod_p.bind(moveaxis(vals[0], dims[0], 0), axis=axis + 1, reverse=reverse), 0)
+cumprod_p.jvp = [_cumprod_jvp]
+cumprod_p.vjp = [_cumprod_vjp]

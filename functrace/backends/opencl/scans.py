@@ -1,9 +1,9 @@
-"""OpenCL lowerings of the primitives that walk one axis in order: ``cumsum`` (either direction)
-and ``argmax`` / ``argmin``.
+"""OpenCL lowerings of the primitives that walk one axis in order: ``cumsum`` and ``cumprod``
+(either direction) and ``argmax`` / ``argmin``.
 
 The operand is viewed as ``(P, n, Q)`` around the axis; one work-item per ``(p, q)`` line walks
 its ``n`` elements (stride ``Q``), so neighbouring work-items read neighbouring memory.  The
-results match numpy's: cumsum accumulates sequentially in the operand's dtype, arg-reductions
+results match numpy's: cumsum and cumprod accumulate sequentially in the operand's dtype, arg-reductions
 return the first index of the extreme value, or of the first NaN.
 """
 from __future__ import annotations
@@ -58,20 +58,30 @@ __kernel void {name}(__global const {t}* restrict x, __global {ot}* restrict out
     return Lowered(source, [name], run, 1 if lines else 0, f"{label} ({name}: {P}x{Q} lines of {n})")
 
 
-@register(P.cumsum_p)
-def lower_cumsum(eqn, rt) -> Lowered | None:
+def _lower_running(eqn, rt, what: str, identity: str, update: str) -> Lowered | None:
+    """A running sum or product along the axis, accumulated in order in the operand's dtype."""
     if not _supported(eqn, rt):
         return None
     t = CTYPE[eqn.inputs[0].aval.dtype]
     reverse = bool(eqn.params["reverse"])
-    body = f"""{t} acc = 0;
+    body = f"""{t} acc = {identity};
     for (long j = 0; j < n; j++) {{
         const long e = base + ({'n - 1 - j' if reverse else 'j'}) * Q;
-        acc += x[e];
+        acc {update} x[e];
         out[e] = acc;
     }}"""
-    name = f"cumsum_{'rev_' if reverse else ''}{t}"
-    return _line_lowering(eqn, name, body, eqn.inputs[0].aval.dtype, "cumulative sum")
+    name = f"{eqn.primitive.name}_{'rev_' if reverse else ''}{t}"
+    return _line_lowering(eqn, name, body, eqn.inputs[0].aval.dtype, f"cumulative {what}")
+
+
+@register(P.cumsum_p)
+def lower_cumsum(eqn, rt) -> Lowered | None:
+    return _lower_running(eqn, rt, "sum", "0", "+=")
+
+
+@register(P.cumprod_p)
+def lower_cumprod(eqn, rt) -> Lowered | None:
+    return _lower_running(eqn, rt, "product", "1", "*=")
 
 
 def _lower_arg_reduction(eqn, rt, cmp: str) -> Lowered | None:
