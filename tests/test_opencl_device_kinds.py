@@ -297,3 +297,32 @@ def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
     assert fresh._native_trig is None  # no sin / cos: no probe
     fresh.program("__kernel void k2(__global float* a) { a[0] = FT_SIN_float(a[0]); }")
     assert fresh._native_trig is False  # asked now (its probe built nothing here: no, the plain forms)
+
+
+@pytest.mark.parametrize("size", [1021, 4099])
+def test_float32_sin_cos_are_right_over_the_whole_range(size, monkeypatch):
+    """The cpu kind's sin / cos (the driver's native forms where measured accurate, within
+    ``NATIVE_TRIG_BOUND``) against numpy over the whole float32 range: PoCL's native forms return 0
+    past |x| ~ 1.7e6 (sin(1e8) gave -0.0), so a vector with a lane past the bound must take the plain
+    form.  Large arguments alone, mixed into vectors of small ones, 2^31, negatives, inf and NaN, on
+    odd sizes (the masked last vector), and the cos inside grad(sum(sin))."""
+    monkeypatch.setattr(ft.config, "opencl_device_kind", "cpu")
+    rng = np.random.default_rng(size)
+    large = 10.0 ** rng.uniform(7, 30, size) * rng.choice([-1.0, 1.0], size)
+    small = rng.uniform(-10, 10, size)
+    mixed = np.where(rng.random(size) < 0.1, large, small)  # most vectors: one or two large lanes
+    special = [2.0 ** 31, -2.0 ** 31, 1e30, -1e30, 3.4e38, 1e7, 6.6e6, 1e4, np.nextafter(1e4, 2e4), np.inf, -np.inf,
+               np.nan, 0.0, -0.0]
+    ulps = 4
+    for x in (large, mixed, np.resize(special, size)):
+        x = x.astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            want = [np.sin(x.astype(np.float64)), np.cos(x.astype(np.float64))]
+        got = [np.asarray(a).astype(np.float64) for a in ft.jit(lambda v: (fnp.sin(v), fnp.cos(v)))(x)]
+        got.append(np.asarray(ft.jit(ft.grad(lambda v: fnp.sum(fnp.sin(v))))(x)).astype(np.float64))
+        for name, g, w in zip(("sin", "cos", "grad(sum(sin))"), got, want + want[1:]):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=name)
+            ok = np.isfinite(w)
+            err = np.abs(g[ok] - w[ok]) / np.spacing(np.abs(w[ok]).astype(np.float32)).astype(np.float64)
+            assert err.max() <= ulps, (name, err.max(), x[ok][err.argmax()])
+    assert cl_runtime.get_runtime().kind == "cpu"

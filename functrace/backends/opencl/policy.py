@@ -51,25 +51,44 @@ CPU_PREFIX = """#define FT_CPU_KIND 1
 #  endif
 #endif
 """
-# the driver's faster sin / cos: on the cpu kind, in programs that compute sin or cos, where the
-# device's own were measured accurate (``runtime.native_trig_accurate``: within NATIVE_TRIG_ERROR of
-# sin / cos on |x| <= 1e4, NaN for inf and NaN; at the first such program, once per device and driver)
-NATIVE_TRIG_PREFIX = "".join(f"#define FT_{f.upper()}_float{n}(v) native_{f}(v)\n" for f in ("sin", "cos")
-                             for n in ("", 2, 3, 4, 8, 16))
+# |x| up to which the driver's native sin / cos are measured (``runtime.native_trig_accurate``) and
+# used: PoCL's lose every digit beyond ~1.7e6 (sin(1e8) gave -0.0), so a vector with a lane past
+# the bound takes the plain form (the same constant: nothing is used where it was not measured)
+NATIVE_TRIG_BOUND = 1e4
 NATIVE_TRIG_ERROR = 2.4e-7  # two float32 ulps at 1.0
 
 
 def _lane_by_lane(f: str, n: int) -> str:
-    """``#define FT_<F>_float<n>(v)``: ``f`` of each lane of the named float<n> ``v``."""
+    """``f`` of each lane of the named float<n> ``v``, as a float<n> expression."""
     lanes = ", ".join(f"{f}((v).s{'0123456789abcdef'[k]})" for k in range(n))
-    return f"#define FT_{f.upper()}_float{n}(v) ((float{n})({lanes}))\n"
+    return f"((float{n})({lanes}))"
+
+
+def _native_where_measured(f: str, n: int) -> str:
+    """``#define FT_<F>_float<n>(v)`` (n = 1: the scalar ``FT_<F>_float``): the driver's
+    ``native_<f>`` when every lane of ``v`` lies within ``NATIVE_TRIG_BOUND`` (a NaN lane too: the
+    native forms were measured to give NaN), else the plain form (lane by lane for a vector; inf
+    gives NaN there)."""
+    if n == 1:
+        return f"#define FT_{f.upper()}_float(v) (fabs(v) > FT_NATIVE_TRIG_BOUND ? {f}(v) : native_{f}(v))\n"
+    return (f"#define FT_{f.upper()}_float{n}(v) (any(fabs(v) > FT_NATIVE_TRIG_BOUND) ? {_lane_by_lane(f, n)} "
+            f": native_{f}(v))\n")
+
+
+# the driver's faster sin / cos where measured: on the cpu kind, in programs that compute sin or
+# cos, where the device's own were measured accurate (``runtime.native_trig_accurate``: within
+# NATIVE_TRIG_ERROR of sin / cos on |x| <= NATIVE_TRIG_BOUND, NaN for inf and NaN; at the first
+# such program, once per device and driver)
+NATIVE_TRIG_PREFIX = f"#define FT_NATIVE_TRIG_BOUND {NATIVE_TRIG_BOUND!r}f\n" + "".join(
+    _native_where_measured(f, n) for f in ("sin", "cos") for n in (1, 2, 3, 4, 8, 16))
 
 
 # the plain forms of the kind-dependent macros (``executable.PREAMBLE``, after the kind's prefix):
 # sin / cos of vectors lane by lane (PoCL's float vector forms are wrong next to 0, inf or NaN; a
 # GPU computes lanes one by one anyway), float32 division and sqrt as the driver rounds them
 PLAIN_MACROS = ("#ifndef FT_SIN_float\n#define FT_SIN_float(v) sin(v)\n#define FT_COS_float(v) cos(v)\n"
-                + "".join(_lane_by_lane(f, n) for f in ("sin", "cos") for n in (2, 3, 4, 8, 16)) + "#endif\n"
+                + "".join(f"#define FT_{f.upper()}_float{n}(v) {_lane_by_lane(f, n)}\n" for f in ("sin", "cos")
+                          for n in (2, 3, 4, 8, 16)) + "#endif\n"
                 "#ifndef FT_FDIV\n#define FT_FDIV(a, b) ((a) / (b))\n#define FT_FSQRT(x) sqrt(x)\n#endif\n")
 
 # a device without correctly rounded float32 division and sqrt: one residual step on the

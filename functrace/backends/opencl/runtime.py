@@ -49,7 +49,7 @@ from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
 from . import driver_cache, pyopencl_cache
 from .disk_cache import cache_dir, discard, read_entry, write_entry
-from .policy import NATIVE_TRIG_ERROR, choose_policy, device_kind
+from .policy import NATIVE_TRIG_BOUND, NATIVE_TRIG_ERROR, choose_policy, device_kind
 
 _state: dict = {}
 _lock = threading.Lock()
@@ -244,8 +244,9 @@ def _keep_verdict(device, kind: str, verdict: str) -> None:
         pass
 
 
-# native_sin / native_cos, in 16 lanes and alone, at float32 points: a grid over |x| <= 1e4, small
-# values and multiples of pi / 2 near zero; then inf and NaN (which must give NaN)
+# native_sin / native_cos, in 16 lanes and alone, at float32 points: a grid over |x| <=
+# NATIVE_TRIG_BOUND (beyond it the cpu kind's macros do not use them), small values and multiples
+# of pi / 2 near zero; then inf and NaN (which must give NaN)
 _NATIVE_TRIG_PROBE = """
 __kernel void ft_native_trig16(__global const float* x, __global float* out, const long n) {
     const long i = get_global_id(0);
@@ -265,15 +266,16 @@ _USES_TRIG = re.compile(r"(?<!define )FT_(SIN|COS)_float\d*\(")  # a use of the 
 
 def _native_trig_points() -> np.ndarray:
     near = np.concatenate([np.arange(-8, 9) * (np.pi / 2), np.geomspace(1e-30, 1.0, 200)])
-    x = np.concatenate([np.linspace(-1e4, 1e4, 7664), near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan] * 16])
+    grid = np.linspace(-NATIVE_TRIG_BOUND, NATIVE_TRIG_BOUND, 7664)
+    x = np.concatenate([grid, near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan] * 16])
     return x[:len(x) // 16 * 16].astype(np.float32)
 
 
 def native_trig_accurate(context, queue, device) -> bool:
     """Are ``device``'s ``native_sin`` / ``native_cos`` (16 lanes and alone) within
-    ``NATIVE_TRIG_ERROR`` of numpy's float64 sin / cos at float32 points over |x| <= 1e4, and NaN at
-    inf and NaN?  Measured once per device and driver (a probe of a few ms), the verdict kept on
-    disk; a probe that fails to build or run says no."""
+    ``NATIVE_TRIG_ERROR`` of numpy's float64 sin / cos at float32 points over |x| <=
+    ``NATIVE_TRIG_BOUND``, and NaN at inf and NaN?  Measured once per device and driver (a probe of a
+    few ms), the verdict kept on disk; a probe that fails to build or run says no."""
     saved = _read_verdict(device, "native-trig")
     if saved in ("accurate", "inaccurate"):
         return saved == "accurate"
