@@ -789,7 +789,7 @@ def reduce_combine(kind, ct: str, acc: str, v: str, vector: bool) -> str:
     if kind is P.reduce_prod_p:
         return f"{acc} *= {v};"
     cmp = ">" if kind is P.reduce_max_p else "<"
-    if ct in ("int", "long", "uchar"):  # (a fused bool operand is an int comparison result)
+    if _KIND[ct] != "f":  # integers and bools have no NaN (a fused bool operand is an int comparison result)
         return f"{acc} = {'max' if kind is P.reduce_max_p else 'min'}({acc}, ({ct})({v}));"
     if vector:
         return f"{acc} = select({acc}, {v}, ({v} {cmp} {acc}) | isnan({v}));"

@@ -23,7 +23,8 @@ from .lowerings import Lowered, has_int64_atomics, register
 from .placement import elements_touched
 
 _UNSIGNED = {"float": ("uint", "atomic_cmpxchg"), "double": ("ulong", "atom_cmpxchg"),
-             "int": ("uint", "atomic_cmpxchg"), "long": ("ulong", "atom_cmpxchg")}
+             "int": ("uint", "atomic_cmpxchg"), "long": ("ulong", "atom_cmpxchg"),
+             "uint": ("uint", "atomic_cmpxchg"), "ulong": ("ulong", "atom_cmpxchg")}
 _INT64_ATOMICS = "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n"
 
 
