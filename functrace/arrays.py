@@ -106,6 +106,16 @@ def promote_float(*args, int_dtype=None):
     return tuple(cast(a, dt) for a in args)
 
 
+def promote_no_bool_loop(*args):
+    """``promote`` for numpy's ufuncs with no bool loop (``power``, ``floor_divide``, ``remainder``,
+    ``fmod``, ``square``): numpy computes bools in the first integer loop, int8 (``bool_array //
+    True`` and ``bool_array ** bool_array`` are int8), so bool operands become int8 here too --
+    the dtype a traced program records is then the one its values have."""
+    dt, _ = result_dtype(tuple(dtype_info(a) for a in args))
+    dt = np.dtype(np.int8) if dt.kind == "b" else dt
+    return tuple(cast(a, dt) for a in args)
+
+
 def promote_divide(x, y):
     """``promote_float`` for ``true_divide``, whose only integer loop is float64 (int8 / int8 too)."""
     return promote_float(x, y, int_dtype=np.dtype(np.float64))

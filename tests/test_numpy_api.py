@@ -12,6 +12,8 @@ weak, numpy scalars are strong).
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -982,6 +984,43 @@ def test_operator_promotion_on_tracers():
         assert np.asarray(w).dtype == np.dtype(e)
         assert closed.out_avals[k].dtype == np.dtype(e), f"output {k}: {closed.out_avals[k]}"
         assert_same(g, w, f"output {k}")
+
+
+_MIX_DTYPES = [np.bool_, np.int8, np.uint8, np.int32, np.int64, np.uint32, np.float32, np.float64]
+_OPERATORS = {"**": operator.pow, "+": operator.add, "*": operator.mul, "//": operator.floordiv, "%": operator.mod}
+
+
+def _operator_mixes(x, arrays: dict) -> dict:
+    """Every operator of ``_OPERATORS`` between ``x`` and each of ``arrays`` and the Python scalars
+    2, 2.5 and True (on either side), by a label."""
+    out = {}
+    for label, y in {"2": 2, "2.5": 2.5, "True": True, **arrays}.items():
+        for symbol, op in _OPERATORS.items():
+            out[f"x {symbol} {label}"] = op(x, y)
+            if label in ("2", "2.5", "True"):
+                out[f"{label} {symbol} x"] = op(y, x)
+    return out
+
+
+@pytest.mark.opencl_kernels  # (conftest: small programs run as OpenCL kernels too)
+@pytest.mark.parametrize("dtype", _MIX_DTYPES)
+def test_operator_dtypes_of_every_bool_integer_float_and_scalar_mix(dtype):
+    """``**``, ``+``, ``*``, ``//``, ``%`` of a bool, integer or float array with every other of those
+    dtypes and with Python scalars: numpy's dtypes and values eagerly, in the traced program's
+    abstract values and from ``jit`` on both backends (issue 37: ``bool_array ** 2`` was int8
+    eagerly, int64 under jit; ``bool_array // True`` traced as bool but computed int8)."""
+    def operand(d):
+        return np.array([True, False, True]) if d is np.bool_ else np.array([1, 2, 3], d)
+    x, arrays = operand(dtype), {np.dtype(d).name: operand(d) for d in _MIX_DTYPES}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = _operator_mixes(x, arrays)
+        results = {"eager": _operator_mixes(fnp.asarray(x), arrays),
+                   **{f"jit {b}": ft.jit(_operator_mixes, backend=b)(x, arrays) for b in ("numpy", "opencl")}}
+    shapes = ft.eval_shape(_operator_mixes, x, arrays)
+    for label, w in want.items():
+        assert shapes[label].dtype == w.dtype, f"traced {label}: {shapes[label].dtype}, numpy {w.dtype}"
+        for how, got in results.items():
+            assert_same(got[label], w, f"{how} {label}")
 
 
 FLOAT32_PRESERVING = [n for n in UNARY if n not in ("isfinite", "isnan", "isinf", "logical_not")] + [

@@ -58,6 +58,9 @@ from ..arrays import (
     promote_float as _promote_float,
 )
 from ..arrays import (
+    promote_no_bool_loop as _promote_no_bool_loop,
+)
+from ..arrays import (
     reduction_axes as _norm_axes,
 )
 from ..arrays import (
@@ -260,14 +263,15 @@ def positive(x):
     return _to_array(x)
 
 
-def _binary(prim, promote=_promote):
-    """An elementwise binary function: operands cast by ``promote``, then ``prim``."""
+def _binary(prim, promote=_promote, kept_kinds="biufc"):
+    """An elementwise binary function: operands cast by ``promote``, then ``prim``.  Operands of one
+    dtype of ``kept_kinds`` stay as they are (else: integers become floats for true_divide, arctan2,
+    ...; bools int8 for floor_divide, remainder)."""
     bind = prim.bind
-    keeps_dtype = promote is _promote  # else (true_divide, arctan2, ...) integers become floats
 
     def f(x, y):
         if isinstance(x, _Tracer) and isinstance(y, _Tracer) and x.aval.dtype == y.aval.dtype \
-                and (keeps_dtype or x.aval.dtype.kind in "fc"):
+                and x.aval.dtype.kind in kept_kinds:
             return bind(x, y)  # hot path while tracing: nothing to promote
         return bind(*promote(x, y))
     f.__name__ = prim.name
@@ -277,12 +281,12 @@ def _binary(prim, promote=_promote):
 add = _binary(_P.add_p)
 subtract = _binary(_P.sub_p)
 multiply = _binary(_P.mul_p)
-true_divide = divide = _binary(_P.div_p, _promote_divide)
-floor_divide = _binary(_P.floor_div_p)
-remainder = mod = _binary(_P.rem_p)
+true_divide = divide = _binary(_P.div_p, _promote_divide, "fc")
+floor_divide = _binary(_P.floor_div_p, _promote_no_bool_loop, "iufc")
+remainder = mod = _binary(_P.rem_p, _promote_no_bool_loop, "iufc")
 maximum = _binary(_P.max_p)
 minimum = _binary(_P.min_p)
-arctan2 = _binary(_P.atan2_p, _promote_float)
+arctan2 = _binary(_P.atan2_p, _promote_float, "fc")
 equal = _binary(_P.eq_p)
 not_equal = _binary(_P.ne_p)
 less = _binary(_P.lt_p)
@@ -323,18 +327,24 @@ bitwise_not = invert
 def power(x, y):
     """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
     int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** _np.int64(2)`` is
-    float64).  Integers to a negative integer power raise ValueError, as numpy's."""
+    float64).  Integers to a negative integer power raise ValueError, as numpy's.  A Python int 2 is
+    ``square(x)``, as numpy's ``x ** 2`` (``bool_array ** 2`` is int8; only ``np.power(bool_array, 2)``
+    gives int64): traced programs reach this function through that operator.  Bools otherwise compute
+    in int8 (``promote_no_bool_loop``)."""
+    if type(y) is int and y == 2 and not isinstance(x, _PY_SCALARS):
+        return square(x)
     if isinstance(y, (int, _np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
         dt, _ = _result_dtype((_dtype_info(x), _dtype_info(y)))
         if dt.kind not in "fc" and y < 0:
             raise ValueError(f"Integers to negative integer powers are not allowed ({dt.name} ** {y}; as "
                              f"numpy) {_user_frame_description()}")
         return _P.integer_pow(_cast(_to_array(x), dt), int(y))
-    return _P.pow_p.bind(*_promote(x, y))
+    return _P.pow_p.bind(*_promote_no_bool_loop(x, y))
 
 
 def square(x):
-    return _P.integer_pow(_to_array(x), 2)
+    """``x * x`` in ``x``'s dtype (bools in int8, numpy's first loop for them)."""
+    return _P.integer_pow(*_promote_no_bool_loop(_to_array(x)), 2)
 
 
 def reciprocal(x):

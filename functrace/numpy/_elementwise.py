@@ -22,7 +22,7 @@ def cbrt(x):
 
 def fmod(x1, x2):
     """C's remainder: the sign of the dividend (``numpy.remainder`` takes the divisor's)."""
-    return _P.fmod_p.bind(*_arrays.promote(x1, x2))
+    return _P.fmod_p.bind(*_arrays.promote_no_bool_loop(x1, x2))
 
 
 def copysign(x1, x2):
