@@ -78,10 +78,23 @@ def test_a_max_and_the_element_it_picked_are_equal_unless_there_is_a_near_tie():
 
 
 def test_values_that_may_overflow_the_dtype_are_left_unchecked():
-    (y,) = bounds(lambda x: fnp.exp(x), np.array([1.0, 88.73], np.float32))
-    assert np.isfinite(y.e[0]) and np.isinf(y.e[1])
-    (y,) = bounds(lambda x: fnp.exp(x), np.array([1.0, 88.73]), dtype=np.float64)
-    assert np.all(np.isfinite(y.e))
+    """exp(88.72284) is within its rounding of float32's largest value: it may overflow or not;
+    exp(88.8) overflows in any correct implementation (a certain inf)."""
+    (y,) = bounds(lambda x: fnp.exp(x), np.array([1.0, 88.72284, 88.8], np.float32))
+    assert np.isfinite(y.e[0]) and np.isinf(y.e[1]) and np.isposinf(y.v[2]) and y.e[2] == 0
+    (y,) = bounds(lambda x: fnp.exp(x), np.array([1.0, 88.72284, 88.8]), dtype=np.float64)
+    assert np.all(np.isfinite(y.e)) and np.all(np.isfinite(y.v))
+
+
+def test_values_keep_the_dtype_range_as_ieee_arithmetic_does():
+    """The reference computes in float64 but overflows where float32 does: x * x of 1e30 is a
+    certain inf, so x * x - x * x is a certain NaN (numpy's float32 result), and a cumulative
+    product that overflows stays inf, then NaN after a zero (numpy's order)."""
+    x = np.array([1e30, 2.0], np.float32)
+    (d,) = bounds(lambda x: x * x - x * x, x)
+    assert np.isnan(d.v[0]) and d.e[0] == 0 and d.v[1] == 0
+    (c,) = bounds(lambda x: fnp.cumprod(x), np.array([1e30, 1e30, 1e-30, 0.0, 3.0], np.float32))
+    assert np.isposinf(c.v[1]) and np.isposinf(c.v[2]) and np.isnan(c.v[3]) and np.all(c.e[1:] == 0)
 
 
 def test_a_pole_inside_an_operand_bound_leaves_the_result_unchecked():

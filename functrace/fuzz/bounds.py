@@ -6,6 +6,10 @@ against what is provably allowed rather than against each other or a tuned toler
 Elementwise ops take the spread of their result over the corners of their operands' error boxes
 plus a few ulp (more for transcendentals), sums add ``n`` ulp of the sum of magnitudes, products
 ``K`` ulp of ``|A| @ |B|``, and comparisons that rounding could flip carry their uncertainty on.
+Values keep the dtype's range (IEEE semantics): one beyond it by more than its bound is the
+infinity every correct implementation gives there, so ``inf - inf`` after it is a certain NaN.
+Integer and bool values are exact (numpy's wrap-around included) unless an uncertain comparison
+fed them.
 What each primitive needs is in tables keyed by the primitive objects (``ULPS``, ``PERIODIC``,
 ``STRUCTURAL``, ``RULES``, ``FUSED_REFERENCES``).
 """
@@ -21,6 +25,7 @@ from .. import primitives as P
 from ..core import ClosedJaxpr, Literal
 from ..primitives import control
 from ..primitives import nn as fused
+from ..primitives.scatter import scatter_p
 from ..primitives.special import erf_p
 from ..transforms.staging import make_jaxpr
 
@@ -102,18 +107,28 @@ class BoundInterpreter:
 
     # ---- helpers
     def _finish(self, v, e, tie=None) -> Bound:
-        """Cap a new value's bound: NaN bounds are unknown (inf); a finite value whose bound
-        reaches the dtype's range may overflow there; a non-finite value stays certain only
-        if its bound is finite."""
+        """Cap a new value's bound: NaN bounds are unknown (inf); a finite value beyond the
+        dtype's range by more than its bound is the infinity of its sign (certain); one whose
+        bound reaches the range may overflow there; a non-finite value stays certain only if
+        its bound is finite."""
         v = np.asarray(v)
         e = np.asarray(e, dtype=np.float64)
         if v.dtype.kind != "f":
             return Bound(v, np.broadcast_to(np.where(np.isnan(e), np.inf, e), v.shape), tie)
         finite = np.isfinite(v)
         e = np.where(np.isnan(e), np.inf, e)
-        e = np.where(finite, np.where(np.abs(v.astype(np.float64)) + e >= self.big, np.inf, e),
-                     np.where(np.isfinite(e), 0.0, np.inf))
+        mag = np.abs(v.astype(np.float64))
+        over = finite & (mag - e > self.big * (1 + 4 * self.u))
+        v = np.where(over, np.copysign(np.inf, v), v).astype(v.dtype)
+        e = np.where(finite & ~over, np.where(mag + e >= self.big, np.inf, e), np.where(np.isfinite(e), 0.0, np.inf))
         return Bound(v, np.broadcast_to(e, v.shape), tie)
+
+    def _integer(self, prim, ins: list, params: dict) -> Bound:
+        """An integer or bool result of integer or bool operands: exact, or anything where an
+        operand is uncertain (a count of comparisons rounding could flip)."""
+        v = np.asarray(prim.impl(*[b.v for b in ins], **params))
+        unsure = any(np.any(b.e) for b in ins)
+        return Bound(v, np.full(v.shape, np.inf if unsure else 0.0))
 
     def _local(self, prim, v) -> np.ndarray | float:
         """Rounding of one operation, and its result (or operand) flushed to zero below the
@@ -173,18 +188,19 @@ class BoundInterpreter:
 
     @staticmethod
     def _unknown(ins: list, shape) -> np.ndarray:
-        """Where an operand is a non-finite value that may be anything (its corners would be the
-        same NaN or inf and hide that)."""
+        """Where an operand may be anything, NaN included (its corners would hide that: the same
+        NaN or inf again, or, for a bounded function as arctan2, finite values either side)."""
         out = np.zeros(shape, bool)
         for b in ins:
             if np.asarray(b.v).dtype.kind == "f":
-                out |= np.broadcast_to(np.isinf(b.e) & ~np.isfinite(b.v), shape)
+                out |= np.broadcast_to(np.isinf(b.e), shape)
         return out
 
     def _pole_inside(self, prim, ins: list, params: dict) -> np.ndarray | bool:
         """Where an operand's error interval contains a pole (corners on both sides of it see
         two finite values, not the unbounded ones between): a divisor, the base of a negative
-        power, tan's argument at pi/2 + k pi."""
+        power, tan's argument at pi/2 + k pi; or, for a negative base, an integer exponent (the
+        only ones it is defined at, which rounding may reach: corners between see NaN)."""
         def around_zero(b: Bound, value) -> np.ndarray:  # |d value / d b| <= 1 for these
             return (b.e > 0) & (np.abs(np.asarray(value, np.float64)) <= b.e)
         if prim is P.div_p:
@@ -192,7 +208,9 @@ class BoundInterpreter:
         if prim is P.integer_pow_p and params["y"] < 0:
             return around_zero(ins[0], ins[0].v)
         if prim is P.pow_p:
-            return around_zero(ins[0], ins[0].v) & (np.asarray(ins[1].v, np.float64) - ins[1].e < 0)
+            x, y = (np.asarray(b.v, np.float64) for b in ins)
+            integer_inside = (ins[1].e > 0) & (np.floor(y + ins[1].e) >= np.ceil(y - ins[1].e))
+            return around_zero(ins[0], ins[0].v) & (y - ins[1].e < 0) | (x - ins[0].e < 0) & integer_inside
         if prim is P.tan_p:
             return around_zero(ins[0], np.cos(np.asarray(ins[0].v, np.float64)))
         return False
@@ -250,7 +268,11 @@ class BoundInterpreter:
         x = ins[0]
         if x.v.dtype.kind == "f" and params["new_dtype"].kind == "f":
             return Bound(x.v, x.e, x.tie)  # float to float: the reference keeps its precision
-        return self._elementwise(prim, ins, params)
+        out = self._elementwise(prim, ins, params)
+        if x.v.dtype.kind == "f" and params["new_dtype"] == bool:  # x != 0: both corners may be nonzero
+            zero_inside = (x.e > 0) & (np.abs(np.asarray(x.v, np.float64)) <= x.e)
+            return Bound(out.v, np.where(zero_inside, 1.0, out.e), out.tie)
+        return out
 
     # ---- structure: the bound moves with the values
     def _structural(self, prim, x: Bound, params: dict) -> Bound:
@@ -279,10 +301,53 @@ class BoundInterpreter:
 
     def _scatter_add(self, prim, ins: list, params: dict) -> Bound:
         x, idx, upd = ins
+        if not _floating(x):
+            return self._integer(prim, ins, params)
         v = prim.impl(x.v, idx.v, upd.v, **params)
         mag = prim.impl(magnitude(x.v), idx.v, magnitude(upd.v), **params)
         e = prim.impl(x.e, idx.v, upd.e, **params) + (upd.v.size + 1) * self.u * mag
         return self._finish(v, np.inf if np.any(idx.e) else self._partial_overflow(mag, e))
+
+    def _scatter(self, prim, ins: list, params: dict) -> Bound:
+        """``x.at[i]``'s set / mul / min / max: a set moves values with their bounds (the last
+        update wins); min / max take the widest bound at a position, with a near tie where
+        another candidate lies within the bounds of the one kept; mul is a product per position,
+        bounded as ``reduce_prod``'s (partial products may overflow or flush to zero)."""
+        x, idx, upd = ins
+        op = params["op"]
+        if not _floating(x):
+            return self._integer(prim, ins, params)
+        if np.any(idx.e):  # an index that may differ: anything
+            v = prim.impl(x.v, idx.v, upd.v, **params)
+            return Bound(v, np.full(v.shape, np.inf))
+        v = np.asarray(prim.impl(x.v, idx.v, upd.v, **params))
+        if op == "set":
+            tie = None if x.tie is None and upd.tie is None else prim.impl(
+                _tie_or_false(x), idx.v, _tie_or_false(upd), **params)
+            return Bound(v, prim.impl(x.e, idx.v, upd.e, **params), tie)
+        if op in ("min", "max"):
+            e = prim.impl(x.e, idx.v, upd.e, op="max")
+            unknown = prim.impl(self._unknown([x], x.v.shape), idx.v, self._unknown([upd], upd.v.shape), op="max")
+            e = np.where(unknown, np.inf, e)
+            gap = lambda b, w: np.abs(np.asarray(b.v, np.float64) - np.asarray(w, np.float64))
+            close_x = (gap(x, v) <= x.e + e) & (x.e + e > 0)
+            close_u = (gap(upd, v[idx.v]) <= upd.e + e[idx.v]) & (upd.e + e[idx.v] > 0)
+            count = close_x.astype(np.int64)
+            np.add.at(count, idx.v, close_u.astype(np.int64))
+            tie = (count > 1) | (False if x.tie is None else x.tie)
+            return self._finish(v, e, tie)
+        mag_x, mag_u = magnitude(x.v), magnitude(upd.v)
+        p = prim.impl(mag_x, idx.v, mag_u, op="mul")
+        with_bounds = prim.impl(mag_x + x.e, idx.v, mag_u + upd.e, op="mul")
+        n = np.ones(v.shape)
+        np.add.at(n, idx.v, 1.0)
+        e = with_bounds - p + n * self.u * p + self.tiny
+        e = self._partial_overflow(prim.impl(np.maximum(mag_x, 1), idx.v, np.maximum(mag_u, 1), op="mul"), e)
+        finite_part = lambda b, mag: np.where(np.isfinite(b.v), np.minimum(mag, 1), 1)
+        small = prim.impl(finite_part(x, mag_x), idx.v, finite_part(upd, mag_u), op="mul") < self.tiny
+        e = np.where(small, np.where(np.isfinite(v), np.maximum(e, p), np.inf), e)
+        return self._finish(v, np.where(prim.impl(self._unknown([x], x.v.shape), idx.v,
+                                                  self._unknown([upd], upd.v.shape), op="max"), np.inf, e))
 
     def _partial_overflow(self, magnitudes, e) -> np.ndarray:
         """A sum whose terms' magnitudes add up past the dtype's range may overflow in a partial
@@ -302,6 +367,8 @@ class BoundInterpreter:
 
     def _reduce_prod(self, prim, ins: list, params: dict) -> Bound:
         x, axes = ins[0], params["axes"]
+        if not _floating(x):
+            return self._integer(prim, ins, params)
         v = prim.impl(x.v, **params)
         mag = magnitude(x.v)
         n = math.prod(x.v.shape[a] for a in axes)
@@ -309,13 +376,16 @@ class BoundInterpreter:
         grown = np.where(p > 0, p * np.expm1(np.sum(np.log1p(x.e / mag), axis=axes)), np.prod(mag + x.e, axis=axes))
         e = grown + (n + 1) * self.u * p + self.tiny
         # partial products in some order: as large as the product of the factors above 1, as
-        # small (flushed to zero) as the product of those below 1
+        # small (flushed to zero) as the product of those below 1 (then an inf factor gives NaN)
         e = self._partial_overflow(np.prod(np.maximum(mag, 1), axis=axes), e)
-        e = np.where(np.prod(np.minimum(mag, 1), axis=axes) < self.tiny, np.maximum(e, p), e)
+        small = np.prod(np.where(np.isfinite(x.v), np.minimum(mag, 1), 1), axis=axes) < self.tiny
+        e = np.where(small, np.where(np.isfinite(v), np.maximum(e, p), np.inf), e)
         return self._finish(v, e)
 
     def _reduce_max(self, prim, ins: list, params: dict) -> Bound:
         x, axes = ins[0], params["axes"]
+        if not np.any(x.e) and not _floating(x):
+            return self._integer(prim, ins, params)
         v = prim.impl(x.v, **params)
         if x.v.dtype == bool:
             hi, lo = np.where(x.e > 0, True, x.v), np.where(x.e > 0, False, x.v)
@@ -344,16 +414,41 @@ class BoundInterpreter:
         others = np.arange(x.v.shape[axis]).reshape([-1 if d == axis else 1 for d in range(x.v.ndim)]) \
             != np.expand_dims(v, axis)
         sign = 1 if prim is P.argmax_p else -1
-        rival = others & (sign * (x.v - best) + x.e + e_best >= 0) & (x.e + e_best > 0)
+        gap = np.asarray(x.v, np.float64) - np.asarray(best, np.float64)  # (unsigned ones would wrap around)
+        rival = others & (sign * gap + x.e + e_best >= 0) & (x.e + e_best > 0)
         return Bound(v, np.where(np.any(rival, axis=axis), np.inf, 0.0))
 
     def _cumsum(self, prim, ins: list, params: dict) -> Bound:
         x = ins[0]
+        if not _floating(x):
+            return Bound(prim.impl(x.v, **params), prim.impl(x.e, **params))
         n = x.v.shape[params["axis"]]
         v = prim.impl(x.v, **params)
         mag = prim.impl(magnitude(x.v), **params)
         e = self._partial_overflow(mag, prim.impl(x.e, **params) + summation_ulps(n) * self.u * mag + self.tiny)
         return self._finish(v, e)
+
+    def _cumprod(self, prim, ins: list, params: dict) -> Bound:
+        """numpy's order, one product per step along the axis, each a ``mul`` of the prefix and
+        the next element (so an overflow is inf from there on and a zero after it NaN, as numpy
+        gives); the generator keeps these axes short."""
+        x, axis, reverse = ins[0], params["axis"], params["reverse"]
+        if not _floating(x):
+            return self._integer(prim, ins, params)
+        n = x.v.shape[axis]
+        steps = range(n - 1, -1, -1) if reverse else range(n)
+        outs, prefix = [], None
+        for i in steps:
+            at = (slice(None),) * axis + (i,)
+            elem = Bound(x.v[at], x.e[at], None if x.tie is None else x.tie[at])
+            prefix = elem if prefix is None else self._elementwise(P.mul_p, [prefix, elem], {})
+            outs.append(prefix)
+        if reverse:
+            outs.reverse()
+        if not outs:
+            return Bound(np.asarray(x.v), np.asarray(x.e))
+        tie = None if all(o.tie is None for o in outs) else np.stack([_tie_or_false(o) for o in outs], axis)
+        return Bound(np.stack([o.v for o in outs], axis), np.stack([o.e for o in outs], axis), tie)
 
     def _dot_general(self, prim, ins: list, params: dict) -> Bound:
         a, b = ins
@@ -369,9 +464,11 @@ class BoundInterpreter:
         e = (prim.impl(am, b.e, **params) + prim.impl(a.e, bm, **params)
              + prim.impl(a.e, b.e, **params) + summation_ulps(k) * self.u * mag + self.tiny)
         # 0 * inf: NaN in IEEE arithmetic, but BLAS's matrix-vector routine skips the zeros of
-        # its vector, so which one a product gives depends on its path (not checked)
-        bad, zero = (lambda x: (~np.isfinite(x)).astype(np.float64)), (lambda x: (x == 0).astype(np.float64))
-        either = prim.impl(bad(av), zero(bv), **params) + prim.impl(zero(av), bad(bv), **params)
+        # its vector, so which one a product gives depends on its path (not checked); a factor
+        # that may be zero (flushed, or underflowing in the dtype) or may be inf counts as one
+        bad = lambda x, e: (~np.isfinite(x) | np.isinf(e)).astype(np.float64)
+        zero = lambda x, e: (np.abs(x) <= e).astype(np.float64)
+        either = prim.impl(bad(av, a.e), zero(bv, b.e), **params) + prim.impl(zero(av, a.e), bad(bv, b.e), **params)
         return self._finish(v, np.where(either > 0, np.inf, self._partial_overflow(mag, e)))
 
     def _select(self, prim, ins: list, params: dict) -> Bound:
@@ -447,6 +544,14 @@ class BoundInterpreter:
         return None if x.tie is None else np.any(x.tie, axis=axes)
 
 
+def _floating(b: Bound) -> bool:
+    return np.asarray(b.v).dtype.kind == "f"
+
+
+def _tie_or_false(b: Bound) -> np.ndarray:
+    return np.zeros(np.shape(b.v), bool) if b.tie is None else np.broadcast_to(b.tie, np.shape(b.v))
+
+
 def magnitude(v) -> np.ndarray:
     """|v| as float64, 0 where v is not finite (its error is not a multiple of it)."""
     a = np.abs(np.asarray(v, dtype=np.float64))
@@ -488,6 +593,8 @@ RULES = {
     P.argmax_p: BoundInterpreter._argmax,
     P.argmin_p: BoundInterpreter._argmax,
     P.cumsum_p: BoundInterpreter._cumsum,
+    P.cumprod_p: BoundInterpreter._cumprod,
+    scatter_p: BoundInterpreter._scatter,
     P.dot_general_p: BoundInterpreter._dot_general,
     P.select_p: BoundInterpreter._select,
     control.cond_p: BoundInterpreter._cond,

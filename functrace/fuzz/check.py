@@ -1,8 +1,9 @@
 """Checking one program: run it by ``jit`` on OpenCL, ``jit`` on the numpy backend and eagerly
 (its value, ``value_and_grad`` of a weighted sum of its outputs, ``vmap`` over a leading axis),
-and compare each result with the reference's bounds; a result element is wrong when it lies
-outside three times its bound, or when its NaN / infinity differs where the bound says it is
-certain.  Reverse-mode gradients are also checked against forward mode in the reference.
+and by the other libraries of :mod:`.oracles` where asked, and compare each result with the
+reference's bounds; a result element is wrong when it lies outside three times its bound, or
+when its NaN / infinity differs where the bound says it is certain.  Reverse-mode gradients are
+also checked against forward mode in the reference.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import functrace as ft
 
 from ..transforms.staging import make_jaxpr
 from .bounds import Bound, BoundInterpreter, summation_ulps
+from .oracles import ORACLES, Unsupported
 from .programs import InputSet, Program
 
 IMPLS = ("eager", "numpy", "opencl")
@@ -25,7 +27,8 @@ KINDS = ("value", "grad", "vmap")
 
 @dataclass
 class Failure:
-    """One disagreement: ``what`` is "values", "nan", "shape", "dtype" or "exception"."""
+    """One disagreement: ``what`` is "values", "nan", "shape", "dtype" or "exception"; ``impl``
+    one of ``IMPLS``, ``ORACLES`` or "jvp" (the reverse-mode rules against forward mode)."""
     program: Program
     kind: str
     impl: str
@@ -126,8 +129,9 @@ def compare(got, want: Bound, aval) -> tuple[str, str] | None:
 
 
 def _call(impl: str, fn: Callable, args: list, inputs: InputSet, jitted: dict, key):
-    """``fn`` run by ``impl`` (compiled once per ``key``), with device arguments where ``inputs`` says so."""
-    if impl == "eager":
+    """``fn`` run by ``impl`` (compiled once per ``key``), with device arguments where ``inputs`` says
+    so; another library's ``fn`` (:func:`.oracles.oracle_function`) is already what it runs."""
+    if impl == "eager" or impl in ORACLES:
         return fn(*args)
     j = jitted.get(key)
     if j is None:
@@ -140,10 +144,13 @@ def _call(impl: str, fn: Callable, args: list, inputs: InputSet, jitted: dict, k
 def check_impl(prog: Program, fn: Callable, args: list, inputs: InputSet, jitted: dict, kind: str, impl: str,
                avals: list, want: list) -> tuple[str, str] | None:
     """(what, detail) when ``impl``'s result of ``fn`` (its ``kind`` of ``prog``) is not within
-    ``want``'s bounds or raises; ``jitted`` keeps the compiled functions between input sets."""
+    ``want``'s bounds or raises (what "unsupported": another library lacks a function the
+    program uses); ``jitted`` keeps the compiled functions between input sets."""
     try:
         got = ft.tree_util.tree_leaves(_call(impl, fn, args, inputs, jitted, (kind, impl)))
         got = [np.asarray(g) for g in got]
+    except Unsupported as e:
+        return "unsupported", str(e)
     except Exception as e:
         return "exception", "".join(traceback.format_exception_only(type(e), e)).strip()
     if len(got) != len(avals):

@@ -1,7 +1,7 @@
 """The command line, ``python -m functrace.fuzz --n 5000 [--seed S] [--mode default|kernels]
-[--minutes M] [--start I] [--program I] [--sets K]``: runs a range of programs (or one, printing
-its source), prints each failure as it is found and a summary at the end; exit status 1 when
-anything failed.
+[--extremes] [--dtypes float|all] [--against numpy|jax ...] [--minutes M] [--start I] [--program I]
+[--sets K]``: runs a range of programs (or one, printing its source), prints each failure as it is
+found and a summary at the end; exit status 1 when anything failed.
 """
 from __future__ import annotations
 
@@ -27,10 +27,21 @@ def main(argv=None) -> int:
     parser.add_argument("--start", type=int, default=0, help="first program index")
     parser.add_argument("--program", type=int, default=None, help="run only this program (prints its source)")
     parser.add_argument("--sets", type=int, default=2, help="input sets per program")
+    parser.add_argument("--extremes", action="store_true",
+                        help="inputs over the dtype's whole range (subnormals to near overflow, signed zeros, inf, "
+                             "NaN), functions with delicate edge cases, and numpy itself compared too")
+    parser.add_argument("--dtypes", choices=("float", "all"), default="float",
+                        help="all: integer and bool programs too (int8 ... uint64, bool)")
+    parser.add_argument("--against", action="append", choices=("numpy", "jax"), default=[],
+                        help="also check what numpy itself or JAX (x64, when importable) computes; may be repeated")
     opts = parser.parse_args(argv)
-    fuzzer = Fuzzer(opts.seed, opts.mode, opts.sets, log=lambda s: print(s, flush=True))
+    against = tuple(dict.fromkeys(opts.against))
+    fuzzer = Fuzzer(opts.seed, opts.mode, opts.sets, log=lambda s: print(s, flush=True), extremes=opts.extremes,
+                    dtypes=opts.dtypes, against=against)
+    for note in fuzzer.stats.notes:
+        print(note, flush=True)
     if opts.program is not None:
-        prog = generate(opts.seed, opts.program)
+        prog = generate(opts.seed, opts.program, opts.extremes, opts.dtypes)
         print(f"# program {opts.program} (seed {opts.seed}), {prog.dtype.name}; inputs: {prog.describe_inputs()}")
         print(prog.source())
         indices = [opts.program]
@@ -53,6 +64,6 @@ def main(argv=None) -> int:
         stats = fuzzer.stats
         print("\ninterrupted", flush=True)
     faulthandler.cancel_dump_traceback_later()
-    print(f"\nseed {opts.seed}, mode {opts.mode}, {time.monotonic() - t0:.0f} s")
+    print(f"\nseed {opts.seed}, mode {opts.mode}{fuzzer.options()}, {time.monotonic() - t0:.0f} s")
     print(stats.summary())
     return 1 if stats.failures else 0

@@ -1,7 +1,16 @@
 """The random program generator: a program grows statement by statement from templates over
 ``functrace.numpy``, ``ft.nn`` and ``ft.lax``; each proposed statement is traced with the ones
 before it and kept only if it traces within the program's dtype and size limits.  A program
-depends on ``(seed, index)`` alone, so ``--program I`` regenerates it exactly.
+depends on ``(seed, index)`` and the generator's options alone, so ``--program I`` regenerates it
+exactly.
+
+Options (each off by default, so a seed's programs without them are what they always were):
+``extremes`` adds functions whose edge cases need care (cumulative products, ``x.at[i]``
+updates, sinh / cosh / arcsinh / arccosh / hypot / logaddexp / logaddexp2 / softplus, trigonometry
+applied to the inputs themselves) and marks the program for inputs over its dtype's whole range;
+``dtypes="all"`` draws integer and bool programs too (int8 ... uint64, bool), built from
+arithmetic, comparisons, every reduction (sum, prod, max, min, argmax, argmin, any, all, cumsum,
+cumprod), ``x.at[i]`` updates and the structural ops.
 """
 from __future__ import annotations
 
@@ -37,6 +46,31 @@ _BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "{a} / (fnp.abs({
            "fnp.logaddexp({a}, {b})", "fnp.power(fnp.abs({a}) + 0.5, {b})",
            "fnp.remainder({a}, fnp.abs({b}) + 0.5)", "fnp.where({a} > {b}, {a}, {b} * 0.5)",
            "{a} * {b} + {a}", "ft.nn.swiglu({a}, {b})", "{a} ** 2 - {b}", "fnp.tanh({a}) * {b}")
+# extremes: functions written from others in functrace, whose overflow and cancellation the
+# reference only sees through numpy itself (the ``numpy-lib`` check)
+_EXTREME_UNARY = ("fnp.arccosh({a})", "ft.nn.softplus({a})", "fnp.logaddexp2({a}, {c})", "fnp.hypot({a}, {c})",
+                  "fnp.cumprod({a}, axis=-1)")
+_EXTREME_BINARY = ("fnp.logaddexp2({a}, {b})", "fnp.hypot({b}, {a})", "fnp.logaddexp({b}, {a})")
+# applied to inputs only: exact arguments, so sin(1e8) must be right (a computed one carries an
+# error of radians) and an overflow inside the function is told from one of its argument
+_ON_INPUTS_UNARY = ("fnp.sin({a})", "fnp.cos({a})", "fnp.tan({a})", "fnp.sinh({a})", "fnp.cosh({a})",
+                    "fnp.tanh({a})", "fnp.arcsinh({a})", "fnp.arccosh({a})", "fnp.exp({a})", "fnp.expm1({a})",
+                    "fnp.log({a})", "fnp.log1p({a})", "fnp.sqrt({a})", "ft.nn.softplus({a})", "fnp.square({a})",
+                    "1.0 / {a}", "fnp.arctan({a})", "ft.nn.sigmoid({a})", "fnp.exp2({a})", "fnp.log2({a})")
+_ON_INPUTS_BINARY = ("fnp.hypot({a}, {b})", "fnp.logaddexp({a}, {b})", "fnp.logaddexp2({a}, {b})",
+                     "fnp.arctan2({a}, {b})", "{a} * {b}", "{a} / {b}", "{a} + {b}", "{a} - {b}",
+                     "fnp.maximum({a}, {b})", "fnp.minimum({a}, {b})", "fnp.power({a}, {b})")
+# integer and bool programs (a bool program's - and ** 2 are refused or promoted as numpy does)
+_INT_CONSTS = ("1", "2", "3", "7")
+_INT_UNARY = ("-{a}", "fnp.abs({a})", "{a} ** 2", "fnp.square({a})", "{a} * {c}", "{a} + {c}", "{c} - {a}",
+              "{a} // {c}", "{a} % {c}", "~{a}", "fnp.sign({a})", "fnp.maximum({a}, {c})", "{a} >> 1", "{a} << 2",
+              "fnp.where({a} > {c}, {a}, {c})")
+_INT_BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "fnp.maximum({a}, {b})", "fnp.minimum({a}, {b})", "{a} & {b}",
+               "{a} | {b}", "{a} ^ {b}", "fnp.where({a} > {b}, {a}, {b})", "{a} * {b} + {a}")
+_ALL_DTYPES = (("float32", 0.15), ("float64", 0.15), ("bool", 0.1), ("int8", 0.075), ("int16", 0.075),
+               ("int32", 0.075), ("int64", 0.075), ("uint8", 0.075), ("uint16", 0.075), ("uint32", 0.075),
+               ("uint64", 0.075))
+_SCATTERS = ("set", "add", "mul", "min", "max")
 _COMPARE = ("{a} > {b}", "{a} <= {b}", "{a} == {b}", "{a} > {c}", "{a} < {c}", "fnp.isnan({a})",
             "fnp.isfinite({a})", "fnp.abs({a}) >= 1.0")
 
@@ -46,10 +80,33 @@ class _Generator:
     (abstractly) with the ones before it, and kept only if it traces and keeps the program's
     dtype and size limits."""
 
-    def __init__(self, seed: int, index: int):
+    def __init__(self, seed: int, index: int, extremes: bool = False, dtypes: str = "float"):
+        if dtypes not in ("float", "all"):
+            raise ValueError(f"fuzz: dtypes must be 'float' or 'all', got {dtypes!r}")
         self.rng = np.random.default_rng([seed, index])
-        self.seed, self.index = seed, index
-        self.dtype = np.dtype(np.float32 if self.rng.random() < 0.6 else np.float64)
+        self.seed, self.index, self.extremes = seed, index, extremes
+        if dtypes == "float":
+            self.dtype = np.dtype(np.float32 if self.rng.random() < 0.6 else np.float64)
+        else:
+            names, weights = zip(*_ALL_DTYPES)
+            self.dtype = np.dtype(names[int(self.rng.choice(len(names), p=weights))])
+        self.floating = self.dtype.kind == "f"
+        # the program's values: floats of its dtype, or integers and bools (sums and counts
+        # widen them) in an integer or bool program
+        self.value_kind, self.value_kinds = ("float", "f") if self.floating else ("int", "biu")
+        new = extremes or dtypes == "all"
+        if not self.floating:
+            self.unary, self.binary, self.consts = _INT_UNARY, _INT_BINARY, _INT_CONSTS
+            self.reductions = ("sum", "sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+            self.families = self._INT_FAMILIES
+        else:
+            self.unary = _UNARY + (_EXTREME_UNARY if extremes else ())
+            self.binary = _BINARY + (_EXTREME_BINARY if extremes else ())
+            self.consts = _CONSTS
+            self.reductions = ("sum", "sum", "mean", "max", "min", "prod", "var", "std", "logsumexp", "argmax",
+                               "argmin") + (("any", "all") if new else ())
+            self.families = self._FAMILIES + (self._NEW_FAMILIES if new else ()) + \
+                ((self._EXTREME_FAMILIES) if extremes else ())
         self.inputs: list = []
         self.stmts: list = []
         self.avals: dict = {}  # name -> (shape, dtype)
@@ -64,7 +121,7 @@ class _Generator:
         return bool(self.rng.random() < p)
 
     def const(self) -> str:
-        return self.choice(_CONSTS)
+        return self.choice(self.consts)
 
     # ---- shapes
     def main_shape(self) -> tuple:
@@ -102,19 +159,25 @@ class _Generator:
         return tuple(1 if self.chance(0.5) else n for n in shape)
 
     # ---- variables
-    def new_input(self, shape: tuple, kind: str = "float", high: int = 0) -> str:
+    def new_input(self, shape: tuple, kind: str | None = None, high: int = 0) -> str:
+        """A new argument of ``shape``: a value of the program's dtype, or indices (``kind``
+        "labels", "index", "unique") below ``high``."""
+        kind = kind or self.value_kind
         name = f"x{len(self.inputs)}"
         batched = len(self.inputs) == 0 or self.chance(0.7)
         self.inputs.append(InputSpec(name, tuple(int(n) for n in shape), kind, high, batched))
-        dtype = self.dtype if kind == "float" else np.dtype(np.int32 if kind == "labels" else np.int64)
+        dtype = self.dtype if kind == self.value_kind else np.dtype(np.int32 if kind == "labels" else np.int64)
         self.avals[name] = (tuple(shape), dtype)
         return name
 
-    def vars_of(self, kind: str = "f", pred: Callable = lambda s: True) -> list:
-        names = [i.name for i in self.inputs if i.kind == "float"] + self.created if kind == "f" else self.created
-        return [n for n in names if np.dtype(self.avals[n][1]).kind == kind and pred(self.avals[n][0])]
+    def vars_of(self, kind: str | None = None, pred: Callable = lambda s: True) -> list:
+        """Values of dtype kind ``kind`` (default: the program's values), inputs first."""
+        kinds = kind or self.value_kinds
+        names = [i.name for i in self.inputs if i.kind == self.value_kind] + self.created if kind is None \
+            else self.created
+        return [n for n in names if np.dtype(self.avals[n][1]).kind in kinds and pred(self.avals[n][0])]
 
-    def pick(self, kind: str = "f", pred: Callable = lambda s: True):
+    def pick(self, kind: str | None = None, pred: Callable = lambda s: True):
         names = self.vars_of(kind, pred)
         if not names:
             return None
@@ -147,7 +210,7 @@ class _Generator:
         out_avals = closed.out_avals
         for a in out_avals:
             if a.dtype.kind == "f" and a.dtype != self.dtype or a.dtype.kind == "c":
-                return False
+                return False  # (an integer program has no float dtype: it stays exact)
             if a.size > _MAX_ELEMENTS:
                 return False
         for o, a in zip(outs, out_avals):
@@ -163,12 +226,12 @@ class _Generator:
     # ---- op families
     def op_unary(self) -> bool:
         a = self.pick()
-        return a is not None and self.assign(self.choice(_UNARY).replace("{c}", self.const()), a=a)
+        return a is not None and self.assign(self.choice(self.unary).replace("{c}", self.const()), a=a)
 
     def operand_like(self, shape: tuple) -> str:
         """A value broadcastable against ``shape``: an existing one or a new input."""
         want = self.compatible_shape(shape)
-        found = self.vars_of("f", lambda s: s == want)
+        found = self.vars_of(pred=lambda s: s == want)
         if found and self.chance(0.6):
             return self.choice(found)
         return self.new_input(want)
@@ -180,7 +243,7 @@ class _Generator:
         b = self.operand_like(self.shape(a))
         if self.chance(0.3):
             a, b = b, a
-        return self.assign(self.choice(_BINARY), a=a, b=b)
+        return self.assign(self.choice(self.binary), a=a, b=b)
 
     def op_compare(self) -> bool:
         a = self.pick()
@@ -215,8 +278,7 @@ class _Generator:
         if a is None:
             return False
         shape = self.shape(a)
-        kind = self.choice(["sum", "sum", "mean", "max", "min", "prod", "var", "std", "logsumexp", "argmax",
-                            "argmin"])
+        kind = self.choice(self.reductions)
         keep = self.chance(0.35)
         if kind in ("argmax", "argmin"):
             ax = self.axis_spec(shape, single=True)
@@ -267,7 +329,7 @@ class _Generator:
         return self.assign("fnp.tensordot({a}, {w}, axes=1)", a=a, w=self.weight((k, n)))
 
     def weight(self, shape: tuple) -> str:
-        found = self.vars_of("f", lambda s: s == shape)
+        found = self.vars_of(pred=lambda s: s == shape)
         return self.choice(found) if found and self.chance(0.3) else self.new_input(shape)
 
     def op_reshape(self) -> bool:
@@ -343,7 +405,7 @@ class _Generator:
         ax = int(self.rng.integers(nd))
         r = self.rng.random()
         if r < 0.25:
-            same = self.vars_of("f", lambda s: s == shape)
+            same = self.vars_of(pred=lambda s: s == shape)
             b = self.choice(same)
             return self.assign(f"fnp.stack([{{a}}, {{b}}], axis={int(self.rng.integers(-nd - 1, nd + 1))})", a=a, b=b)
         if r < 0.4:
@@ -352,7 +414,7 @@ class _Generator:
         if r < 0.5:
             return self.assign(f"fnp.repeat({{a}}, {int(self.rng.integers(1, 4))}, axis={ax})", a=a)
         other = tuple(int(self.rng.integers(0, 9)) if d == ax else n for d, n in enumerate(shape))
-        found = self.vars_of("f", lambda s: len(s) == nd and all(m == n for d, (m, n) in enumerate(zip(s, shape))
+        found = self.vars_of(pred=lambda s: len(s) == nd and all(m == n for d, (m, n) in enumerate(zip(s, shape))
                                                                   if d != ax))
         b = self.choice(found) if found and self.chance(0.5) else self.new_input(other)
         return self.assign(f"fnp.concatenate([{{a}}, {{b}}], axis={ax})", a=a, b=b)
@@ -390,7 +452,7 @@ class _Generator:
                 return False
             xs = self.created[-1]
         row = self.shape(xs)[1:]
-        init = self.vars_of("f", lambda s: s == row)
+        init = self.vars_of(pred=lambda s: s == row)
         init = self.choice(init) if init and self.chance(0.5) else self.new_input(row)
         k = next(self.counter)
         h = self.choice(["fnp.tanh(c * 0.5 + x)", "c * 0.9 + fnp.sin(x)", "c + x", "fnp.maximum(c, x)",
@@ -408,7 +470,7 @@ class _Generator:
         if a is None:
             return False
         r = self.rng.random()
-        one, two = (self.choice(_UNARY).replace("{c}", self.const()).format(a="t") for _ in range(2))
+        one, two = (self.choice(self.unary).replace("{c}", self.const()).format(a="t") for _ in range(2))
         if r < 0.7:
             pred = self.choice(["fnp.sum({a}) > 0.0", "fnp.mean({a}) > {c}", "fnp.max({a}) < 1.0"])
             if "max" in pred and 0 in self.shape(a):
@@ -447,7 +509,7 @@ class _Generator:
         N, H = int(self.choice([1, 2, 4])), int(self.choice([1, 4, 8, 16, 32]))
         lead = (int(self.choice([2, 3])),) if self.chance(0.3) else ()
         qshape = lead + (T, N, H)
-        src = self.vars_of("f", lambda s: math.prod(s) == math.prod(qshape) and len(s) >= 1)
+        src = self.vars_of(pred=lambda s: math.prod(s) == math.prod(qshape) and len(s) >= 1)
         if src and self.chance(0.6):
             if not self.assign(f"fnp.reshape({{a}}, {qshape})", a=self.choice(src)):
                 return False
@@ -497,17 +559,65 @@ class _Generator:
             return False
         return self.assign("{a}[:, None] * {b}[None, :]", a=a, b=b)
 
+    def op_cumprod(self) -> bool:
+        """A cumulative product along an axis of at most 64 (the reference multiplies step by
+        step, in numpy's order, as the dtype's range decides: zeros after an overflow are NaN)."""
+        a = self.pick(pred=lambda s: any(1 <= n <= 64 for n in s))
+        if a is None:
+            return False
+        shape = self.shape(a)
+        ax = self.choice([d for d, n in enumerate(shape) if 1 <= n <= 64])
+        if self.chance(0.3):
+            return self.assign(f"fnp.flip(fnp.cumprod(fnp.flip({{a}}, {ax}), axis={ax}), {ax})", a=a)
+        return self.assign(f"fnp.cumprod({{a}}, axis={ax - len(shape) if self.chance(0.3) else ax})", a=a)
+
+    def op_scatter(self) -> bool:
+        """``x.at[i].set / add / mul / min / max(u)`` along the first axis; a ``set`` gets
+        distinct indices (which of repeated ones wins is numpy's rule, not JAX's)."""
+        a = self.pick(pred=lambda s: len(s) >= 1 and s[0] >= 1)
+        if a is None:
+            return False
+        shape = self.shape(a)
+        op = self.choice(_SCATTERS)
+        m = int(self.choice([1, 3, 8, 33]))
+        if op == "set":
+            idx = self.new_input((min(m, shape[0]),), "unique", shape[0])
+        else:
+            idx = self.new_input((m,), "index", shape[0])
+        if self.chance(0.3):
+            return self.assign(f"fnp.asarray({{a}}).at[{{i}}].{op}({self.const()})", a=a, i=idx)
+        u = self.operand_like(self.shape(idx) + shape[1:])
+        return self.assign(f"fnp.asarray({{a}}).at[{{i}}].{op}({{u}})", a=a, i=idx, u=u)
+
+    def op_on_inputs(self) -> bool:
+        """A function whose edge cases need care, of inputs themselves (exact values over the
+        dtype's whole range in extremes mode)."""
+        names = [i.name for i in self.inputs if i.kind == "float"]
+        a = self.choice(names)
+        if self.chance(0.6):
+            return self.assign(self.choice(_ON_INPUTS_UNARY), a=a)
+        b = self.choice([n for n in names if self.shape(n) == self.shape(a)]) if self.chance(0.4) \
+            else self.new_input(self.compatible_shape(self.shape(a)))
+        return self.assign(self.choice(_ON_INPUTS_BINARY), a=a, b=b)
+
     # the op families and how often each is proposed (relative weights)
     _FAMILIES = ((op_unary, 18), (op_binary, 18), (op_compare, 7), (op_reduce, 14), (op_matmul, 6),
                  (op_reshape, 5), (op_transpose, 5), (op_flip, 4), (op_slice, 7), (op_concat, 4), (op_pad, 3),
                  (op_cumsum, 3), (op_softmax, 4), (op_scan, 3), (op_cond, 3), (op_nn, 5), (op_gather, 3),
                  (op_broadcast, 4))
+    # added to float programs by either option, and by extremes
+    _NEW_FAMILIES = ((op_cumprod, 4), (op_scatter, 5))
+    _EXTREME_FAMILIES = ((op_on_inputs, 12),)
+    # integer and bool programs
+    _INT_FAMILIES = ((op_unary, 16), (op_binary, 16), (op_compare, 7), (op_reduce, 16), (op_cumsum, 4),
+                     (op_cumprod, 4), (op_scatter, 8), (op_reshape, 4), (op_transpose, 4), (op_flip, 3),
+                     (op_slice, 5), (op_concat, 3), (op_pad, 3), (op_gather, 3), (op_broadcast, 3))
 
     def generate(self) -> Program:
         self.new_input(self.main_shape())
         n_ops = int(self.rng.integers(2, 11))
-        families = [op for op, _ in self._FAMILIES]
-        weights = np.array([w for _, w in self._FAMILIES], float)
+        families = [op for op, _ in self.families]
+        weights = np.array([w for _, w in self.families], float)
         tries = 0
         while len(self.stmts) < n_ops and tries < 60:
             tries += 1
@@ -517,11 +627,11 @@ class _Generator:
         if extra and self.chance(0.4):
             outs.append(self.choice(extra))
         if not self.created:  # nothing traced: the identity
-            self.assign("{a} * 1.0", a=self.inputs[0].name)
+            self.assign("{a} * 1.0" if self.floating else "{a} * 1", a=self.inputs[0].name)
             outs = [self.created[-1]]
         batch = int(self.choice([1, 2, 3]))
         return Program(self.seed, self.index, self.dtype, list(self.inputs), list(self.stmts), outs, batch,
-                       dict(self.avals)).restricted(outs)
+                       dict(self.avals), self.extremes).restricted(outs)
 
 
 def _axes_of(spec: str, nd: int) -> tuple:
@@ -549,7 +659,7 @@ def _factor(rng, size: int) -> tuple:
     return tuple(int(dims[i]) for i in rng.permutation(len(dims)))
 
 
-def generate(seed: int, index: int) -> Program:
-    """Program ``index`` of ``seed`` (the same on every machine and run)."""
-    return _Generator(seed, index).generate()
+def generate(seed: int, index: int, extremes: bool = False, dtypes: str = "float") -> Program:
+    """Program ``index`` of ``seed`` with the given options (the same on every machine and run)."""
+    return _Generator(seed, index, extremes, dtypes).generate()
 
