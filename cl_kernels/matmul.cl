@@ -45,10 +45,10 @@
 #define MM_WITH_MV 1
 #endif
 
-/* a prefetch hint (rw 0 read, 1 write): the cpu kind's prefix defines it with clang's builtin where
- * the compiler has one (PoCL); plain OpenCL C (the gpu kind) has none */
+/* a prefetch hint for the line holding *p: the cpu kind's prefix defines it as OpenCL C's prefetch
+ * (PoCL's does nothing; a driver that implements it fetches the line); the gpu kind has none */
 #ifndef MM_PREFETCH
-#  define MM_PREFETCH(p, rw) ((void)0)
+#  define MM_PREFETCH(p) ((void)0)
 #endif
 
 #define MM_TM 8                                   /* fixed: MM_KSTEP below spells out 8 rows */
@@ -158,7 +158,7 @@ void MM_NAME3(matmul_pack_b, MM_SFX)(__global const MM_REAL* restrict B, __globa
         const int knext = min(kend + MM_PKW, K);  /* the next work-item's part of these rows */
         for (int j = 0; j < MM_TN; j++)
             for (int c = kend; c < knext; c += MM_VW)
-                MM_PREFETCH(B + (long)(n0 + j) * K + c, 0);
+                MM_PREFETCH(B + (long)(n0 + j) * K + c);
         for (int g = 0; g < MM_TN; g += 8)
             for (k = kbeg; k < kfull; k += 8)
                 MM_TRANSPOSE8(B + (long)(n0 + g) * K, K, k, dst + (long)k * MM_TN + g, MM_TN);
@@ -301,11 +301,12 @@ void MM_NAME3(matmul_mv_cols, MM_SFX)(__global const MM_REAL* restrict B, __glob
         MM_FMA_ROW(4, off) MM_FMA_ROW(5, off) MM_FMA_ROW(6, off) MM_FMA_ROW(7, off)            \
     }
 
-/* The last tile of each Bp panel fetches the next panel's rows while it computes: a training step
+/* The last tile of each Bp panel asks for the next panel's rows while it computes: a training step
  * leaves B in L3, and its first touch (rows ldb apart) stalled the first tile of every panel
- * (measured in an MLP step: 128x784x512 1.05 -> 1.02 ms, 128x512x512 0.70 -> 0.685 ms). */
-#define MM_PREFETCH_B(off) MM_PREFETCH(bp + panel_stride + (off) * ldb, 0); \
-                           MM_PREFETCH(bp + panel_stride + (off) * ldb + MM_VW, 0);
+ * (measured in an MLP step on Zen 4 with clang's prefetch builtin, which PoCL's prefetch is not:
+ * 128x784x512 1.05 -> 1.02 ms, 128x512x512 0.70 -> 0.685 ms; within the noise on a loaded Zen 3). */
+#define MM_PREFETCH_B(off) MM_PREFETCH(bp + panel_stride + (off) * ldb); \
+                           MM_PREFETCH(bp + panel_stride + (off) * ldb + MM_VW);
 
 /* C[b] (M x N) = epilogue(Ap[b] . Bp[b]).  Grid (ceil(M/(TM*mcb)), ceil(N/(TN*ncb)), batch); each
  * work-item computes mcb x ncb micro-tiles of TM x TN, in K chunks of kc (see the top of the file).
@@ -355,14 +356,14 @@ inline void MM_PASTE(MM_NAME, _body)(MM_PARAMS, const int ai, const int ak)
                         c1[i] = MM_VLOAD(1, t);
                     }
                 }
-                /* C's lines are fetched (for writing) while the tile computes: written cold at the
-                 * end, a K = 128 product (A^T B of a backward pass) stalled on C's misses, 1.2x
-                 * slower than OpenBLAS in a training step (which prefetches C too) */
+                /* C's lines are asked for while the tile computes: written cold at the end, a
+                 * K = 128 product (A^T B of a backward pass) stalled on C's misses, 1.2x slower
+                 * than OpenBLAS in a training step on Zen 4 (with clang's write prefetch) */
                 if (first && full) {
                     #pragma unroll
                     for (int i = 0; i < MM_TM; i++) {
-                        MM_PREFETCH(cp + (long)i * N, 1);
-                        MM_PREFETCH(cp + (long)i * N + MM_VW, 1);
+                        MM_PREFETCH(cp + (long)i * N);
+                        MM_PREFETCH(cp + (long)i * N + MM_VW);
                     }
                 }
                 const __global MM_REAL* a = Ap + (long)mb * a_panel + (long)pc * ak;

@@ -110,6 +110,7 @@ def test_every_tile_shape_gives_numpys_product(tiles, monkeypatch):
     from functrace.backends.opencl import matmul as mm
     monkeypatch.setattr(mm, "TILES", (tiles,))
     monkeypatch.setattr(mm, "_SHARED", {})
+    monkeypatch.setattr(mm, "_TILE_CHOICES", {})
     rng = np.random.default_rng(len(tiles) + tiles[0])
     a, b = rng.standard_normal((3, 37, 70)), rng.standard_normal((3, 70, 29))
     f = ft.jit(lambda a, b: (a @ b, fnp.swapaxes(a, 1, 2).T, a[0].T @ a[1], b[0] @ b[1].T))
@@ -121,16 +122,93 @@ def test_every_tile_shape_gives_numpys_product(tiles, monkeypatch):
 
 
 def test_tiles_fit_the_device():
-    """The largest tile shape whose work-group and local memory fit the device."""
+    """The largest tile shape whose work-group (in all, and along each axis) and local memory fit
+    the device; None where even the smallest does not (float64 16x16 tiles need 8704 bytes)."""
     from types import SimpleNamespace
 
     from functrace.backends.opencl import matmul as mm
-    big = SimpleNamespace(device=SimpleNamespace(max_work_group_size=1024, local_mem_size=48 * 1024))
-    small = SimpleNamespace(device=SimpleNamespace(max_work_group_size=128, local_mem_size=16 * 1024))
-    tiny = SimpleNamespace(device=SimpleNamespace(max_work_group_size=32, local_mem_size=8 * 1024))
+    device = lambda items, local, axes=None: SimpleNamespace(device=SimpleNamespace(
+        max_work_group_size=items, local_mem_size=local, max_work_item_sizes=axes or (items, items, items)))
+    big, small, tiny = device(1024, 48 * 1024), device(128, 16 * 1024), device(32, 8 * 1024)
     assert mm.tiles_for(big, np.float32) == mm.tiles_for(big, np.float64) == (64, 64, 16, 4, 4)
     assert mm.tiles_for(small, np.float32) == (32, 32, 16, 4, 4)
     assert mm.tiles_for(small, np.float64) == mm.tiles_for(tiny, np.float32) == (16, 16, 16, 4, 4)
+    assert mm.tiles_for(tiny, np.float64) is None and mm.tiles_for(device(8, 48 * 1024), np.float32) is None
+    along_x = lambda n: device(1024, 48 * 1024, (n, 1024, 1024))  # (tiles take 16, 8 and 4 items along x)
+    assert mm.tiles_for(along_x(8), np.float32) == (32, 32, 16, 4, 4) and mm.tiles_for(along_x(2), np.float32) is None
+
+
+def test_a_kernel_taking_smaller_work_groups_than_the_device_gets_smaller_tiles(monkeypatch):
+    """The work-group GEMM's tiles are sized from the built kernel too: where its own limit
+    (CL_KERNEL_WORK_GROUP_SIZE, lower than the device's for a kernel needing many registers) is
+    below a tile's work-group, the next smaller tiles run."""
+    from functrace.backends.opencl import matmul as mm
+    make = cl_runtime.Kernel.make
+
+    class AtMost64:
+        """A kernel whose CL_KERNEL_WORK_GROUP_SIZE is 64."""
+
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def get_work_group_info(self, param, device):
+            wg = cl_runtime.get_runtime().cl.kernel_work_group_info.WORK_GROUP_SIZE
+            return 64 if param == wg else self.kernel.get_work_group_info(param, device)
+
+        def __getattr__(self, name):
+            return getattr(self.kernel, name)
+
+        def __call__(self, *args):
+            return self.kernel(*args)
+
+    monkeypatch.setattr(cl_runtime.Kernel, "make", lambda k: AtMost64(make(k)) if "tiled" in k._name else make(k))
+    monkeypatch.setattr(mm, "_SHARED", {})
+    monkeypatch.setattr(mm, "_TILE_CHOICES", {})
+    rng = np.random.default_rng(64)
+    a, b = rng.standard_normal((70, 37)).astype(np.float32), rng.standard_normal((37, 45)).astype(np.float32)
+    f = ft.jit(lambda a, b: a @ b)
+    np.testing.assert_allclose(np.asarray(f(a, b)), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    assert "work-group tiles 32x32" in f.lower(a, b).compile().report()
+
+
+def test_products_where_no_tiles_fit_or_run_take_the_design_without_local_tiles(monkeypatch):
+    """Where no tiles fit the device, or the driver does not make the work-group GEMM's kernel, the
+    gpu kind's products run the packed design of matmul.cl (work-groups of one; its prefetch hint
+    is nothing here), the report saying why; where the driver makes neither, the host BLAS on
+    mapped buffers.  Shapes: B read in place over several panels per work-item, transposed
+    packing over several work-items, a bias epilogue, a batch."""
+    from functrace.backends.opencl import matmul as mm
+    make, misfit = cl_runtime.Kernel.make, mm._tile_misfit
+    refused = []
+
+    def refusing(kernel):
+        if kernel._name.startswith(tuple(refused)):
+            raise RuntimeError("clCreateKernel failed: INVALID_KERNEL_NAME")
+        return make(kernel)
+    monkeypatch.setattr(cl_runtime.Kernel, "make", refusing)
+    rng = np.random.default_rng(3)
+    x, w, c = rng.standard_normal((256, 150)), rng.standard_normal((150, 512)), rng.standard_normal(512)
+    y, p, q = rng.standard_normal((64, 150)), rng.standard_normal((3, 9, 17)), rng.standard_normal((3, 17, 5))
+    want = (np.tanh(x @ w + c), x[:17] @ y.T, p @ q)
+    args = [v.astype(np.float32) for v in (x, w, c, y, p, q)]
+    cases = {  # what the report says -> (whether tiles fit, the kernels the driver does not make)
+        "8x32 micro-tiles (read in place), 64x256 blocks, kc 150 + bias + tanh, no work-group tiles: too little "
+        "local memory": (False, ()),
+        "8x32 micro-tiles (A and B packed), 8x32 blocks, kc 150, no work-group tiles: the driver did not make "
+        "kernel matmul_tiled_f32 (RuntimeError: clCreateKernel failed": (True, ("matmul_tiled",)),
+        "host BLAS + bias + tanh, its OpenCL kernels cannot run on this device: the driver did not make kernel "
+        "matmul_f32_bias_tanh_arows": (True, ("matmul_",)),
+    }
+    for says, (tiles_fit, refusals) in cases.items():
+        refused[:] = refusals
+        monkeypatch.setattr(mm, "_tile_misfit", misfit if tiles_fit else lambda *a, **k: "too little local memory")
+        monkeypatch.setattr(mm, "_SHARED", {})
+        monkeypatch.setattr(mm, "_TILE_CHOICES", {})
+        exe = ft.jit(lambda x, w, c, y, p, q: (fnp.tanh(x @ w + c), x[:17] @ y.T, p @ q)).lower(*args).compile()
+        for got, ref in zip(exe(*args), want):
+            np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-4, atol=1e-4)
+        report = exe.report()
+        assert says in report and report.count("matmul (") == 3, report
 
 
 def test_reductions_run_as_work_group_trees():

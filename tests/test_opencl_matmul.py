@@ -42,8 +42,14 @@ VARIANTS = {
 
 @pytest.fixture(autouse=True)
 def _force_opencl():
+    """The kernels forced, and afterwards none of them found unusable on this device (where a
+    kernel cannot run the product silently gives way to the host BLAS: the numbers alone would not
+    show it)."""
     with mm.forced_mode("opencl"):
         yield
+    unusable = {key: (e.failure, e.refused) for key, e in mm._SHARED.items()
+                if e.failure is not None or any(e.refused.values())}
+    assert unusable == {}
 
 
 def rand(shape, dtype):
@@ -250,27 +256,39 @@ def test_fused_bias_activation_epilogue(dtype, impl, monkeypatch):
         tol = 1e-4 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(np.asarray(out).reshape(m, n), want, rtol=tol, atol=tol)
         assert ("bias" in low.label) == bias and (act == "none" or act in low.label)
+        assert low.extra["impl"] == impl.split()[0], low.label
 
 
-def test_matmul_without_a_prefetch_builtin(monkeypatch):
-    """A compiler without ``__builtin_prefetch`` gets ``MM_PREFETCH`` as a no-op statement: the
-    programs still build and give the same products (B read in place over several panels per
-    work-item, transposed packing over several work-items, a bias epilogue)."""
-    source = mm.matmul_source
-    monkeypatch.setattr(mm, "matmul_source",
-                        lambda *a, **k: "#define MM_PREFETCH(p, rw) ((void)0)\n" + source(*a, **k))
-    monkeypatch.setattr(mm, "_SHARED", {})  # the shared programs are built again, with the no-op
-    ctx = _launch_ctx()
-    # 256 x 512 (B in place, 16 panels) keeps at least two panels per work-item up to 64 compute units
-    for m, k, n, tb, bias in [(256, 150, 512, False, True), (17, 200, 64, True, False)]:
-        spec = mm.MatmulSpec(1, m, n, k, False, tb, np.dtype(np.float32))
-        low = mm.lower_matmul(spec, rt, bias=bias)
-        a, b, c = rand((m, k), np.float32), rand((k, n), np.float32), rand((n,), np.float32)
-        # the inputs stay referenced until the result is read: kernels use their memory in place
-        ins = [rt.to_device(a), rt.to_device(np.ascontiguousarray(b.T) if tb else b)] + ([rt.to_device(c)] if bias else [])
-        (out,) = low.run(ctx, ins)
-        want = a.astype(np.float64) @ b + (c if bias else 0)
-        np.testing.assert_allclose(np.asarray(out).reshape(m, n), want, rtol=1e-4, atol=1e-4)
+def test_kernels_the_driver_does_not_make_give_way_to_the_host_blas(monkeypatch):
+    """A matmul kernel the driver builds but will not make (Oclgrind would not make the cpu kind's
+    kernels while they called clang's ``__builtin_prefetch``; test_portability runs that on
+    Oclgrind) runs the product on the host BLAS, the report naming the kernel and the driver's
+    reason: forced, and in auto mode, whose measuring run then measures nothing."""
+    make = cl_runtime.Kernel.make
+
+    def refusing(kernel):
+        if kernel._name.startswith("matmul_pack_b"):
+            raise RuntimeError("clCreateKernel failed: INVALID_KERNEL_NAME")
+        return make(kernel)
+    monkeypatch.setattr(cl_runtime.Kernel, "make", refusing)
+    monkeypatch.setattr(mm, "_SHARED", {})  # (the kernels asked for again)
+    x, w = rand((48, 40), np.float32), rand((40, 50), np.float32)  # 50 columns: B packed
+    f = ft.jit(lambda x, w: x @ w * 2.0, backend="opencl")
+    check(f(x, w), x, 2 * w, np.float32, 40)
+    (line,) = labels(f.lower(x, w).compile())
+    assert "host BLAS, its OpenCL kernels cannot run on this device: the driver did not make kernel " \
+           "matmul_pack_b_f32 (RuntimeError: clCreateKernel failed: INVALID_KERNEL_NAME)" in line, line
+    if rt.kind != "cpu":
+        return  # (auto mode measures on the cpu kind only)
+    for table in ("_DECISIONS", "_TIMINGS", "_RUNS", "_WARM", "_IN_FORCE"):
+        monkeypatch.setattr(mm, table, {})
+    monkeypatch.setattr(mm, "_load_decisions", lambda rt: None)
+    with mm.forced_mode("auto"):
+        g = ft.jit(lambda x, w: x @ w, backend="opencl")
+        exe = g.lower(x, w).compile()
+        for _ in range(mm.MEASURE_AT_RUN + 1):
+            check(exe(x, w), x, w, np.float32, 40)
+    assert mm._DECISIONS == {} and "cannot run on this device" in labels(exe)[0], labels(exe)
 
 
 @pytest.mark.parametrize("impl", ["opencl", "blas"])

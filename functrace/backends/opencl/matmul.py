@@ -27,6 +27,10 @@ Which implementation runs (``ft.config.update("matmul", ...)``, or ``FUNCTRACE_M
   than one process) a shape not decided yet stays on the host BLAS, unmeasured (see ``lower_matmul``).
 * the host BLAS runs on the process's own thread count (never changed here: OpenBLAS rounds
   differently at different counts).
+* kernels the device cannot run (their program does not build, or the driver will not make them:
+  ``_cannot_run``) give way, on either kind and in any mode, to the host BLAS; the gpu kind's
+  work-group GEMM takes the largest tiles the device and the built kernel allow (work-group size,
+  local memory, CL_KERNEL_WORK_GROUP_SIZE), else the packed design.  The report says why.
 
 The kernels also have a fused epilogue (bias along N, then relu / tanh, chosen at compile time);
 :func:`lower_matmul` exposes it for a matmul+bias(+activation) fusion.
@@ -118,18 +122,37 @@ def forced_mode(m: str):
 # --------------------------------------------------------------------------- sources
 
 
-_SHARED: dict = {}          # (runtime id, dtype, bias, act) -> (runtime, program, {kernel name: Kernel})
+_SHARED: dict = {}          # (runtime id, dtype, bias, act, tiles) -> _SharedProgram
+_TILE_CHOICES: dict = {}    # (runtime id, dtype, bias, act) -> (runtime, tiles or None, why none fits)
 _LAUNCH_LOCK = threading.Lock()  # shared cl.Kernel objects: set-args + enqueue must not interleave
+# failures that are about the device or the environment, not about one program: never a fallback
+_NOT_OURS = (runtime.DeviceUnusable, runtime.OpenCLEnvironmentError)
 
 
-def _shared(rt, dtype, bias: bool, act: str) -> tuple:
-    """(program, {kernel name: Kernel}) of the shared matmul program for this variant (built once
-    per runtime)."""
-    key = (id(rt), np.dtype(dtype), bool(bias), act)  # the dtype itself: its .name is slow to get
+def _why(e: Exception) -> str:
+    """One line saying what went wrong, for a report."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+@dataclass
+class _SharedProgram:
+    """One shared matmul program on one runtime: its kernels by name, or why it did not build, and
+    what the driver said to each kernel asked for (``_cannot_run``)."""
+
+    rt: object
+    program: object        # the built program (None when it did not build)
+    kernels: dict          # name -> runtime.Kernel (none when the program did not build)
+    failure: str | None    # why it did not build, or why its kernels cannot launch
+    refused: dict          # name -> why the driver did not make that kernel (None: it did)
+
+
+def _shared(rt, dtype, bias: bool, act: str, tiles: tuple | None) -> _SharedProgram:
+    """The shared matmul program of this variant on ``rt`` (built once per runtime; a failed build
+    is kept, with its reason): ``matmul.cl``, with the work-group GEMM of ``tiles`` (None: none)."""
+    key = (id(rt), np.dtype(dtype), bool(bias), act, tiles)  # the dtype itself: its .name is slow to get
     entry = _SHARED.get(key)
-    if entry is None or entry[0] is not rt:
-        tiles = tiles_for(rt, dtype) if rt.policy.tiled_matmul else None
-        prog = rt.program(FP64_PRAGMA + matmul_source(dtype, bias, act, tiles))
+    if entry is None or entry.rt is not rt:
         sfx = SFX[np.dtype(dtype)]
         names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}"] + [kernel_name(dtype, bias, act) + layout
                                                                    for layout in ("", "_arows", "_acols")]
@@ -137,13 +160,37 @@ def _shared(rt, dtype, bias: bool, act: str) -> tuple:
             names.append(kernel_name(dtype, bias, act, tiled=True))
         if not bias and act == "none":
             names += [f"matmul_mv_rows_{sfx}", f"matmul_mv_cols_{sfx}"]
-        entry = _SHARED[key] = (rt, prog, {n: rt.kernel(prog, n) for n in names})
-    return entry[1:]
+        try:
+            prog = rt.program(FP64_PRAGMA + matmul_source(dtype, bias, act, tiles))
+            entry = _SharedProgram(rt, prog, {n: rt.kernel(prog, n) for n in names}, None, {})
+        except _NOT_OURS:
+            raise
+        except Exception as e:  # (the driver's compiler failed on it)
+            entry = _SharedProgram(rt, None, {}, f"its program did not build ({_why(e)})", {})
+        _SHARED[key] = entry
+    return entry
 
 
-def shared_kernels(rt, dtype, bias: bool = False, act: str = "none") -> dict:
-    """The kernels of the shared matmul program for this variant."""
-    return _shared(rt, dtype, bias, act)[1]
+def _cannot_run(rt, plan: "_Plan") -> str | None:
+    """Why the kernels ``plan`` launches cannot run on ``rt``'s device (None: they can): their
+    program did not build, or the driver will not make one of them (Oclgrind could not make the
+    kernels that called clang's ``__builtin_prefetch``).  Each is made here, as its first launch
+    would make it, once per runtime: a refusal is kept with its reason."""
+    entry = _shared(rt, plan.spec.dtype, plan.bias, plan.act, plan.tiles)
+    return entry.failure or next(filter(None, (_refusal(entry, name) for name in plan.kernel_names)), None)
+
+
+def _refusal(entry: _SharedProgram, name: str) -> str | None:
+    """Why the driver does not make kernel ``name`` of ``entry`` (None: it does), asked once."""
+    if name not in entry.refused:
+        try:
+            entry.kernels[name].make()
+            entry.refused[name] = None
+        except _NOT_OURS:
+            raise
+        except Exception as e:
+            entry.refused[name] = f"the driver did not make kernel {name} ({_why(e)})"
+    return entry.refused[name]
 
 
 class _WarmUpThread:
@@ -196,16 +243,26 @@ def _kernels_ready(plan: "_Plan", rt) -> bool:
 
 def _warm_up(plan: "_Plan", rt) -> None:
     """Build the shared program ``plan`` uses and launch its kernels once on scratch operands of
-    the plan's shape (their values do not matter), on a queue of this thread's own."""
-    s, q = plan.spec, rt.cl.CommandQueue(rt.context)
-    program = _shared(rt, s.dtype, plan.bias, plan.act)[0]
-    kernels = {name: rt.kernel(program, name) for name in plan.kernel_names}  # not the shared objects
-    ctx = SimpleNamespace(rt=rt, queue=q, alloc=rt.empty, release=lambda arr: None)
+    the plan's shape (their values do not matter), with kernel objects of this thread's own, on
+    the runtime's queue (in the caller's thread or a child process: see ``_warm_up_elsewhere``).
+    Kernels that cannot run (``_cannot_run``) launch nothing; a launch that fails is kept as the
+    reason, so the measuring run does not try them again."""
+    entry = _shared(rt, plan.spec.dtype, plan.bias, plan.act, plan.tiles)
+    if _cannot_run(rt, plan) is not None:
+        return
+    s = plan.spec
+    kernels = {name: rt.kernel(entry.program, name) for name in plan.kernel_names}
+    ctx = SimpleNamespace(rt=rt, queue=rt.queue, alloc=rt.empty, release=lambda arr: None)
     operands = [rt.empty((n,), s.dtype) for n in (s.batch * s.M * s.K, s.batch * s.K * s.N)]
     bias = rt.empty((s.N,), s.dtype) if plan.bias else None
-    plan.run_opencl(ctx, *operands, rt.empty(plan.out_shape_flat, s.dtype), bias,
-                    kernels=kernels, launch_lock=contextlib.nullcontext())
-    q.finish()
+    try:
+        plan.run_opencl(ctx, *operands, rt.empty(plan.out_shape_flat, s.dtype), bias,
+                        kernels=kernels, launch_lock=contextlib.nullcontext())
+        rt.queue.finish()
+    except _NOT_OURS:
+        raise
+    except Exception as e:
+        entry.failure = f"its warm-up launch failed ({_why(e)})"
 
 
 def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmUpThread) -> None:
@@ -213,12 +270,15 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
     leaves the compiled program and work-group functions in PoCL's disk cache: the caller's build
     and first launch then take ~0.1 s.  Not in a thread of this process: PoCL compiles a
     kernel's work-group function at its first launch while holding the device, so every launch
-    of the caller would wait for it.  Other drivers: in this thread."""
+    of the caller would wait for it.  Other drivers compile when they build: in this thread, the
+    build and the kernels made (``_cannot_run``), no launch (the measuring run launches them
+    first, in the caller's thread: Oclgrind ran a kernel for each of two threads waiting on one
+    queue at once, and aborted)."""
     try:
         if worker.stopping:
             return
         if not rt.driver_caches_programs:
-            _warm_up(plan, rt)
+            _cannot_run(rt, plan)
             return
         s = plan.spec
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -235,7 +295,7 @@ def _warm_up_elsewhere(plan: "_Plan", rt, ready: threading.Event, worker: _WarmU
             worker.child.wait()
         worker.child = None
     except Exception:
-        pass  # a warm-up that failed only leaves the compile to the measuring run
+        pass  # a warm-up that could not run leaves the build to the measuring run (which checks the kernels)
     finally:
         ready.set()
 
@@ -264,15 +324,67 @@ def kernel_name(dtype, bias: bool = False, act: str = "none", tiled: bool = Fals
             + ("" if act == "none" else f"_{act}"))
 
 
-def tiles_for(rt, dtype) -> tuple:
-    """The largest of ``TILES`` whose work-group and local memory fit ``rt``'s device."""
-    itemsize = np.dtype(dtype).itemsize
-    items = int(getattr(rt.device, "max_work_group_size", 256) or 256)
-    local = int(getattr(rt.device, "local_mem_size", 32768) or 32768)
-    for tsm, tsn, tsk, wptm, wptn in TILES:
-        if (tsm // wptm) * (tsn // wptn) <= items and 2 * tsk * (tsm + tsn + 2) * itemsize <= local:
-            return tsm, tsn, tsk, wptm, wptn
-    return TILES[-1]
+def _tile_misfit(rt, dtype, tiles: tuple, kernel=None) -> str | None:
+    """Why the work-group GEMM with ``tiles`` does not fit ``rt``'s device (None: it does): its
+    work-group against the device's work-group size and per-axis limits, its two buffers of each
+    operand's chunk against the device's local memory; given its built ``kernel``, against that
+    kernel's own limits too (CL_KERNEL_WORK_GROUP_SIZE, lower than the device's for a kernel that
+    needs many registers; CL_KERNEL_LOCAL_MEM_SIZE)."""
+    tsm, tsn, tsk, wptm, wptn = tiles
+    shape = (tsn // wptn, tsm // wptm)
+    items = shape[0] * shape[1]
+    need = 2 * tsk * (tsm + tsn + 2) * np.dtype(dtype).itemsize
+    device = rt.device
+    most = int(getattr(device, "max_work_group_size", 256) or 256)
+    per_axis = tuple(getattr(device, "max_work_item_sizes", None) or (most, most))
+    local = int(getattr(device, "local_mem_size", 32768) or 32768)
+    if items > most or shape[0] > per_axis[0] or shape[1] > per_axis[1]:
+        return (f"{tsm}x{tsn} tiles take work-groups of {shape[0]}x{shape[1]} items, the device's of at most "
+                f"{most} ({per_axis[0]}x{per_axis[1]})")
+    if need > local:
+        return f"{tsm}x{tsn} tiles need {need} bytes of local memory, the device has {local}"
+    if kernel is not None:
+        info = rt.cl.kernel_work_group_info
+        allowed = kernel.get_work_group_info(info.WORK_GROUP_SIZE, device)
+        if items > allowed:
+            return (f"the {tsm}x{tsn} tiles' kernel takes work-groups of at most {allowed} items "
+                    f"(CL_KERNEL_WORK_GROUP_SIZE), its tiles {items}")
+        used = kernel.get_work_group_info(info.LOCAL_MEM_SIZE, device)
+        if used > local:
+            return f"the {tsm}x{tsn} tiles' kernel uses {used} bytes of local memory, the device has {local}"
+    return None
+
+
+def tiles_for(rt, dtype) -> tuple | None:
+    """The largest of ``TILES`` whose work-group and local memory fit ``rt``'s device (None: none)."""
+    return next((tiles for tiles in TILES if _tile_misfit(rt, dtype, tiles) is None), None)
+
+
+def _work_group_tiles(rt, dtype, bias: bool, act: str) -> tuple:
+    """(tiles, why) of this variant's work-group GEMM on ``rt`` (the gpu kind): the largest of
+    ``TILES`` that fit the device and whose built kernel takes their work-group, else (None, why
+    the last did not: the design without local tiles runs).  A tiled program that does not build or
+    whose kernel the driver does not make is not tried smaller (the same code).  Asked once per
+    runtime and variant."""
+    key = (id(rt), np.dtype(dtype), bool(bias), act)
+    found = _TILE_CHOICES.get(key)
+    if found is None or found[0] is not rt:
+        chosen, why = None, None
+        for tiles in TILES:
+            why = _tile_misfit(rt, dtype, tiles)
+            if why is not None:
+                continue
+            entry = _shared(rt, dtype, bias, act, tiles)
+            name = kernel_name(dtype, bias, act, tiled=True)
+            why = entry.failure or _refusal(entry, name)
+            if why is not None:
+                break
+            why = _tile_misfit(rt, dtype, tiles, entry.kernels[name].make())
+            if why is None:
+                chosen = tiles
+                break
+        found = _TILE_CHOICES[key] = (rt, chosen, why)
+    return found[1:]
 
 
 def matmul_source(dtype, bias: bool = False, act: str = "none", tiles: tuple | None = None) -> str:
@@ -370,13 +482,16 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class _Plan:
-    """The launches of one matmul shape: precomputed grids and scalar arguments."""
+    """The launches of one matmul shape: precomputed grids and scalar arguments.  With ``tiles``
+    (the gpu kind, where they fit: ``_work_group_tiles``) a product of matrices is one launch of
+    the work-group GEMM; its kernels come from the shared program of its variant and ``tiles``."""
 
-    def __init__(self, spec: MatmulSpec, rt, bias: bool, act: str):
+    def __init__(self, spec: MatmulSpec, rt, bias: bool, act: str, tiles: tuple | None = None):
         s = spec
         self.spec = s
         self.bias = bias
         self.act = act
+        self.tiles = tiles
         i32, i64 = np.int32, np.int64
         sfx = SFX[s.dtype]
         tn = 2 * VW[s.dtype]
@@ -399,9 +514,9 @@ class _Plan:
             self.args = (i32(rows), i32(s.K), i64(rows * s.K), i64(s.K), i64(rows))
             self.launches = 1
             return
-        if rt is not None and rt.policy.tiled_matmul:  # the gpu kind: one work-group GEMM launch
+        if tiles is not None:  # one work-group GEMM launch
             self.kind = "tiled"
-            self.tiles = tsm, tsn, _, wptm, wptn = tiles_for(rt, s.dtype)
+            tsm, tsn, _, wptm, wptn = tiles
             self.local = (tsn // wptn, tsm // wptm, 1)
             self.grid = (_cdiv(s.N, tsn) * self.local[0], _cdiv(s.M, tsm) * self.local[1], s.batch)
             self.args = (i32(s.M), i32(s.N), i32(s.K), i32(int(s.ta)), i32(int(s.tb)),
@@ -446,8 +561,9 @@ class _Plan:
         self.mm_args = (i32(s.M), i32(s.N), i32(s.K), i32(mcb), i32(ncb), i32(kc),
                         i64(sap), i64(sbp), i64(s.M * s.N), i32(ldb), i64(panel_stride), i64(a_panel))
         self.blocking = (mcb * TM, ncb * tn, kc)
-        self.kernel_names = [f"matmul_pack_a_{sfx}", f"matmul_pack_b_{sfx}", kernel_name(s.dtype, bias, act) + a_layout]
-        self.launches = 1 + self.pack_a + self.pack_b
+        self.kernel_names = ([f"matmul_pack_a_{sfx}"] * self.pack_a + [f"matmul_pack_b_{sfx}"] * self.pack_b
+                             + [kernel_name(s.dtype, bias, act) + a_layout])  # in launch order
+        self.launches = len(self.kernel_names)
 
     def epilogue(self) -> str:
         return (" + bias" if self.bias else "") + ("" if self.act == "none" else f" + {self.act}")
@@ -467,7 +583,7 @@ class _Plan:
         """Enqueue the kernels (the shared program's, else ``kernels`` of this thread's own: then
         ``launch_lock`` can be a null context)."""
         q = ctx.queue
-        kernels = kernels or shared_kernels(ctx.rt, self.spec.dtype, self.bias, self.act)
+        kernels = kernels or _shared(ctx.rt, self.spec.dtype, self.bias, self.act, self.tiles).kernels
         if self.kind == "tiled":
             with launch_lock:
                 kernels[self.kernel_names[0]](q, self.grid, self.local, a.buffer, b.buffer, out.buffer,
@@ -481,14 +597,14 @@ class _Plan:
             return
         ap = ctx.alloc((self.ap_size,), self.spec.dtype) if self.pack_a else a
         bp = ctx.alloc((self.bp_size,), self.spec.dtype) if self.pack_b else b
-        ka, kb, km = (kernels[n] for n in self.kernel_names)
+        launch = (kernels[n] for n in self.kernel_names)
         with launch_lock:
             if self.pack_a:
-                ka(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
+                next(launch)(q, self.pack_a_grid, (1, 1, 1), a.buffer, ap.buffer, *self.pack_a_args)
             if self.pack_b:
-                kb(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
-            km(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
-               (bias if bias is not None else out).buffer, *self.mm_args)
+                next(launch)(q, self.pack_b_grid, (1, 1, 1), b.buffer, bp.buffer, *self.pack_b_args)
+            next(launch)(q, self.grid, (1, 1, 1), ap.buffer, bp.buffer, out.buffer,
+                         (bias if bias is not None else out).buffer, *self.mm_args)
         if self.pack_a:  # the in-order queue runs later users of these buffers after this launch
             ctx.release(ap)
         if self.pack_b:
@@ -651,11 +767,23 @@ def _how(plan: _Plan, impl: str | None, auto_cpu: bool) -> str:
     return f", measured {t[0] * 1e3:.3g} ms OpenCL vs {t[1] * 1e3:.3g} ms BLAS"
 
 
+def _plan(spec: MatmulSpec, rt, bias: bool, act: str) -> tuple:
+    """(plan, note): the launches of this product on ``rt``, the gpu kind's work-group GEMM where
+    its tiles fit the device (``_work_group_tiles``), with the report's note on why they do not."""
+    if rt is None or not rt.policy.tiled_matmul:
+        return _Plan(spec, rt, bias, act), ""
+    tiles, why = _work_group_tiles(rt, spec.dtype, bias, act)
+    plan = _Plan(spec, rt, bias, act, tiles)
+    return plan, f", no work-group tiles: {why}" if plan.kind == "gemm" else ""
+
+
 def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") -> Lowered:
-    """Lowered steps for ``act(op(A) . op(B) + bias)``; ``run(ctx, [a, b] or [a, b, bias])``."""
+    """Lowered steps for ``act(op(A) . op(B) + bias)``; ``run(ctx, [a, b] or [a, b, bias])``.  Kernels
+    that cannot run on the device (``_cannot_run``) give way to the host BLAS, and the report says
+    why; on the gpu kind, tiles that do not fit it to the design without local tiles."""
     if act not in ACTS:
         raise ValueError(f"matmul epilogue activation must be one of {tuple(ACTS)}, got {act!r}")
-    plan = _Plan(spec, rt, bias, act)
+    plan, no_tiles = _plan(spec, rt, bias, act)
     m = config.matmul
     host_blas = rt is not None and rt.policy.host_blas  # (the gpu kind: kernels only)
     if not host_blas or m == "opencl":
@@ -673,10 +801,12 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
     # undecided: the host BLAS for this process's life, measured (below) for later processes
     state = {"impl": impl or "blas", "measure": impl is None and not under_mpi}
     how = (", not measured under MPI (each process would measure on its own)" if under_mpi
-           else _how(plan, impl, m == "auto" and host_blas))
+           else _how(plan, impl, m == "auto" and host_blas) + no_tiles)
+    # the kernels are built (or loaded) and made now, not at the first call
+    cannot = _cannot_run(rt, plan) if state["impl"] == "opencl" and rt is not None else None
+    if cannot is not None:
+        state["impl"], how = "blas", f", its OpenCL kernels cannot run on this device: {cannot}"
     impl = state["impl"]
-    if impl == "opencl" and rt is not None:
-        shared_kernels(rt, spec.dtype, bias, act)  # build (or load) the shared program now, not at the first call
     stub = (f"/* dot_general -> {', '.join(plan.kernel_names)}: launched from the shared matmul program "
             f"(cl_kernels/matmul.cl, {spec.dtype.name}{', bias' if bias else ''}"
             f"{'' if act == 'none' else ', ' + act}), built once per device */\n")
@@ -697,6 +827,11 @@ def lower_matmul(spec: MatmulSpec, rt, bias: bool = False, act: str = "none") ->
                 return False
             _RUNS[key] = _RUNS.get(key, 0) + 1
             if _RUNS[key] < MEASURE_AT_RUN or not _kernels_ready(plan, ctx.rt):
+                return False
+            cannot = _cannot_run(ctx.rt, plan)
+            if cannot is not None:  # nothing to measure: the host BLAS stays (a later process asks again)
+                state["measure"] = False
+                lowered.label = _label(plan, "blas", f", its OpenCL kernels cannot run on this device: {cannot}")
                 return False
             _DECISIONS[key] = _choose(plan, ctx, a, b, out, bias_arr)
             _save_decisions(ctx.rt)

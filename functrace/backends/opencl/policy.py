@@ -10,8 +10,9 @@ and the ``opencl_device_kind`` option (``"auto" | "cpu" | "gpu"``, also
   (``matmul``), a program near the crossover is timed both ways at its first call, buffers wrap
   page-aligned numpy memory (``USE_HOST_PTR``) on unified memory, elementwise kernels use the
   device's preferred vector width and store past the cache when their data outgrow it, and the
-  sources may use clang's builtins (prefetch, non-temporal stores) and ``native_sin``/``native_cos``
-  where the device's were measured accurate (once per device and driver, kept on disk): those are
+  sources may use OpenCL C's ``prefetch``, clang's non-temporal stores and ``native_sin``/``native_cos``
+  (where the device's were measured accurate, once per device and driver, kept on disk, and only
+  on arguments within the measured range): those are
   defined in ``CPU_PREFIX`` and ``NATIVE_TRIG_PREFIX``,
   the text only this kind puts before its programs (with ``FT_CPU_KIND``, for sources that need
   to test for it); the sources themselves fall back to plain forms (``executable.PREAMBLE``,
@@ -39,13 +40,14 @@ from dataclasses import dataclass
 
 ROUNDING_OPTION = "-cl-fp32-correctly-rounded-divide-sqrt"
 
-# CPU-only macros, put before every program of the cpu kind (and only there): clang's prefetch
-# and non-temporal store where the compiler has them
+# CPU-only macros, put before every program of the cpu kind (and only there): the matmul kernels'
+# prefetch hint as OpenCL C's own ``prefetch`` (clang's ``__builtin_prefetch`` becomes
+# ``llvm.prefetch``, which a clang-based CPU driver other than PoCL may not implement: Oclgrind could
+# not create the kernels; PoCL's ``prefetch`` does nothing, and the builtin's gain on PoCL was within
+# this host's noise), and clang's non-temporal store where the compiler has it
 CPU_PREFIX = """#define FT_CPU_KIND 1
+#define MM_PREFETCH(p) prefetch((p), 1)
 #if defined(__has_builtin)
-#  if __has_builtin(__builtin_prefetch)
-#    define MM_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
-#  endif
 #  if __has_builtin(__builtin_nontemporal_store)
 #    define FT_STREAM_STORE(v, p) __builtin_nontemporal_store((v), (p))
 #  endif

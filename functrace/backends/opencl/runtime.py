@@ -823,20 +823,29 @@ class Kernel:
     """A ``cl.Kernel`` made at its first launch (a program names more kernels than a call may run,
     and pyopencl takes 0.15-0.5 ms to make one, ~4 ms for the first in a process: it fetches each
     kernel's argument-setting code from its own on-disk cache, sqlite, and once more for declared
-    types) that declares its scalar argument types from the numpy scalars of that launch:
-    pyopencl then packs them itself.
+    types), or earlier by ``make`` (to learn whether the driver makes it at all), that declares its
+    scalar argument types from the numpy scalars of its first launch: pyopencl then packs them itself.
     Undeclared, pyopencl takes ~9 us per scalar argument and launch (measured with PoCL: a
     16-argument matmul launch 104 -> 5 us).  Not for two threads at once: a launch sets the
     arguments, then enqueues (callers serialize: an executable's lock, matmul's launch lock)."""
 
-    __slots__ = ("_cl", "_program", "_name", "_kernel")
+    __slots__ = ("_cl", "_program", "_name", "_made", "_kernel")
 
     def __init__(self, cl, program, name: str):
         self._cl, self._program, self._name = cl, program, name
-        self._kernel = None
+        self._made = None    # the cl.Kernel, once made
+        self._kernel = None  # ... once its scalar types are declared (at the first launch)
 
-    def _make(self, args: tuple):
-        kernel = self._cl.Kernel(self._program, self._name)
+    def make(self):
+        """The ``cl.Kernel``, made now if it was not (clCreateKernel): raises where the driver
+        built the program but will not make this kernel (Oclgrind, for a kernel calling a function
+        it does not implement)."""
+        if self._made is None:
+            self._made = self._cl.Kernel(self._program, self._name)
+        return self._made
+
+    def _declare(self, args: tuple):
+        kernel = self.make()
         scalar_types = [a.dtype if isinstance(a, np.generic) else None for a in args]
         if any(t is not None for t in scalar_types):  # (buffers alone: the generic code is as fast)
             kernel.set_scalar_arg_dtypes(scalar_types)
@@ -846,7 +855,7 @@ class Kernel:
     def __call__(self, queue, global_size, local_size, *args):
         kernel = self._kernel
         if kernel is None:
-            kernel = self._make(args)
+            kernel = self._declare(args)
         event = kernel(queue, global_size, local_size, *args)
         if config.opencl_debug_canaries:
             check_canaries(queue, self._name, args)
