@@ -1,5 +1,8 @@
-"""The differential fuzzer (functrace.fuzz): its reference bounds, its checks, and a fixed-seed
-run that must find nothing (``python -m functrace.fuzz --n 5000`` runs the long version)."""
+"""The differential fuzzer (functrace.fuzz): its reference bounds, its checks, the defects it must
+catch (planted), and fixed-seed runs that must find nothing (``python -m functrace.fuzz --n 5000``
+runs the long version; ``--extremes --dtypes all --against jax`` the new modes)."""
+import hashlib
+import re
 import subprocess
 import sys
 
@@ -14,6 +17,7 @@ from functrace.backends.opencl import runtime as cl_runtime
 from functrace.core import Primitive
 from functrace.fuzz import bounds as fuzz_bounds
 from functrace.fuzz import check as fuzz_check
+from functrace.fuzz import oracles as fuzz_oracles
 
 HAVE_OPENCL = cl_runtime.get_runtime() is not None
 U32 = np.finfo(np.float32).eps / 2
@@ -30,7 +34,8 @@ def bounds(f, *args, dtype=np.float32):
 # --------------------------------------------------------------------------- reference bounds
 
 
-@pytest.mark.parametrize("table", ["TRANSCENDENTAL", "ULPS", "PERIODIC", "STRUCTURAL", "RULES", "FUSED_REFERENCES"])
+@pytest.mark.parametrize("table", ["TRANSCENDENTAL", "EXACT", "ULPS", "PERIODIC", "STRUCTURAL", "RULES",
+                                   "FUSED_REFERENCES"])
 def test_the_bound_tables_are_keyed_by_registered_primitives(table):
     """Each table of facts about primitives is keyed by the primitive objects themselves (the ones
     ``primitives.registry`` holds), so a stale or misspelled entry cannot silently match nothing."""
@@ -135,6 +140,44 @@ def test_fused_primitives_are_bounded_through_their_reference_decomposition():
     assert np.all(y.e > 0) and np.all(y.e < 1e-5)
 
 
+def test_integer_and_bool_results_are_exact_and_wrap_around_as_numpy():
+    """No rounding allowance for integers: uint8 sums, products and cumulative products wrap
+    (numpy's results, exactly), and a bool's any / all / argmax are certain."""
+    x = np.array([200, 100, 3, 0, 255], np.uint8)
+    interp = fuzz.BoundInterpreter(np.float64)
+    f = lambda x: (x * x, fnp.cumprod(x), fnp.max(x), fnp.argmin(x), fnp.asarray(x).at[np.array([0, 0])].add(x[:2]),
+                   fnp.any(x > 250), fnp.cumsum(x))
+    outs = interp.run(ft.make_jaxpr(f)(x), [interp.exact(x)])
+    want = (x * x, np.cumprod(x, dtype=np.uint64), 255, 3, np.array([244, 100, 3, 0, 255], np.uint8), True,
+            np.cumsum(x, dtype=np.uint64))
+    for got, w in zip(outs, want):
+        np.testing.assert_array_equal(got.v, w)
+        assert not np.any(got.e)
+
+
+def test_a_scatter_moves_bounds_with_values_and_keeps_the_widest_at_a_min_or_max():
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    idx = np.array([2, 0, 2])
+    setted, maxed = bounds(lambda x: (fnp.asarray(x).at[np.array([0, 2])].set(fnp.sin(x[:2])),
+                                      fnp.asarray(x).at[idx].max(fnp.exp(x))), x)
+    assert setted.e[1] == 0 and setted.e[0] > 0 and setted.e[2] > 0  # sin rounds; x[1] is untouched
+    np.testing.assert_allclose(maxed.v, [np.exp(2.0), 2.0, np.exp(3.0)], rtol=1e-12)
+    assert maxed.e[1] == 0 and maxed.e[0] > 0
+
+
+def test_a_float_read_as_a_bool_near_zero_is_uncertain():
+    """``all(x)`` is ``x != 0`` per element: where rounding may make x exactly 0 it could be either."""
+    (flag,) = bounds(lambda x: fnp.all(x - 0.1, axis=0), np.array([[0.1], [0.5]], np.float32))
+    assert flag.e.tolist() == [1.0]
+
+
+def test_a_negative_base_to_an_exponent_that_may_round_to_an_integer_is_unchecked():
+    """(-8) ** (y - 1) for y = -6.8e-13 is NaN in float64 but (-8) ** -1 in float32, where y - 1
+    rounds to -1: the reference cannot say which."""
+    (p,) = bounds(lambda x, y: fnp.power(x, y - 1.0), np.array([-8.0], np.float32), np.array([-6.8e-13], np.float32))
+    assert np.isinf(p.e[0])
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -215,6 +258,35 @@ def test_rounding_differences_are_not_reported(monkeypatch):
     assert fz.check(_three_steps(), [0]) == []
 
 
+def test_extreme_inputs_span_the_dtype_range():
+    """Extremes mode: over a few input sets, float32 inputs hold subnormals, values within a decade
+    of overflow, trigonometric arguments past 1e6, both signs, signed zeros, infinities and NaN;
+    integers their dtype's edges, bools both all-true and mixed sets."""
+    def values(dtype, kind, sets=12):
+        prog = fuzz.Program(3, 4, np.dtype(dtype), [fuzz.InputSpec("x0", (200,), kind)], [], ["x0"], 2,
+                            {"x0": ((200,), np.dtype(dtype))}, extremes=True)
+        return np.concatenate([fuzz.make_inputs(prog, k).args[0] for k in range(sets)])
+
+    x = values(np.float32, "float")
+    info = np.finfo(np.float32)
+    finite = x[np.isfinite(x)]
+    mag = np.abs(finite)
+    assert np.any((mag > 0) & (mag < info.tiny)) and np.any(mag > info.max / 10) and np.any((mag > 1e6) & (mag < 1e9))
+    assert np.any(mag < 1e-20) and np.any(finite < 0) and np.any(np.signbit(finite[finite == 0]))
+    assert np.any(np.isnan(x)) and np.any(np.isposinf(x)) and np.any(np.isneginf(x))
+    for dtype in (np.uint64, np.int8):
+        x = values(dtype, "int")
+        assert x.dtype == dtype and x.min() == np.iinfo(dtype).min and x.max() == np.iinfo(dtype).max
+    assert values(bool, "int").dtype == bool
+
+
+def test_default_programs_are_those_of_before_the_new_options():
+    """Without ``extremes`` or ``dtypes="all"`` a seed's programs are what they were (the fixed-seed
+    run below and any reported ``--program I`` keep meaning the same program)."""
+    digest = hashlib.sha256("".join(fuzz.generate(CI_SEED, i).source() for i in range(12)).encode()).hexdigest()
+    assert digest[:16] == "793fa858132a97c4"
+
+
 def test_programs_and_inputs_depend_on_seed_and_index_only():
     a, b = fuzz.generate(3, 17), fuzz.generate(3, 17)
     assert a.source() == b.source() and a.describe_inputs() == b.describe_inputs()
@@ -229,6 +301,87 @@ def test_the_command_line_runs_as_a_module():
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("usage: python -m functrace.fuzz [-h] [--n N] [--seed SEED]")
     assert "Differential fuzzer: seeded random programs" in run.stdout and "--program PROGRAM" in run.stdout
+    assert "--extremes" in run.stdout and "--dtypes {float,all}" in run.stdout and "--against {numpy,jax}" in run.stdout
+
+
+# --------------------------------------------------------------------------- planted defects, new modes
+
+
+def _one_statement(code: str, dtype, shapes: dict, extremes: bool = True):
+    """A program of one statement ``v0 = code`` of inputs ``shapes`` (name -> shape), in ``dtype``."""
+    kind = "float" if np.dtype(dtype).kind == "f" else "int"
+    specs = [fuzz.InputSpec(n, s, kind) for n, s in shapes.items()]
+    avals = {n: (s, np.dtype(dtype)) for n, s in shapes.items()}
+    closed = ft.make_jaxpr(lambda *a: eval(code, {"fnp": fnp, "ft": ft}, dict(zip(shapes, a))))(
+        *[np.zeros(s, dtype) for s in shapes.values()])
+    avals["v0"] = (tuple(closed.out_avals[0].shape), closed.out_avals[0].dtype)
+    return fuzz.Program(9, 0, np.dtype(dtype), specs, [fuzz.Stmt(["v0"], f"v0 = {code}", list(shapes))], ["v0"], 2,
+                        avals, extremes)
+
+
+def _planted(monkeypatch, prim, wrong):
+    """``prim``'s implementation replaced by ``wrong`` on the numpy backend only (its compiled
+    program keeps the implementation it was built with)."""
+    real_call, right = fuzz_check._call, prim.impl
+
+    def call(impl, *args):
+        if impl != "numpy":
+            return real_call(impl, *args)
+        monkeypatch.setattr(prim, "impl", wrong)
+        try:
+            return real_call(impl, *args)
+        finally:
+            monkeypatch.setattr(prim, "impl", right)
+    monkeypatch.setattr(fuzz_check, "_call", call)
+    return right
+
+
+def test_a_sine_wrong_for_large_arguments_is_caught_in_extremes_mode_only(monkeypatch):
+    """sin flushed to 0 past |x| = 1e5 (as PoCL's native float sin was past 1.7e6): arguments of
+    1e8 come with extremes mode's inputs; inputs around 1 never show it."""
+    right = _planted(monkeypatch, P.sin_p, lambda x: np.where(np.abs(x) > 1e5, np.zeros_like(x), right(x)))
+    found = {}
+    for extremes in (True, False):
+        fz = fuzz.Fuzzer(9, sets=6, impls=("eager", "numpy"), log=lambda s: None, extremes=extremes)
+        found[extremes] = fz.check(_one_statement("fnp.sin(x0)", np.float32, {"x0": (64,)}, extremes), range(6))
+    assert {(f.impl, f.what) for f in found[True]} == {("numpy", "values")} and found[False] == []
+
+
+def test_a_function_written_from_others_that_overflows_is_caught_by_numpy_itself(monkeypatch):
+    """hypot as sqrt(x * x + y * y): in float32, 1e30 squared overflows, so the reference (which
+    interprets that decomposition as written) says inf; numpy's hypot says 1e30."""
+    monkeypatch.setattr(fnp, "hypot", lambda x, y: fnp.sqrt(x * x + y * y))
+    fz = fuzz.Fuzzer(9, sets=6, impls=("eager",), log=lambda s: None, extremes=True)
+    prog = _one_statement("fnp.hypot(x0, x1)", np.float32, {"x0": (64,), "x1": (64,)})
+    assert fz.oracles == ("numpy-lib",)
+    assert {f.impl for f in fz.check(prog, range(6)) if f.kind == "value"} == {"numpy-lib"}
+
+
+def test_an_unsigned_max_read_as_signed_is_caught_with_every_dtype(monkeypatch):
+    """uint32's max taken over the values read as int32 (the high half of the range is negative
+    there): extremes mode's integers span the whole range, so it shows."""
+    right = _planted(monkeypatch, P.reduce_max_p, lambda x, *, axes: right(x.view(np.int32), axes=axes).view(x.dtype)
+                     if x.dtype == np.uint32 else right(x, axes=axes))
+    fz = fuzz.Fuzzer(9, sets=3, impls=("eager", "numpy"), log=lambda s: None, extremes=True, dtypes="all")
+    failures = fz.check(_one_statement("fnp.max(x0, axis=1)", np.uint32, {"x0": (5, 40)}), range(3))
+    assert {(f.impl, f.what) for f in failures} == {("numpy", "values")}
+
+
+def test_jax_is_imported_only_when_its_comparison_is_asked_for():
+    code = ("import sys\nfrom functrace import fuzz\nfz = fuzz.Fuzzer(1, extremes=True, dtypes='all', log=print)\n"
+            "fz.run(range(2))\nprint('jax' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "False"
+
+
+def test_an_absent_jax_is_skipped_with_its_reason(monkeypatch):
+    def no_jax(name):
+        raise ImportError(f"No module named {name!r}")
+    monkeypatch.setattr(fuzz_oracles.importlib, "import_module", no_jax)
+    fz = fuzz.Fuzzer(1, against=("jax",), impls=("eager",), log=lambda s: None)
+    assert fz.oracles == () and "jax comparison skipped: jax is not importable (No module named 'jax')" \
+        in fz.stats.summary()
 
 
 # --------------------------------------------------------------------------- the fixed-seed run
@@ -245,4 +398,53 @@ def test_fixed_seed_finds_no_mismatch(mode, programs, sets):
                      log=reports.append)
     stats = fz.run(programs)
     assert stats.programs == len(programs) and stats.comparisons > 0
+    assert not stats.failures, stats.summary() + "\n\n" + "\n\n".join(reports)
+
+
+# Programs of seed 37 with extremes and every dtype, chosen (by their source) to cover what issue 37
+# found: float32 sin / cos of the inputs themselves, sinh, cosh, arcsinh, arccosh, hypot, logaddexp,
+# logaddexp2, softplus and cumprod on extreme values, and in uint8 / uint16 / uint32 / uint64 / bool /
+# int8 / int16 programs every reduction and x.at[i] update (uint32 / uint64 max and min, bool ** 2).
+EXTREME_SEED = 37
+EXTREME_PROGRAMS = (83, 165, 168, 596, 599, 620, 796, 848, 858, 893, 931, 982, 1049, 1230, 1293, 1298, 1347, 1456)
+EXTREME_FEATURES = (
+    [r"float32 .*fnp\.(sin|cos)\(x\d+\)"] +
+    [rf"float(32|64) .*fnp\.{f}\(" for f in ("sinh", "cosh", "arcsinh", "arccosh", "hypot", "logaddexp",
+                                              "logaddexp2", "cumprod")] + [r"float(32|64) .*ft\.nn\.softplus\("] +
+    [rf"{d} " for d in ("uint8", "uint16", "uint32", "uint64", "bool", "int8", "int16")] +
+    [rf"(u?int\d+|bool) .*fnp\.{r}\(" for r in ("sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "cumprod",
+                                                 "any", "all")] +
+    [rf"(u?int\d+|bool) .*\.at\[\w+\]\.{op}\(" for op in ("set", "add", "mul", "min", "max")] +
+    [rf"float(32|64) .*\.at\[\w+\]\.{op}\(" for op in ("set", "add", "mul", "min", "max")] +
+    [r"uint32 .*fnp\.(max|min)\(", r"uint64 .*fnp\.(max|min)\(", r"bool .*(\*\* 2|square)"])
+
+
+def test_the_extreme_programs_cover_the_features_of_issue_37():
+    """Each feature shows in the source of one of the fixed programs (dtype and source on one line)."""
+    texts = [f"{p.dtype.name} " + p.source().replace("\n", " ") for p in
+             (fuzz.generate(EXTREME_SEED, i, extremes=True, dtypes="all") for i in EXTREME_PROGRAMS)]
+    missing = [f for f in EXTREME_FEATURES if not any(re.search(f, t) for t in texts)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("mode,programs", [("default", EXTREME_PROGRAMS), ("kernels", EXTREME_PROGRAMS[::4])])
+def test_fixed_seed_with_extremes_and_every_dtype_finds_no_mismatch(mode, programs):
+    """Those programs, two input sets each, on every backend and numpy itself: all within the
+    reference's bounds (with IEEE infinities and NaN where numpy has them) and of numpy's dtypes."""
+    reports = []
+    fz = fuzz.Fuzzer(EXTREME_SEED, mode, 2, impls=fuzz.IMPLS if HAVE_OPENCL else ("eager", "numpy"),
+                     log=reports.append, extremes=True, dtypes="all")
+    stats = fz.run(programs)
+    assert stats.programs == len(programs) and stats.comparisons > 0 and not stats.rejected, stats.summary()
+    assert not stats.failures, stats.summary() + "\n\n" + "\n\n".join(reports)
+
+
+def test_fixed_seed_against_jax_finds_no_mismatch():
+    """Programs of every dtype with extremes, their values, gradients and vmap run by JAX (x64) too."""
+    pytest.importorskip("jax", reason="jax is optional: the comparison against JAX runs where it is installed")
+    reports = []
+    fz = fuzz.Fuzzer(EXTREME_SEED, "default", 2, impls=("eager", "numpy"), log=reports.append, extremes=True,
+                     dtypes="all", against=("jax",))
+    assert fz.oracles == ("numpy-lib", "jax")
+    stats = fz.run(EXTREME_PROGRAMS[:8])
     assert not stats.failures, stats.summary() + "\n\n" + "\n\n".join(reports)

@@ -42,12 +42,20 @@ class Bound:
 
 
 # Facts about primitives, keyed by the primitive objects (a primitive missing from a table gets
-# the default: 0 ulp, not periodic, not structural).
+# the default: a transcendental's rounding, not periodic, not structural).
 TRANSCENDENTAL = frozenset({P.sin_p, P.cos_p, P.tan_p, P.tanh_p, P.exp_p, P.expm1_p, P.log_p, P.log1p_p,
                             P.logistic_p, P.atan2_p, erf_p, P.pow_p})
-# ulp of local rounding per primitive (OpenCL full-profile limits, rounded up); absent: exact ops
+TRANSCENDENTAL_ULPS = 16
+# operations whose result is exactly the value they define (x ** n: its roundings are counted
+# in _extra_local; x // y and x % y: their jumps in _quotient_jumps)
+EXACT = frozenset({P.neg_p, P.abs_p, P.sign_p, P.floor_p, P.ceil_p, P.round_p, P.is_finite_p, P.not_p, P.and_p,
+                   P.or_p, P.xor_p, P.max_p, P.min_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p, P.select_p,
+                   P.copysign_p, P.signbit_p, P.shift_left_p, P.shift_right_logical_p, P.floor_div_p, P.fmod_p,
+                   P.integer_pow_p})
+# ulp of local rounding per primitive (OpenCL full-profile limits, rounded up); absent: a
+# transcendental's, so a function added later is not held to an exact result
 ULPS = {P.add_p: 1, P.sub_p: 1, P.mul_p: 1, P.div_p: 3, P.sqrt_p: 3, P.rsqrt_p: 3, P.rem_p: 2,
-        **{p: 16 for p in TRANSCENDENTAL}}
+        P.convert_element_type_p: 1, **dict.fromkeys(EXACT, 0), **dict.fromkeys(TRANSCENDENTAL, TRANSCENDENTAL_ULPS)}
 PERIODIC = {P.sin_p: 2.0, P.cos_p: 2.0, P.tan_p: np.inf}  # an operand error of a radian or more: any value
 # the output's elements are some of the input's elements: the bound moves with them
 STRUCTURAL = frozenset({P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.squeeze_p, P.expand_dims_p,
@@ -133,7 +141,7 @@ class BoundInterpreter:
     def _local(self, prim, v) -> np.ndarray | float:
         """Rounding of one operation, and its result (or operand) flushed to zero below the
         normal range (a driver may flush subnormals even in exact operations)."""
-        return ULPS.get(prim, 0) * self.u * magnitude(v) + self.tiny
+        return ULPS.get(prim, TRANSCENDENTAL_ULPS) * self.u * magnitude(v) + self.tiny
 
     @staticmethod
     def _spread(v, candidates) -> np.ndarray:
@@ -415,7 +423,8 @@ class BoundInterpreter:
             != np.expand_dims(v, axis)
         sign = 1 if prim is P.argmax_p else -1
         gap = np.asarray(x.v, np.float64) - np.asarray(best, np.float64)  # (unsigned ones would wrap around)
-        rival = others & (sign * gap + x.e + e_best >= 0) & (x.e + e_best > 0)
+        # an element that may be anything may be a NaN, which argmax / argmin pick first
+        rival = others & ((sign * gap + x.e + e_best >= 0) & (x.e + e_best > 0) | np.isinf(x.e) | np.isinf(e_best))
         return Bound(v, np.where(np.any(rival, axis=axis), np.inf, 0.0))
 
     def _cumsum(self, prim, ins: list, params: dict) -> Bound:
