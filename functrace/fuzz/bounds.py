@@ -249,12 +249,13 @@ class BoundInterpreter:
 
     def _comparison(self, prim, ins: list, params: dict) -> Bound:
         """Uncertain where rounding could flip it; operands equal in the reference, with equal
-        bounds, are one value computed once (a max and the element it picked): equal in any
-        implementation, unless near ties made the pick itself uncertain."""
+        finite bounds, are one value computed once (a max and the element it picked): equal in
+        any implementation, unless near ties made the pick itself uncertain (an unbounded one may
+        be a NaN, unequal to itself)."""
         a, b = ins
         out = self._elementwise(prim, ins, params)
         va, vb = np.asarray(a.v), np.asarray(b.v)
-        equal = np.broadcast_to((va == vb) & (a.e == b.e), out.v.shape)
+        equal = np.broadcast_to((va == vb) & (a.e == b.e) & np.isfinite(a.e), out.v.shape)
         tie = self._tie_union(ins, out.v.shape)
         certain_equal = equal if tie is None else equal & ~tie
         uncertain = out.e > 0
