@@ -151,6 +151,7 @@ _BINARY = {
     "arctan2": (fnp.arctan2, lambda sx, sy: (normal(*sx), signed(0.5, 2.0, *sy))),
     "hypot": (fnp.hypot, lambda sx, sy: (signed(0.3, 2.0, *sx), signed(0.3, 2.0, *sy))),
     "logaddexp": (fnp.logaddexp, lambda sx, sy: (2 * normal(*sx), 2 * normal(*sy))),
+    "logaddexp2": (fnp.logaddexp2, lambda sx, sy: (2 * normal(*sx), 2 * normal(*sy))),
 }
 
 _BINARY_SHAPES = [((2, 3), (2, 3)), ((3, 1), (4,)), ((), (2, 3)), ((2, 3), ()), ((), ()),
@@ -174,6 +175,24 @@ for _k in range(8):
     _cond = _shape_rng.random(np.broadcast_shapes(_sx, _sy)[1:]) < 0.5  # a lower-rank mask broadcasts too
     case(f"where-random{_k}-{fmt(_cond.shape)}-{fmt(_sx)}-{fmt(_sy)}",
          lambda x, y, c=_cond: fnp.where(c, x, y), normal(*_sx), normal(*_sy))
+
+# where the textbook formulas overflow, underflow or cancel (issue 37): arguments scaled so that
+# finite differences see the function (x * 1e100 moves by 1e94 per step; at 1e200 the second
+# derivatives of arcsinh and arccosh, -1e-400, are below float64's range), ties and far-apart
+# operands of logaddexp, an operand at -inf
+case("arcsinh-huge-(3,)", lambda x: fnp.arcsinh(x * 1e100), signed(0.5, 2.0, 3))
+case("arcsinh-large-(3,)", lambda x: fnp.arcsinh(x * 1e8), signed(0.5, 2.0, 3))
+case("arccosh-huge-(3,)", lambda x: fnp.arccosh(x * 1e100), uniform(1.2, 3.0, 3))
+case("arccosh-near-one-(3,)", lambda x: fnp.arccosh(1.0 + x * 1e-6), uniform(0.5, 2.0, 3))
+case("sinh-tiny-(3,)", lambda x: fnp.sinh(x * 1e-20) * 1e20, normal(3))
+case("sinh-cosh-near-overflow-(3,)", lambda x: (fnp.sinh(x - 705.0) + fnp.cosh(x + 705.0)) * 1e-300, uniform(-3, 3, 3))
+case("hypot-huge-(3,)-(3,)", lambda x, y: fnp.hypot(x * 1e200, y * 1e200) * 1e-200, normal(3), normal(3))
+case("hypot-tiny-(3,)-(3,)", lambda x, y: fnp.hypot(x * 1e-200, y * 1e-200) * 1e200, normal(3), normal(3))
+for _name, _f in (("logaddexp", fnp.logaddexp), ("logaddexp2", fnp.logaddexp2)):
+    _tied = normal(2, 3)
+    case(f"{_name}-ties-(2,3)-(2,3)", _f, _tied, _tied)
+    case(f"{_name}-far-apart-(3,)-(3,)", _f, normal(3) - 40.0, normal(3))
+    case(f"{_name}-minus-inf-(3,)-(3,)", _f, normal(3), np.full(3, -np.inf))
 
 # remainder: positive and negative divisors, broadcasting divisor
 for _sx, _sy in [((2, 3), (2, 3)), ((3, 4), (4,)), ((2, 3), ()), ((), ())]:

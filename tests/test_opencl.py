@@ -44,7 +44,8 @@ UNARY = [fnp.sin, fnp.cos, fnp.tan, fnp.tanh, fnp.exp, fnp.expm1, fnp.negative, 
          lambda x: fnp.log(fnp.abs(x) + 0.5), lambda x: fnp.log1p(fnp.abs(x)), lambda x: fnp.sqrt(fnp.abs(x)),
          lambda x: 1.0 / fnp.sqrt(fnp.abs(x) + 1.0), lambda x: ft.nn.relu(x), lambda x: ft.nn.gelu(x),
          lambda x: fnp.where(x > 0.2, x, -x * 2.0), lambda x: (x > 0).astype(x.dtype),
-         lambda x: fnp.isfinite(x), lambda x: fnp.logical_not(x < 0.5)]
+         lambda x: fnp.isfinite(x), lambda x: fnp.logical_not(x < 0.5), fnp.sinh, fnp.cosh, fnp.arcsinh,
+         lambda x: fnp.arccosh(fnp.abs(x) + 1.0), fnp.exp2]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -63,7 +64,8 @@ def test_unary_elementwise(n, dtype):
 BINARY = [fnp.add, fnp.subtract, fnp.multiply, fnp.divide, fnp.maximum, fnp.minimum, fnp.arctan2,
           lambda x, y: fnp.power(fnp.abs(x) + 0.1, y), lambda x, y: fnp.remainder(x, fnp.abs(y) + 0.5),
           lambda x, y: x < y, lambda x, y: x == y, lambda x, y: fnp.where(x > y, x * 2, y - 1),
-          lambda x, y: fnp.logical_and(x > 0, y > 0), lambda x, y: x * y + x - y * 0.5]
+          lambda x, y: fnp.logical_and(x > 0, y > 0), lambda x, y: x * y + x - y * 0.5, fnp.hypot, fnp.logaddexp,
+          fnp.logaddexp2]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

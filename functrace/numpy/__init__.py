@@ -79,7 +79,6 @@ from ._elementwise import (
     i0,
     imag,
     ldexp,
-    logaddexp2,
     modf,
     nan_to_num,
     rad2deg,

@@ -80,6 +80,7 @@ from ..core.errors import ShapeError as _ShapeError
 from ..core.errors import user_frame_description as _user_frame_description
 from ..precision import dot_with_options as _dot_with_options
 from ..primitives import shape_of as _shape_of
+from ..primitives import special as _special
 
 _F64 = _np.dtype(_np.float64)
 
@@ -239,6 +240,11 @@ negative = _unary(_P.neg_p, float_only=False)
 absolute = abs = _unary(_P.abs_p, float_only=False)
 sign = _unary(_P.sign_p, float_only=False)
 isfinite = _unary(_P.is_finite_p)
+sinh = _unary(_special.sinh_p)
+cosh = _unary(_special.cosh_p)
+arcsinh = _unary(_special.asinh_p)
+arccosh = _unary(_special.acosh_p)
+exp2 = _unary(_special.exp2_p)
 
 
 def round(x, decimals=0):
@@ -287,6 +293,7 @@ remainder = mod = _binary(_P.rem_p, _promote_no_bool_loop, "iufc")
 maximum = _binary(_P.max_p)
 minimum = _binary(_P.min_p)
 arctan2 = _binary(_P.atan2_p, _promote_float, "fc")
+hypot = _binary(_special.hypot_p, _promote_float, "fc")
 equal = _binary(_P.eq_p)
 not_equal = _binary(_P.ne_p)
 less = _binary(_P.lt_p)
@@ -363,20 +370,6 @@ def log10(x):
     return log(x) / _math.log(10)
 
 
-def exp2(x):
-    return exp(multiply(_to_float(x), _math.log(2)))
-
-
-def sinh(x):
-    x = _to_float(x)
-    return (exp(x) - exp(-x)) * 0.5
-
-
-def cosh(x):
-    x = _to_float(x)
-    return (exp(x) + exp(-x)) * 0.5
-
-
 def arctan(x):
     x = _to_float(x)
     return arctan2(x, ones_like(x))
@@ -392,31 +385,32 @@ def arccos(x):
     return arctan2(sqrt((1.0 - x) * (1.0 + x)), x)
 
 
-def arcsinh(x):
-    x = _to_float(x)
-    return log(x + sqrt(x * x + 1.0))
-
-
-def arccosh(x):
-    x = _to_float(x)
-    return log(x + sqrt(x * x - 1.0))
-
-
 def arctanh(x):
     x = _to_float(x)
     return 0.5 * log1p(2.0 * x / (1.0 - x))
 
 
-def hypot(x, y):
+def _log_add(x, y, power, log_base):
+    """log_b(b^x + b^y) for ``power(t)`` = b^t and ``log_base`` = ln b, as numpy computes it:
+    hi + log1p(b^(lo - hi)) / ln b with hi the larger operand, so nothing overflows and a far
+    smaller one still counts (logaddexp(-40, 0) = 4.2e-18).  Infinite hi gives hi (its difference
+    with lo would be NaN), a NaN operand NaN.  Smooth on either side of x == y and symmetric, so
+    every derivative is right at ties too (1/2 each at first order)."""
     x, y = _promote_float(x, y)
-    return sqrt(x * x + y * y)
+    first = greater_equal(x, y)
+    hi, lo = where(first, x, y), where(first, y, x)
+    tail = log1p(power(where(isfinite(hi), lo - hi, zeros_like(hi))))
+    return hi + (tail if log_base == 1 else tail / log_base)
 
 
 def logaddexp(x, y):
-    x, y = _promote_float(x, y)
-    m = _P.stop_gradient(maximum(x, y))  # the shift cancels exactly; only its value matters
-    m = where(isfinite(m), m, zeros_like(m))
-    return m + log(exp(x - m) + exp(y - m))
+    """log(e^x + e^y), without overflow or loss of the smaller term."""
+    return _log_add(x, y, exp, 1)
+
+
+def logaddexp2(x, y):
+    """log2(2^x + 2^y), without overflow or loss of the smaller term."""
+    return _log_add(x, y, exp2, _math.log(2))
 
 
 def isnan(x):

@@ -12,8 +12,6 @@ from ..core import Tracer as _Tracer
 from ..core.errors import user_frame_description as _where_in_user_code
 from . import _base as _fnp
 
-_LN2 = _math.log(2)
-
 
 def cbrt(x):
     """The real cube root (negative for negative ``x``)."""
@@ -83,12 +81,6 @@ def float_power(x1, x2):
     """``x1 ** x2`` computed in float64 (complex128 for complex operands), as numpy's."""
     dt = _np.result_type(_arrays.dtype_info(x1)[0], _arrays.dtype_info(x2)[0], _np.float64)
     return _fnp.power(_fnp.asarray(x1, dt), _fnp.asarray(x2, dt))
-
-
-def logaddexp2(x1, x2):
-    """``log2(2**x1 + 2**x2)``, without overflow."""
-    x1, x2 = _arrays.promote_float(x1, x2)
-    return _fnp.logaddexp(x1 * _LN2, x2 * _LN2) / _LN2
 
 
 def heaviside(x1, x2):

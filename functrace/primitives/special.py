@@ -1,4 +1,5 @@
-"""The special-function primitives: ``erf``, ``erfc`` and ``erf_inv`` (elementwise, floats).
+"""The special-function primitives: ``erf``, ``erfc``, ``erf_inv``, ``sinh``, ``cosh``, ``asinh``,
+``acosh``, ``hypot`` and ``exp2`` (elementwise, floats).
 
 numpy has no erf / erfc ufunc: the implementations call ``math.erf`` / ``math.erfc`` per element
 (OpenCL kernels use the ``erf`` / ``erfc`` builtins).  ``erfc`` is a primitive of its own because
@@ -8,6 +9,14 @@ Computing Gems, 2011) in w = -log1p(-x^2), the form XLA's (so jax.random.normal'
 use; float64 refines that guess with Halley / Newton steps on erf (erfc in the tails, where
 1 - |x| is exact).  Derivatives are the closed forms: erf' = 2/sqrt(pi) exp(-x^2),
 erfc' = -erf', erf_inv' = sqrt(pi)/2 exp(erf_inv(x)^2).
+
+The hyperbolic functions and ``hypot`` are primitives (numpy's ufuncs; the C library's in OpenCL
+kernels) because their textbook formulas are wrong at ordinary arguments: (e^x - e^-x) / 2 is 0 for
+sinh(1e-20) and overflows at sinh(-710), log(x + sqrt(x^2 + 1)) is -inf for asinh(-1e8) and
+sqrt(x^2 + y^2) is inf for hypot(1e200, 1e200); e^(x ln 2) misses 2^1000 by 300 ulps where
+exp2 is exact at integers (logaddexp2 needs it).  Their derivatives do not overflow where the
+functions do not: sinh' = cosh, cosh' = sinh, asinh' = 1 / hypot(x, 1),
+acosh' = 1 / (sqrt(x - 1) sqrt(x + 1)), d hypot = (x dx + y dy) / hypot, exp2' = exp2 ln 2.
 """
 from __future__ import annotations
 
@@ -89,3 +98,11 @@ erf_inv_p = P.elementwise("erf_inv", _erf_inv_impl,
 erfc_p = P.elementwise("erfc", lambda x: np.asarray(_erfc_object(x), dtype=np.asarray(x).dtype),
                        [lambda ans, x: P.mul(P.scalar_like(x, -2.0 / math.sqrt(math.pi)),
                                              P.exp_p.bind(P.neg(P.mul(x, x))))])
+
+sinh_p = P.elementwise("sinh", np.sinh, [lambda ans, x: cosh_p.bind(x)])
+cosh_p = P.elementwise("cosh", np.cosh, [lambda ans, x: sinh_p.bind(x)])
+hypot_p = P.elementwise("hypot", np.hypot, [lambda ans, x, y: P.div(x, ans), lambda ans, x, y: P.div(y, ans)])
+asinh_p = P.elementwise("asinh", np.arcsinh, [P.Reciprocal(lambda ans, x: hypot_p.bind(x, P.scalar_like(x, 1)))])
+acosh_p = P.elementwise("acosh", np.arccosh, [P.Reciprocal(  # (x^2 - 1 would overflow from 1e154)
+    lambda ans, x: P.mul(P.sqrt_p.bind(P.sub(x, P.scalar_like(x, 1))), P.sqrt_p.bind(P.add(x, P.scalar_like(x, 1)))))])
+exp2_p = P.elementwise("exp2", np.exp2, [lambda ans, x: P.mul(ans, P.scalar_like(ans, math.log(2)))])

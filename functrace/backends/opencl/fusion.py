@@ -666,6 +666,8 @@ ELEMENTWISE: dict = {
     P.pow_p: Op(f="pow({0}, {1})"), P.atan2_p: Op(f="atan2({0}, {1})"), special.erf_p: Op(f="erf({0})"),
     P.stop_gradient_p: Op(f="{0}", i="{0}", b="{0}"),
     special.erfc_p: Op(f="erfc({0})"),
+    special.sinh_p: Op(f="sinh({0})"), special.cosh_p: Op(f="cosh({0})"), special.asinh_p: Op(f="asinh({0})"),
+    special.acosh_p: Op(f="acosh({0})"), special.hypot_p: Op(f="hypot({0}, {1})"), special.exp2_p: Op(f="exp2({0})"),
     P.sign_p: _nan_propagating("sign({0})", "{0}", "isnan({0})"),
     P.max_p: _nan_propagating("fmax({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "max({0}, {1})"),
     P.min_p: _nan_propagating("fmin({0}, {1})", "({0} + {1})", "isnan({0}) | isnan({1})", "min({0}, {1})"),
