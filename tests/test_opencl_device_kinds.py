@@ -404,3 +404,23 @@ def test_float32_sin_cos_are_right_over_the_whole_range(size, monkeypatch):
             err = np.abs(g[ok] - w[ok]) / np.spacing(np.abs(w[ok]).astype(np.float32)).astype(np.float64)
             assert err.max() <= ulps, (name, err.max(), x[ok][err.argmax()])
     assert cl_runtime.get_runtime().kind == "cpu"
+
+
+def test_work_groups_are_cut_to_the_device():
+    """The generated designs' work-groups fit whatever the device allows (OpenCL sets no minimum):
+    the column sums' 32 x 8 and the elementwise 64 shrank to powers of two within its limits."""
+    from types import SimpleNamespace
+
+    from functrace.backends.opencl.planner import COLUMN_TILE, TREE_GROUP, WORK_GROUP, device_group
+
+    def rt(total, extents):
+        return SimpleNamespace(device=SimpleNamespace(max_work_group_size=total, max_work_item_sizes=extents))
+    roomy = rt(1024, [1024, 1024, 64])
+    assert (device_group(roomy, COLUMN_TILE[0]), device_group(roomy, COLUMN_TILE[1], axis=1, beside=32)) == (32, 8)
+    assert device_group(roomy, TREE_GROUP) == 256 and device_group(roomy, WORK_GROUP) == 64
+    small = rt(128, [128, 2, 1])
+    assert device_group(small, COLUMN_TILE[0]) == 32 and device_group(small, COLUMN_TILE[1], axis=1, beside=32) == 2
+    assert device_group(small, TREE_GROUP) == 128
+    odd = rt(48, [48, 48, 48])
+    assert device_group(odd, WORK_GROUP) == 32 and device_group(odd, COLUMN_TILE[1], axis=1, beside=32) == 1
+    assert device_group(None, WORK_GROUP) == WORK_GROUP  # planning without a device

@@ -144,7 +144,7 @@ def test_gpu_kind_sources_are_plain_opencl_c(sources):
     its fast paths (so the check above is not vacuous)."""
     for source, _ in sources["gpu"]:
         assert "__builtin_" not in source and "native_" not in source and "FT_CPU_KIND" not in source
-    assert any("__builtin_prefetch" in s for s, _ in sources["cpu"])
+    assert any("__builtin_nontemporal_store" in s for s, _ in sources["cpu"])
 
 
 def test_float32_programs_carry_the_rounding_option(sources):

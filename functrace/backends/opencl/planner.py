@@ -48,10 +48,11 @@ from .placement import compute_units, host_reason
 from .runtime import Array
 
 _LOCAL = None  # reductions: work-group size left to the driver
+# Work-group sizes the designs ask for; each is cut to what the device allows (``device_group``)
 TREE_GROUP = 256  # work-items of a gpu-kind reduction's work-group (a power of two)
 COLUMN_TILE = (32, 8)  # a gpu-kind column sum's work-group: neighbouring columns x row lanes
-WORK_GROUP = 64  # fixed work-group size of generated elementwise kernels (faster on PoCL than the driver's
-                 # choice); the global size is rounded up and extra work-items do nothing
+WORK_GROUP = 64  # work-group size of generated elementwise kernels (faster on PoCL than the driver's
+                 # choice); the global size is rounded up to it and extra work-items do nothing
 
 
 class Step:
@@ -81,6 +82,7 @@ class KernelStep(Step):
     eqns: list
     source: str | None = None  # a small step's kernel, not in the program: see _batch_small_steps
     host_reason: str = ""  # ... and why it is not worth a launch of its own
+    local: int = WORK_GROUP  # its work-group size (a power of two dividing global_size)
 
     reads = property(lambda self: self.inputs)
     writes = property(lambda self: self.outputs)
@@ -91,7 +93,7 @@ class KernelStep(Step):
     def run(self, exe, env, get) -> None:
         outs = [exe._alloc(v.aval.shape, v.aval.dtype) for v in self.outputs]
         bufs = [get(b).buffer for b in self.inputs] + [o.buffer for o in outs]
-        exe.kernels[self.name](exe.rt.queue, (self.global_size,), (WORK_GROUP,), *bufs, np.int64(self.n))
+        exe.kernels[self.name](exe.rt.queue, (self.global_size,), (self.local,), *bufs, np.int64(self.n))
         env.update(zip(self.outputs, outs))
 
     def describe(self) -> list:
@@ -563,7 +565,8 @@ def _group_steps(plan: Plan, rt, g: Group, outputs: list, k: int) -> tuple[list,
     n = shape_size(g.shape)
     items = -(-max(1, -(-n // vec)) // WORK_GROUP) * WORK_GROUP
     source = lambda: elementwise_kernel(name, g, outputs, accesses, vec, _streaming(rt, ins + outputs))[0]
-    return _kernel_steps(plan, rt, KernelStep(name, buffers, outputs, items, n, list(g.eqns)), source, n), True
+    step = KernelStep(name, buffers, outputs, items, n, list(g.eqns), local=device_group(rt, WORK_GROUP))
+    return _kernel_steps(plan, rt, step, source, n), True
 
 
 def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[list, bool]:
@@ -586,10 +589,11 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     items, local, strided = n_out * chunks, None, False
     # the gpu kind's slices keep float16 partial results in float (the cpu kind's: in float16)
     wide_partials = rt is not None and rt.policy.tree_reductions and item.out_vars[0].aval.dtype == np.float16
-    if rt is not None and rt.policy.tree_reductions and leading_axes(item) and n_out >= COLUMN_TILE[0]:
+    cols = device_group(rt, COLUMN_TILE[0])
+    if rt is not None and rt.policy.tree_reductions and leading_axes(item) and n_out >= cols:
         # column sums: work-groups of neighbouring columns x row lanes over slices of the rows,
         # enough slices to fill the device, each lane at least 16 rows
-        cols, lanes = COLUMN_TILE
+        lanes = device_group(rt, COLUMN_TILE[1], axis=1, beside=cols)
         blocks = -(-n_out // cols)
         chunks = max(1, min(-(-R // (16 * lanes)), -(-512 // blocks)))
         items, local, strided = (blocks * cols, chunks * lanes), (cols, lanes), True
@@ -597,7 +601,7 @@ def _reduction_steps(plan: Plan, rt, item, g: Group | None, k: int) -> tuple[lis
     elif rt is not None and rt.policy.tree_reductions:
         # a work-group per output (or per slice of one, when few outputs have many terms: enough
         # groups to fill the device)
-        local = _tree_group(rt)
+        local = device_group(rt, TREE_GROUP)
         chunks = 1 if n_out >= 4 * TREE_GROUP or R < 64 * local else min(1024, -(-R // (64 * local)))
         items = n_out * chunks * local
         source = lambda: tree_reduction_kernel(name, item, g, accesses, chunks, local)[0]
@@ -629,7 +633,7 @@ def _layout_steps(plan: Plan, rt, item, k: int) -> list:
     name = f"{item.primitive.name}{k}"
     run = run_length(item, accesses)
     items = -(-max(1, n // run) // WORK_GROUP) * WORK_GROUP
-    step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item])
+    step = KernelStep(name, buffers, list(item.out_vars), items, n // run, [item], local=device_group(rt, WORK_GROUP))
     return _kernel_steps(plan, rt, step, lambda: layout_kernel(name, item, accesses, run), n)
 
 
@@ -779,11 +783,17 @@ def _vector_width(rt, eqns) -> int:
     return rt.policy.vector_width(pref)
 
 
-def _tree_group(rt) -> int:
-    """Work-items of a tree reduction's work-group: ``TREE_GROUP``, or the largest power of two the
-    device allows."""
-    allowed = int(getattr(rt.device, "max_work_group_size", TREE_GROUP) or TREE_GROUP)
-    return min(TREE_GROUP, 1 << (allowed.bit_length() - 1))
+def device_group(rt, want: int, axis: int = 0, beside: int = 1) -> int:
+    """The largest power of two up to ``want`` that ``rt``'s device allows as a work-group's extent
+    along ``axis`` (CL_DEVICE_MAX_WORK_ITEM_SIZES) with ``beside`` work-items along the other axes
+    (CL_DEVICE_MAX_WORK_GROUP_SIZE).  OpenCL sets no minimum: a design asking 256 work-items
+    failed to launch on a device allowing 128."""
+    device = getattr(rt, "device", None)
+    total = int(getattr(device, "max_work_group_size", 0) or want)
+    extents = getattr(device, "max_work_item_sizes", None) or ()
+    along = int(extents[axis]) if len(extents) > axis else total
+    allowed = max(1, min(want, total // beside, along))
+    return 1 << (allowed.bit_length() - 1)
 
 
 def _combine_source(name: str, eqn, chunks: int, strided: bool = False, pt: str | None = None) -> str:

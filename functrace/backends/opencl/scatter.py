@@ -37,18 +37,24 @@ def _combine(op: str, t: str) -> str:
 
 
 def _atomic_update(op: str, t: str) -> str:
-    """C: ``ft_scatter_{op}_{t}(addr, v)``, the read-combine-swap loop on the bits of ``t``."""
+    """C: ``ft_scatter_{op}_{t}(addr, v)``, the read-combine-swap loop on the bits of ``t``.  Every
+    access to ``addr`` is atomic: the first read is a swap of 0 for 0 (a plain load raced with the
+    other work-items' swaps, which Oclgrind reports), and a failed swap returns the value to retry with."""
     ut, cmpxchg = _UNSIGNED[t]
     pragma = _INT64_ATOMICS if ut == "ulong" else ""
     return pragma + f"""
 inline void ft_scatter_{op}_{t}(volatile __global {t}* addr, {t} v) {{
+    volatile __global {ut}* bits = (volatile __global {ut}*)addr;
     union {{ {ut} u; {t} f; }} cur, upd;
-    do {{
-        cur.f = *addr;
+    cur.u = {cmpxchg}(bits, ({ut})0, ({ut})0);
+    for (;;) {{
         const {t} old = cur.f;
         upd.f = {_combine(op, t)};
         if (upd.u == cur.u) return;
-    }} while ({cmpxchg}((volatile __global {ut}*)addr, cur.u, upd.u) != cur.u);
+        const {ut} seen = {cmpxchg}(bits, cur.u, upd.u);
+        if (seen == cur.u) return;
+        cur.u = seen;
+    }}
 }}"""
 
 
