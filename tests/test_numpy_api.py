@@ -1371,3 +1371,14 @@ def test_scalar_types_cast_traced_values_and_stay_dtypes():
     assert type(fnp.float32(1.5)) is np.float32 and fnp.complex64(1j).dtype == np.complex64
     assert isinstance(np.float32(1), fnp.float32) and issubclass(fnp.float32, np.floating)
     assert fnp.float32.__name__ == "float32" and np.finfo(fnp.float32).eps == np.finfo(np.float32).eps
+
+
+def test_power_function_and_operator_differ_on_bools_as_numpys():
+    """numpy's ``b ** 2`` squares (int8) while ``np.power(b, 2)`` promotes the Python int (int64):
+    the same split eagerly, traced and under jit."""
+    b = np.array([True, False, True])
+    for f, want in ((lambda x: x ** 2, (b ** 2).dtype), (lambda x: fnp.power(x, 2), np.power(b, 2).dtype),
+                    (lambda x: 2 ** x, (2 ** b).dtype), (lambda x: x ** 3, (b ** 3).dtype)):
+        for got in (f(fnp.asarray(b)), ft.jit(f)(b), ft.jit(f, backend="numpy")(b)):
+            assert np.asarray(got).dtype == want
+            np.testing.assert_array_equal(np.asarray(got), f(b))

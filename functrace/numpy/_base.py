@@ -332,14 +332,10 @@ bitwise_not = invert
 
 
 def power(x, y):
-    """``x ** y``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a Python
-    int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 ** _np.int64(2)`` is
-    float64).  Integers to a negative integer power raise ValueError, as numpy's.  A Python int 2 is
-    ``square(x)``, as numpy's ``x ** 2`` (``bool_array ** 2`` is int8; only ``np.power(bool_array, 2)``
-    gives int64): traced programs reach this function through that operator.  Bools otherwise compute
-    in int8 (``promote_no_bool_loop``)."""
-    if type(y) is int and y == 2 and not isinstance(x, _PY_SCALARS):
-        return square(x)
+    """``np.power``; a concrete integer exponent becomes ``integer_pow`` in the promoted dtype (a
+    Python int is weak: ``float32 ** 2`` is float32; a numpy integer is not: ``float32 **
+    _np.int64(2)`` is float64).  Integers to a negative integer power raise ValueError, as numpy's.
+    Bools compute in int8 (``promote_no_bool_loop``) where they are not promoted further."""
     if isinstance(y, (int, _np.integer)) and not isinstance(y, bool) and not isinstance(x, _PY_SCALARS):
         dt, _ = _result_dtype((_dtype_info(x), _dtype_info(y)))
         if dt.kind not in "fc" and y < 0:

@@ -21,6 +21,14 @@ def _swap(f):
     return lambda self, other: f(other, self)
 
 
+def _power_operator(x, y):
+    """``x ** y``: numpy's operator squares for a Python int 2 (``bool_array ** 2`` is int8, while
+    ``np.power(bool_array, 2)`` is int64), else it is ``power``."""
+    if type(y) is int and y == 2 and not isinstance(x, (int, float, complex)):
+        return fnp.square(x)
+    return fnp.power(x, y)
+
+
 _OPERATORS = {
     "__add__": fnp.add, "__radd__": _swap(fnp.add),
     "__sub__": fnp.subtract, "__rsub__": _swap(fnp.subtract),
@@ -28,7 +36,7 @@ _OPERATORS = {
     "__truediv__": fnp.divide, "__rtruediv__": _swap(fnp.divide),
     "__floordiv__": fnp.floor_divide, "__rfloordiv__": _swap(fnp.floor_divide),
     "__mod__": fnp.remainder, "__rmod__": _swap(fnp.remainder),
-    "__pow__": fnp.power, "__rpow__": _swap(fnp.power),
+    "__pow__": _power_operator, "__rpow__": _swap(_power_operator),
     "__matmul__": fnp.matmul, "__rmatmul__": _swap(fnp.matmul),
     "__lt__": fnp.less, "__le__": fnp.less_equal, "__gt__": fnp.greater, "__ge__": fnp.greater_equal,
     "__eq__": fnp.equal, "__ne__": fnp.not_equal,
@@ -142,6 +150,6 @@ def _shape_checked(name: str, function, reflected: bool):
 EagerArray.at = property(lambda self: IndexUpdateHelper(self))  # x.at[idx].set(v): a new array, x unchanged
 EagerArray.__getitem__ = _eager_getitem
 for _op, _fn in {"add": fnp.add, "sub": fnp.subtract, "mul": fnp.multiply, "truediv": fnp.divide,
-                 "floordiv": fnp.floor_divide, "mod": fnp.mod, "pow": fnp.power, "matmul": fnp.matmul}.items():
+                 "floordiv": fnp.floor_divide, "mod": fnp.mod, "pow": _power_operator, "matmul": fnp.matmul}.items():
     setattr(EagerArray, f"__{_op}__", _shape_checked(f"__{_op}__", _fn, False))
     setattr(EagerArray, f"__r{_op}__", _shape_checked(f"__r{_op}__", _fn, True))
