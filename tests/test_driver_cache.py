@@ -2,12 +2,17 @@
 process abort or crash inside the driver (SIGABRT in ``pocl_llvm_build.cc``, SIGBUS opening a
 kernel's shared object); it is now checked against functrace's manifests, or by its structure,
 before PoCL reads it, and rebuilt when it fails.  By default PoCL's cache lives in functrace's
-cache directory; a ``POCL_CACHE_DIR`` the user set is kept and checked the same way.
+cache directory; a ``POCL_CACHE_DIR`` the user set is kept and checked the same way.  A damaged
+manifest (``shared/repros/cache_guard_bypassed_abort.py``, issue 37) vouches for nothing.
 
-The subprocess tests run the program of ``shared/repros/pocl_cache_truncated_abort.sh`` in
-child processes (a few seconds each, mostly interpreter start-up and one compile)."""
+The subprocess tests run the program of ``shared/repros/pocl_cache_truncated_abort.sh`` (or two
+programs like it) in child processes (a few seconds each, mostly interpreter start-up and one
+compile)."""
+import hashlib
+import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +22,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import driver_cache, pyopencl_cache
+from functrace.backends.opencl import disk_cache, driver_cache, pyopencl_cache
 from functrace.backends.opencl import runtime as cl_runtime
 
 rt = cl_runtime.get_runtime()
@@ -160,6 +165,112 @@ def test_where_functrace_leaves_pocl_its_own_settings(case, tmp_path):
     assert (tmp_path / "xdg" / "pocl").is_dir()
 
 
+# ---------------------------------------------------------------------- damaged manifests
+
+# two programs (two PoCL entries, two manifests of each kind), the numbers checked
+TWO_PROGRAMS = """
+import numpy as np, functrace as ft, functrace.numpy as fnp
+ft.config.update("opencl_small_program_elements", 0); ft.config.update("opencl_host_step_elements", 0)
+x = np.linspace(-2, 2, 4096).astype(np.float32)
+ok = all(np.allclose(np.asarray(ft.jit(lambda x: fnp.tanh(x * c) + c, backend="opencl")(x)), np.tanh(x * c) + c,
+                     rtol=1e-5, atol=1e-5) for c in (2.0, 3.0))
+print("ok" if ok else "WRONG")
+"""
+
+
+@pytest.fixture(scope="module")
+def filled_caches(tmp_path_factory):
+    """The caches (functrace's, XDG's) a process running ``TWO_PROGRAMS`` left, copied by each test."""
+    base = tmp_path_factory.mktemp("filled")
+    assert run(base, code=TWO_PROGRAMS) == "ok"
+    return base
+
+
+def _records(pocl, kind: str) -> list:
+    return sorted((pocl / driver_cache.MANIFESTS).glob(kind + "-*"))
+
+
+def _rewrite(path, payload) -> None:
+    """Write ``payload`` into the record ``path`` with a checksum that verifies (another format)."""
+    name = path.name
+    key = ("pocl-entry|" + name[len("entry-"):].replace("-", "/", 1) if name.startswith("entry-")
+           else "pocl-program|" + name[len("program-"):])
+    disk_cache.write_entry(str(path), key, json.dumps(payload).encode())
+
+
+def _damage_records(pocl, mode: str) -> None:
+    entries, programs = _records(pocl, "entry"), _records(pocl, "program")
+    assert len(entries) == len(programs) == 2
+    if mode == "garbage":
+        for p in entries + programs:
+            p.write_bytes(os.urandom(p.stat().st_size))
+    elif mode == "truncated":
+        for p in entries + programs:
+            p.write_bytes(p.read_bytes()[:p.stat().st_size // 2])
+    elif mode == "missing":
+        for p in entries + programs:
+            p.unlink()
+    elif mode == "program records missing":  # the entries' manifests intact: each names its program
+        for p in programs:
+            p.unlink()
+    elif mode == "wrong format":
+        for p in entries:  # (the files without the programs: what an older functrace wrote)
+            _rewrite(p, {"files": json.loads(disk_cache.read_entry(str(p), "pocl-entry|" + p.name[6:].replace("-", "/", 1)))["files"]})
+        for p in programs:
+            _rewrite(p, ["not", "an", "entry"])
+    elif mode == "names of files that do not exist":  # program records intact
+        for p in entries:
+            manifest = json.loads(disk_cache.read_entry(str(p), "pocl-entry|" + p.name[6:].replace("-", "/", 1)))
+            manifest["files"] = {"elsewhere/" + rel: known for rel, known in manifest["files"].items()}
+            _rewrite(p, manifest)
+    elif mode == "another payload's":  # each record holds the other record's file of its kind
+        for pair in (entries, programs):
+            first, second = (p.read_bytes() for p in pair)
+            pair[0].write_bytes(second)
+            pair[1].write_bytes(first)
+
+
+MANIFEST_DAMAGE = ["garbage", "truncated", "missing", "program records missing", "wrong format",
+                   "names of files that do not exist", "another payload's"]
+
+
+@pytest.mark.parametrize("payload", ["truncated", "bit flipped"])
+@pytest.mark.parametrize("mode", MANIFEST_DAMAGE)
+def test_a_manifest_that_does_not_verify_vouches_for_nothing(mode, payload, filled_caches, tmp_path):
+    """shared/repros/cache_guard_bypassed_abort.py: damaged manifests turned the guard off (an entry
+    whose manifest file existed was trusted unread, one without was checked by its structure only),
+    and a damaged ``program.bc`` (truncated, or one byte changed, which its structure does not show)
+    then aborted every later process inside PoCL (SIGABRT).  Now the next process prints the right
+    numbers, the damaged file is gone or rebuilt, and the entries are recorded again: a later
+    check trusts them as they are."""
+    for d in ("ft", "xdg"):
+        shutil.copytree(filled_caches / d, tmp_path / d, symlinks=True)
+    pocl = tmp_path / "ft" / "opencl" / "pocl"
+    bitcode = sorted(pocl.glob("??/*/program.bc"))
+    assert len(bitcode) == 2
+    _damage_records(pocl, mode)
+    damaged = {}
+    for p in bitcode:
+        if payload == "truncated":
+            truncate(p)
+        else:
+            data = bytearray(p.read_bytes())
+            data[len(data) // 2] ^= 0x5A  # (as the repro does)
+            p.write_bytes(bytes(data))
+        damaged[p] = p.read_bytes()
+
+    assert run(tmp_path, code=TWO_PROGRAMS) == "ok"
+    for p, data in damaged.items():
+        assert not p.exists() or (p.read_bytes() != data and driver_cache.looks_complete(p.name, p.read_bytes()))
+    keys = [p.name[len("program-"):] for p in _records(pocl, "program")]
+    repaired = code_files(pocl)
+    guard = driver_cache.CacheGuard(str(pocl))  # a later process's check
+    entries = {guard.before(key)[0] for key in keys}
+    assert len(keys) == len(entries) == 2 and None not in entries
+    assert code_files(pocl) == repaired  # trusted as it is: nothing deleted
+    assert {p.parent for p in repaired if p.name == "program.bc"} == {pocl / e for e in entries}
+
+
 # ---------------------------------------------------------------------- the checks themselves
 
 def _pocl_files() -> dict:
@@ -236,8 +347,7 @@ def test_the_guard_deletes_an_entry_that_does_not_verify(damage, tmp_path):
         (tmp_path / "AB" / "CDEF" / "k" / "32-1-1" / "k.so").write_bytes(so[:len(so) // 2])
     guard = driver_cache.CacheGuard(str(tmp_path))  # a later process
     seen = guard.before("program-a")
-    assert seen[0] == "AB/CDEF"
-    assert not (tmp_path / "AB" / "CDEF").exists()
+    assert seen[0] is None and not (tmp_path / "AB" / "CDEF").exists()
     assert (tmp_path / "XY" / "ZZZZ" / "program.bc").read_bytes() == bc
     # the rebuilt entry is recorded again, and trusted by the next process
     _fake_build(tmp_path, "AB/CDEF", files)
@@ -248,17 +358,22 @@ def test_the_guard_deletes_an_entry_that_does_not_verify(damage, tmp_path):
 
 def test_an_unknown_program_has_every_unrecorded_entry_checked_first(tmp_path):
     """A program whose entry is not known yet (its first build here, or its builder died before
-    recording) may be any entry: before its build every entry no manifest covers is checked by
-    its structure (a whole one is adopted, one with a truncated file deleted); after it, the
-    entry the build made (else touched) is the program's."""
-    so = next(d for p, d in _pocl_files().items() if p.endswith(".so"))
-    _fake_build(tmp_path, "AA/WHOLE", {"k/k.so": so}, seconds_ago=10)
-    _fake_build(tmp_path, "BB/TRUNCATED", {"k/k.so": so[:-100]}, seconds_ago=10)
+    recording) may be any entry: before its build every entry functrace never recorded is checked
+    by its structure (a whole one is adopted, one with a truncated file deleted, one without
+    bitcode yet -- a build at work -- left alone); after it, the entry the build made (else
+    touched) is the program's."""
+    real = _pocl_files()
+    bc = next(d for p, d in real.items() if p.endswith(".bc"))
+    so = next(d for p, d in real.items() if p.endswith(".so"))
+    _fake_build(tmp_path, "AA/WHOLE", {"program.bc": bc, "k/k.so": so}, seconds_ago=10)
+    _fake_build(tmp_path, "BB/TRUNCATED", {"program.bc": bc, "k/k.so": so[:-100]}, seconds_ago=10)
+    (tmp_path / "DD" / "BUILDING").mkdir(parents=True)  # (PoCL makes the directory first)
     guard = driver_cache.CacheGuard(str(tmp_path))
     seen = guard.before("program-x")
-    assert seen[0] is None and sorted(seen[2]) == ["AA/WHOLE"]
+    assert seen[0] is None and sorted(seen[2]) == ["AA/WHOLE", "DD/BUILDING"]
     assert (tmp_path / driver_cache.MANIFESTS / "entry-AA-WHOLE").exists()
-    _fake_build(tmp_path, "CC/MADE", {"k/k.so": so})
+    assert not (tmp_path / driver_cache.MANIFESTS / "entry-DD-BUILDING").exists()
+    _fake_build(tmp_path, "CC/MADE", {"program.bc": bc, "k/k.so": so})
     guard.after("program-x", seen)
     assert driver_cache.CacheGuard(str(tmp_path)).before("program-x")[0] == "CC/MADE"
 
@@ -266,6 +381,107 @@ def test_an_unknown_program_has_every_unrecorded_entry_checked_first(tmp_path):
     _fake_build(tmp_path, "AA/WHOLE", {})
     guard.after("program-y", seen)
     assert driver_cache.CacheGuard(str(tmp_path)).before("program-y")[0] == "AA/WHOLE"
+
+
+def _recorded_cache(root, bc: bytes, so: bytes) -> dict:
+    """Two programs' entries as a process leaves them after building and running them (every
+    file recorded); {key: entry}."""
+    guard = driver_cache.CacheGuard(str(root))
+    made = {"a": "AA/ONE", "b": "BB/TWO"}
+    for key, entry in made.items():
+        seen = guard.before(key)
+        _fake_build(root, entry, {"program.bc": bc, "k/64-1-1/k.so": so})
+        guard.after(key, seen)
+    guard.record()
+    return made
+
+
+def test_an_entry_without_a_valid_manifest_is_discarded_when_recorded_before(tmp_path):
+    """The mark in each recorded entry tells an entry whose manifest was lost (deleted before its
+    program is built, whole or not) from one never recorded (adopted when whole); a program whose
+    record was lost finds its entry by the manifest naming it, and that entry is checked."""
+    real = _pocl_files()
+    bc = next(d for p, d in real.items() if p.endswith(".bc"))
+    so = next(d for p, d in real.items() if p.endswith(".so"))
+    made = _recorded_cache(tmp_path, bc, so)
+    assert all((tmp_path / e / driver_cache.MARK).exists() for e in made.values())
+    _fake_build(tmp_path, "CC/NEVER", {"program.bc": bc}, seconds_ago=10)  # another program's entry
+
+    (tmp_path / driver_cache.MANIFESTS / "program-a").unlink()
+    (tmp_path / driver_cache.MANIFESTS / "program-b").unlink()
+    (tmp_path / driver_cache.MANIFESTS / "entry-BB-TWO").unlink()
+    flip(tmp_path / "AA" / "ONE" / "program.bc")  # (its structure is still whole)
+    guard = driver_cache.CacheGuard(str(tmp_path))
+    seen = guard.before("a")
+    assert seen[0] is None and not (tmp_path / "AA" / "ONE").exists()  # its manifest names it: checked
+    assert not (tmp_path / "BB" / "TWO").exists()  # recorded, manifest lost: discarded though whole
+    assert (tmp_path / "CC" / "NEVER" / "program.bc").read_bytes() == bc  # never recorded: adopted
+    assert (tmp_path / "CC" / "NEVER" / driver_cache.MARK).exists()
+    _fake_build(tmp_path, "AA/ONE", {"program.bc": bc})  # PoCL builds it again
+    guard.after("a", seen)
+    assert driver_cache.CacheGuard(str(tmp_path)).before("a")[0] == "AA/ONE"
+    assert (tmp_path / "AA" / "ONE" / "program.bc").read_bytes() == bc
+
+
+def test_the_guard_under_random_damage(tmp_path):
+    """A fuzz of the guard (seeded): random damage to the records and the files PoCL loads --
+    bits flipped, cut short, garbage, deleted, swapped, other formats with checksums that verify.
+    After the check before its build, each program's entry is gone (PoCL builds it again) or
+    every file in it is what PoCL wrote."""
+    import random
+    real = _pocl_files()
+    bc = next(d for p, d in real.items() if p.endswith(".bc"))
+    so = next(d for p, d in real.items() if p.endswith(".so"))
+    pristine = tmp_path / "pristine"
+    made = _recorded_cache(pristine, bc, so)
+    written = {"program.bc": bc, "k/64-1-1/k.so": so}
+    rnd = random.Random(37)
+
+    def damage(path) -> None:
+        data = path.read_bytes()
+        how = rnd.choice(["flip", "flip", "cut", "garbage", "delete"])
+        if how == "delete":
+            path.unlink()
+            return
+        if how == "flip":
+            new = bytearray(data)
+            for _ in range(rnd.choice([1, 1, 3])):
+                new[rnd.randrange(len(new))] ^= 1 << rnd.randrange(8)
+        else:
+            new = data[:rnd.randrange(len(data))] if how == "cut" else os.urandom(len(data))
+        path.write_bytes(bytes(new))
+
+    sha = {rel: [len(data), hashlib.sha256(data).hexdigest()] for rel, data in written.items()}
+    formats = [[], {"files": {}}, {"files": {}, "programs": []}, {"files": {"../k.so": [1, "0" * 64]}, "programs": []},
+               {"files": {"program.bc": [len(bc), "0" * 64]}, "programs": ["a", "b"]},
+               {"files": {"program.bc": sha["program.bc"], "k/64-1-1/k.so.old": sha["k/64-1-1/k.so"]},
+                "programs": ["a", "b"]}]  # (a file that is not there)
+    for trial in range(150):
+        root = tmp_path / f"t{trial}"
+        shutil.copytree(pristine, root)
+        records = sorted((root / driver_cache.MANIFESTS).iterdir())
+        for path in records:
+            if rnd.random() < 0.4 and path.exists():
+                r = rnd.random()
+                if r < 0.2:  # another record's file
+                    path.write_bytes(rnd.choice([p for p in records if p.exists()]).read_bytes())
+                elif r < 0.4:
+                    _rewrite(path, rnd.choice(formats) if path.name.startswith("entry-")
+                             else rnd.choice(["../..", "AA/ONE", "BB/TWO", 5]))
+                else:
+                    damage(path)
+        for entry in made.values():
+            for rel in written:
+                if rnd.random() < 0.3:
+                    damage(root / entry / rel)
+        guard = driver_cache.CacheGuard(str(root))
+        for key, entry in made.items():
+            guard.before(key)
+            base = root / entry
+            found = {p.relative_to(base).as_posix(): p.read_bytes() for p in base.rglob("*")
+                     if p.is_file() and p.name not in ("last_accessed", driver_cache.MARK)} if base.exists() else {}
+            assert all(written[rel] == data for rel, data in found.items()), (trial, key, sorted(found))
+        shutil.rmtree(root)
 
 
 # ---------------------------------------------------------------------- pyopencl's own caches

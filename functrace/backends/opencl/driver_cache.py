@@ -8,15 +8,23 @@ that builds or launches that program, inside the driver (SIGABRT in ``pocl_llvm_
 SIGBUS in ``dlopen``), where no exception can report it.
 
 ``CacheGuard`` keeps, beside PoCL's entries (in ``functrace-checksums/``), a manifest per entry
-(the size and SHA-256 of each of its files) and a map from each functrace program to its entry.
-Before a program is built its entry is checked: a file that differs from its manifest, or a
-file no manifest covers that is not a complete ELF object or bitcode file (e.g. one a killed
-process left), gets the whole entry deleted, so PoCL rebuilds it from source.  A program
-without a known entry first has every entry no manifest covers checked that way; its entry is
-then found as the one its build created or touched.  Files made after a build (shared objects at
-first launches) are added to the manifest at exit (a process killed before that leaves them to
-the structural check).  Manifests are written atomically with a checksum
-(``disk_cache.write_entry``).
+(the size and SHA-256 of each of its files, and the functrace programs that use it) and a record
+of each program's entry, each written atomically with a checksum bound to its name
+(``disk_cache.write_entry``); an entry with a manifest holds a mark (``functrace-recorded``: in
+PoCL's directory, so that losing ``functrace-checksums/`` does not make it look never recorded).
+Before a program is built its entry is checked: a file that differs from the manifest, a file
+the manifest names that is missing, or a file it does not name that is not a complete ELF object
+or bitcode file (e.g. one a killed process left) gets the whole entry deleted, so PoCL rebuilds it
+from source.  A manifest that does not verify -- damaged, missing, another entry's, in another
+format -- vouches for nothing: a marked entry without a valid one is deleted too.  A program
+without a valid record may use any entry, so first every entry is settled: one whose manifest
+names the program is its entry, checked as above; each marked entry without a valid manifest is
+deleted; each unmarked one (another program's, or one whose builder died before recording it) is
+adopted when its files are whole by their structure, else deleted.  Its entry is then found as
+the one its build created or touched.  Files made after a build (shared objects at first
+launches) are added to the manifest at exit; until then, as in an entry never recorded, only
+their structure is checked (deleting one a live process is about to load would abort that
+process).
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -33,8 +42,13 @@ import time
 from .disk_cache import read_entry, write_entry
 
 MANIFESTS = "functrace-checksums"  # a name PoCL's two-letter hash directories never take
-# files PoCL rewrites or appends to (never loaded as code): not recorded
-_MUTABLE = ("last_accessed", "build.log")
+# in each entry functrace has written a manifest for (a name PoCL's files never take: kernel names have no "-")
+MARK = "functrace-recorded"
+BITCODE = "program.bc"  # what PoCL builds an entry from
+# not recorded: files PoCL rewrites or appends to (never loaded as code), and the mark
+_UNRECORDED = ("last_accessed", "build.log", MARK)
+_ENTRY_KEY, _PROGRAM_KEY = "pocl-entry|", "pocl-program|"  # what each record's checksum is bound to, before its name
+_SHA256 = re.compile("[0-9a-f]{64}")
 
 
 def driver_loaded() -> bool:
@@ -146,6 +160,37 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+def _is_entry(name) -> bool:
+    """Is ``name`` an entry of PoCL's cache as a record may name one (``XX/<rest>``, nothing outside)?"""
+    parts = name.split("/") if isinstance(name, str) else []
+    return (len(parts) == 2 and len(parts[0]) == 2
+            and all(p not in ("", ".", "..") and "\\" not in p for p in parts))
+
+
+def _inside(rel) -> bool:
+    """Is ``rel`` a path inside an entry (relative, no ``..``) naming a file functrace records?"""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    return (bool(parts) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
+            and parts[-1] not in _UNRECORDED)
+
+
+def _manifest_of(record) -> dict | None:
+    """The manifest a verified record holds -- ``{"files": {path: [size, sha256]}, "programs":
+    [key, ...]}``, the bitcode PoCL builds the entry from among the files -- or None when it holds
+    anything else (another format, paths outside the entry, no bitcode)."""
+    if not isinstance(record, dict) or set(record) != {"files", "programs"}:
+        return None
+    files, programs = record["files"], record["programs"]
+    if not isinstance(files, dict) or BITCODE not in files or not isinstance(programs, list) \
+            or not all(isinstance(k, str) for k in programs):
+        return None
+    for rel, known in files.items():
+        if not (_inside(rel) and isinstance(known, list) and len(known) == 2 and type(known[0]) is int
+                and known[0] >= 0 and isinstance(known[1], str) and _SHA256.fullmatch(known[1])):
+            return None
+    return {"files": dict(files), "programs": list(programs)}
+
+
 class CacheGuard:
     """Checks and records the entries of the PoCL kernel cache in ``root``."""
 
@@ -153,8 +198,8 @@ class CacheGuard:
         self.root = root
         self.manifests = os.path.join(root, MANIFESTS)
         self._lock = threading.RLock()
-        self._files: dict = {}  # entry -> its manifest ({file: [size, sha256]}) as this process knows it
-        self._checked: dict = {}  # entry -> how it was checked in this process ("full" or "sizes")
+        self._records: dict = {}  # entry -> its manifest as this process knows it
+        self._checked: set = set()  # entries checked (or recorded) in this process
         self._built: set = set()  # entries of programs this process built: manifests updated at exit
         self._dirty: set = set()  # entries whose manifest changed since it was written
         self._exit_hook = False
@@ -176,25 +221,31 @@ class CacheGuard:
         except ValueError:
             return None
 
-    def _store(self, path: str, key: str, value) -> None:
+    def _store(self, path: str, key: str, value) -> bool:
         try:
             write_entry(path, key, json.dumps(value, sort_keys=True).encode())
+            return True
         except OSError:
-            pass  # not recorded: a later process checks the files by their structure
+            return False  # not recorded: a later process treats the entry as one never recorded
 
-    def _manifest(self, entry: str) -> dict:
-        if entry not in self._files:
-            record = self._load(self._entry_record(entry), "pocl-entry|" + entry)
-            files = record.get("files") if isinstance(record, dict) else None
-            self._files[entry] = dict(files) if isinstance(files, dict) else {}
-            if files is None:
-                self._dirty.add(entry)
-        return self._files[entry]
+    def _manifest(self, entry: str) -> dict | None:
+        """``entry``'s manifest (read once per process), None while it has no valid one."""
+        if entry not in self._records:
+            manifest = _manifest_of(self._load(self._entry_record(entry), _ENTRY_KEY + entry))
+            if manifest is None:
+                return None
+            self._records[entry] = manifest
+        return self._records[entry]
 
     def _flush(self, entry: str) -> None:
-        if entry in self._dirty and entry in self._files:
-            self._store(self._entry_record(entry), "pocl-entry|" + entry, {"files": self._files[entry]})
-            self._dirty.discard(entry)
+        """Write ``entry``'s manifest if it changed, then mark the entry as recorded."""
+        if entry in self._dirty and entry in self._records:
+            if self._store(self._entry_record(entry), _ENTRY_KEY + entry, self._records[entry]):
+                self._dirty.discard(entry)
+                try:  # (not in an entry deleted meanwhile: the directory is not made again)
+                    os.close(os.open(os.path.join(self.root, entry, MARK), os.O_CREAT | os.O_WRONLY, 0o644))
+                except OSError:
+                    pass
 
     # ------------------------------------------------------------------ the cache's contents
 
@@ -224,29 +275,22 @@ class CacheGuard:
         base = os.path.join(self.root, entry)
         for parent, _, names in os.walk(base):
             for name in names:
-                if name not in _MUTABLE:
+                if name not in _UNRECORDED:
                     full = os.path.join(parent, name)
                     yield os.path.relpath(full, base).replace(os.sep, "/"), full
 
     def _check(self, entry: str, how: str) -> bool:
-        """Does ``entry`` agree with its manifest -- by content (``how`` "full"), by file sizes
-        ("sizes"), or not asked ("new") -- and is every file the manifest lacks whole by its
-        structure?  Such files join the manifest; files gone leave it."""
-        files = self._manifest(entry)
+        """Does ``entry`` agree with its manifest -- every file the manifest names there and alike
+        (``how`` "full"; after this process's own build, "new": not asked, and files gone leave the
+        manifest) -- and is every file the manifest does not name whole by its structure?  Such
+        files join the manifest."""
+        files = self._records[entry]["files"]
         seen = set()
         for rel, full in self._walk(entry):
             known = files.get(rel)
-            if known is not None:
+            if known is not None and how == "new":
                 seen.add(rel)
-                if how == "sizes":
-                    try:
-                        if os.stat(full).st_size != known[0]:
-                            return False
-                    except OSError:
-                        seen.discard(rel)
-                    continue
-                if how == "new":
-                    continue
+                continue
             data = _read(full)
             if data is None:
                 continue  # gone meanwhile: PoCL makes it again
@@ -259,48 +303,90 @@ class CacheGuard:
             else:
                 files[rel] = [len(data), hashlib.sha256(data).hexdigest()]
                 self._dirty.add(entry)
-        for rel in [r for r in files if r not in seen]:
+        gone = [rel for rel in files if rel not in seen]
+        if gone and how == "full":
+            return False  # a manifest naming files the entry lacks is not the entry's
+        for rel in gone:
             del files[rel]
             self._dirty.add(entry)
         return True
 
-    def _verify(self, entry: str, how: str) -> None:
-        """Check ``entry`` (once per process, or once more by content after a check of sizes) and
-        delete it when it fails: PoCL builds it again from source."""
-        if self._checked.get(entry) in (how, "full"):
-            return
-        if self._check(entry, how):
-            self._checked[entry] = how
-            return
+    def _discard(self, entry: str) -> None:
+        """Delete ``entry`` and its manifest: PoCL builds it again from source."""
         shutil.rmtree(os.path.join(self.root, entry), ignore_errors=True)
-        for path in (self._entry_record(entry),):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        self._files.pop(entry, None)
-        self._checked.pop(entry, None)
+        try:
+            os.unlink(self._entry_record(entry))
+        except OSError:
+            pass
+        self._records.pop(entry, None)
+        self._checked.discard(entry)
         self._dirty.discard(entry)
+
+    def _settle(self, entry: str) -> None:
+        """An entry without a valid manifest: discarded when marked as recorded (its manifest was
+        lost or damaged, so nothing vouches for its files); else (another program's, or one whose
+        builder died before recording it) adopted when every file in it is whole by its structure
+        (left as it is while it holds no bitcode: a build at work), discarded when one is not."""
+        if os.path.exists(os.path.join(self.root, entry, MARK)):
+            self._discard(entry)
+            return
+        self._records[entry] = {"files": {}, "programs": []}
+        if not self._check(entry, "full"):
+            self._discard(entry)
+        elif BITCODE not in self._records[entry]["files"]:
+            del self._records[entry]
+            self._dirty.discard(entry)
+        else:
+            self._checked.add(entry)
+            self._flush(entry)
+
+    def _verify(self, entry: str) -> None:
+        """Check the entry of the program being built (once per process) and delete it when it
+        fails: PoCL builds it again from source."""
+        if entry in self._checked:
+            return
+        if self._manifest(entry) is None:
+            self._settle(entry)
+        elif self._check(entry, "full"):
+            self._checked.add(entry)
+        else:
+            self._discard(entry)
+
+    def _survey(self, key: str) -> str | None:
+        """Before building a program whose record is missing or not confirmed by its entry's
+        manifest: settle every entry without a valid manifest (any might be that program's) and
+        check each whose manifest names ``key``; the last of those, if any."""
+        found = None
+        for entry in sorted(self._entries()):
+            manifest = self._manifest(entry)
+            if manifest is None:
+                self._settle(entry)
+            elif key in manifest["programs"]:
+                self._verify(entry)
+                found = entry
+        return found
 
     # ------------------------------------------------------------------ around a build
 
     def before(self, key: str):
-        """Check the cache entry of the program ``key`` before PoCL reads it (when that entry is
-        not known: every entry no manifest covers, by its structure); what ``after`` needs."""
+        """Check the cache entry of the program ``key`` before PoCL reads it: the one its record
+        names, and, unless that entry's manifest names the program too, every entry (see
+        ``_survey``); what ``after`` needs."""
         with self._lock:
-            entry = self._load(self._program_record(key), "pocl-program|" + key)
-            if isinstance(entry, str) and os.path.isdir(os.path.join(self.root, entry)):
-                self._verify(entry, "full")
+            recorded = self._load(self._program_record(key), _PROGRAM_KEY + key)
+            if not (_is_entry(recorded) and os.path.isdir(os.path.join(self.root, recorded))):
+                recorded = None
+            if recorded is not None:
+                self._verify(recorded)
+            if recorded is not None and key in (self._manifest(recorded) or {"programs": ()})["programs"]:
+                entry = recorded
+            else:
+                entry = self._survey(key) or recorded
+            if entry is not None and os.path.isdir(os.path.join(self.root, entry)):
+                if entry != recorded:
+                    self._store(self._program_record(key), _PROGRAM_KEY + key, entry)
                 return entry, self._stamp(entry), None
-            try:
-                recorded = set(os.listdir(self.manifests))
-            except OSError:
-                recorded = set()
-            for e in self._entries():
-                if os.path.basename(self._entry_record(e)) not in recorded:
-                    self._verify(e, "sizes")  # (no manifest: by structure alone)
-                    self._flush(e)  # (it has a manifest now)
-            return None, time.time_ns(), self._entries()
+            return None, time.time_ns(), self._entries()  # (its entry deleted: found again after the build)
 
     def after(self, key: str, before, program=None) -> None:
         """Record the entry of the program ``key`` PoCL has just built (``before``: what
@@ -313,6 +399,11 @@ class CacheGuard:
                         os.unlink(self._program_record(key))
                     except OSError:
                         pass
+                    manifest = self._manifest(entry)
+                    if manifest is not None and key in manifest["programs"]:
+                        manifest["programs"].remove(key)
+                        self._dirty.add(entry)
+                        self._flush(entry)
                     return
             else:
                 now = self._entries()
@@ -324,8 +415,13 @@ class CacheGuard:
                 if len(candidates) != 1:
                     return
                 (entry,) = candidates
-                self._store(self._program_record(key), "pocl-program|" + key, entry)
+                self._store(self._program_record(key), _PROGRAM_KEY + key, entry)
             self._built.add(entry)
+            if self._manifest(entry) is None:  # (new, or discarded before the build)
+                self._records[entry] = {"files": {}, "programs": []}
+            if key not in self._records[entry]["programs"]:
+                self._records[entry]["programs"].append(key)
+                self._dirty.add(entry)
             if self._check(entry, "new"):
                 self._flush(entry)
             if not self._exit_hook:
@@ -338,7 +434,7 @@ class CacheGuard:
             names = [n for n in program.kernel_names.split(";") if n]  # (pyopencl's KERNEL_NAMES info)
         except Exception:
             return True
-        data = _read(os.path.join(self.root, entry, "program.bc")) or b""
+        data = _read(os.path.join(self.root, entry, BITCODE)) or b""
         return all(n.encode() in data for n in names)
 
     def record(self) -> None:
@@ -346,7 +442,8 @@ class CacheGuard:
         to the manifests of the entries of the programs this process built (at exit)."""
         with self._lock:
             for entry in sorted(self._built):
-                if os.path.isdir(os.path.join(self.root, entry)) and self._check(entry, "new"):
+                if entry in self._records and os.path.isdir(os.path.join(self.root, entry)) \
+                        and self._check(entry, "new"):
                     self._flush(entry)
 
     def build(self, key: str, program, options: str = ""):
