@@ -183,7 +183,7 @@ def _extreme_floats(r, dtype: np.dtype, shape: tuple, mix: tuple) -> np.ndarray:
         lo, hi = (limit.get(b, b) for b in _MAGNITUDES[name])
         hi = min(hi, limit["max"])
         x = np.where(which == j, np.sign(x) * 10.0 ** r.uniform(min(lo, hi), hi, shape), x)
-    x = np.clip(x, -float(info.max), float(info.max)).astype(dtype)
+    x = np.asarray(np.clip(x, -float(info.max), float(info.max)), dtype)
     if share and x.size:
         flat = x.reshape(-1)
         at = r.random(flat.size) < share
@@ -194,8 +194,8 @@ def _extreme_floats(r, dtype: np.dtype, shape: tuple, mix: tuple) -> np.ndarray:
 def _integers(r, dtype: np.dtype, shape: tuple, extremes: bool) -> np.ndarray:
     """Integers (or bools) of ``dtype``: small ones, or with ``extremes`` a mix of small ones,
     the dtype's whole range and its edges (min, max, 0, -1)."""
-    if dtype == bool:
-        return r.random(shape) < (float(r.choice([0.5, 0.05, 0.95, 0.0, 1.0])) if extremes else 0.5)
+    if dtype == bool:  # (an array also where shape is (): numpy's bool scalar ** 2 is int64, its array's int8)
+        return np.asarray(r.random(shape) < (float(r.choice([0.5, 0.05, 0.95, 0.0, 1.0])) if extremes else 0.5))
     info = np.iinfo(dtype)
     small = r.integers(max(info.min, -9), 10, shape)
     if not extremes:
