@@ -20,7 +20,7 @@ _F64 = {"unary": [-1e8, -1e200, 1e200, -1e4, 1e-20, -1e-12, -710.0, 710.0, 711.0
         "softplus": [-40.0, -800.0, -1e300, 0.0, 1e-20, 40.0, 800.0, np.inf, -np.inf, np.nan],
         "pairs": [(1e200, 1e200), (1e-200, 1e-200), (3.0, 4.0), (-1e300, 1e-300), (1e-310, 1e-310), (0.0, -0.0),
                   (-40.0, 0.0), (0.0, -60.0), (1.0, 1.0), (-745.0, -745.0), (1e300, 1e300), (-1e308, 5.0),
-                  (np.inf, np.inf), (-np.inf, -np.inf), (np.inf, -np.inf), (np.inf, np.nan), (np.nan, 0.0),
+                  (np.inf, np.inf), (-np.inf, -np.inf), (np.inf, -np.inf), (np.inf, np.nan), (np.nan, np.inf), (np.nan, -np.inf), (np.nan, 0.0),
                   (0.0, np.nan)]}
 _F32 = {"unary": [-1e8, -1e30, 1e30, -1e4, 1e-20, -1e-12, -89.0, 89.0, 90.0, 1e20, 0.5, 3.0, -0.0,
                   np.inf, -np.inf, np.nan],
@@ -29,7 +29,7 @@ _F32 = {"unary": [-1e8, -1e30, 1e30, -1e4, 1e-20, -1e-12, -89.0, 89.0, 90.0, 1e2
         "softplus": [-40.0, -200.0, -1e30, 0.0, 1e-20, 40.0, 200.0, np.inf, -np.inf, np.nan],
         "pairs": [(1e30, 1e30), (1e-30, 1e-30), (3.0, 4.0), (-1e38, 1e-38), (1e-40, 1e-40), (0.0, -0.0),
                   (-40.0, 0.0), (0.0, -60.0), (1.0, 1.0), (-100.0, -100.0), (1e38, 1e38), (-3e38, 5.0),
-                  (np.inf, np.inf), (-np.inf, -np.inf), (np.inf, -np.inf), (np.inf, np.nan), (np.nan, 0.0),
+                  (np.inf, np.inf), (-np.inf, -np.inf), (np.inf, -np.inf), (np.inf, np.nan), (np.nan, np.inf), (np.nan, -np.inf), (np.nan, 0.0),
                   (0.0, np.nan)]}
 ARGUMENTS = {np.float64: _F64, np.float32: _F32}
 

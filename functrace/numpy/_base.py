@@ -390,12 +390,13 @@ def _log_add(x, y, power, log_base):
     """log_b(b^x + b^y) for ``power(t)`` = b^t and ``log_base`` = ln b, as numpy computes it:
     hi + log1p(b^(lo - hi)) / ln b with hi the larger operand, so nothing overflows and a far
     smaller one still counts (logaddexp(-40, 0) = 4.2e-18).  Infinite hi gives hi (its difference
-    with lo would be NaN), a NaN operand NaN.  Smooth on either side of x == y and symmetric, so
-    every derivative is right at ties too (1/2 each at first order)."""
+    with lo would be NaN), a NaN operand NaN (the comparison puts a NaN x in lo: kept beside an
+    infinite hi).  Smooth on either side of x == y and symmetric, so every derivative is right at
+    ties too (1/2 each at first order)."""
     x, y = _promote_float(x, y)
     first = greater_equal(x, y)
     hi, lo = where(first, x, y), where(first, y, x)
-    tail = log1p(power(where(isfinite(hi), lo - hi, zeros_like(hi))))
+    tail = log1p(power(where(logical_or(isfinite(hi), isnan(lo)), lo - hi, zeros_like(hi))))
     return hi + (tail if log_base == 1 else tail / log_base)
 
 
