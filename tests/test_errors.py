@@ -233,6 +233,13 @@ def test_operations_numpy_refuses_are_refused_while_tracing():
     with pytest.raises(TypeError, match=r"boolean neg.*<lambda>"):
         ft.jit(lambda a: -a)(np.array([True]))
 
+    def bool_sign(a):  # (it traced, then failed at run time with numpy's raw ufunc error)
+        return fnp.sign(a)
+    with pytest.raises(TypeError, match=r"boolean sign.*bool_sign"):
+        ft.make_jaxpr(bool_sign)(np.array([True]))
+    with pytest.raises(TypeError, match=r"boolean positive.*<lambda>"):
+        ft.jit(lambda a: +a)(np.array([True]))
+
     def int_inverse(a):
         return a ** -1
     with pytest.raises(ValueError, match=r"negative integer powers.*int_inverse"):

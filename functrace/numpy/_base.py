@@ -266,7 +266,12 @@ around = round
 
 
 def positive(x):
-    return _to_array(x)
+    """``+x``: a copy; numpy has no boolean positive, and neither do we."""
+    x = _to_array(x)
+    if x.dtype == bool:
+        raise TypeError(f"numpy boolean positive (`+`) is not supported; use the array itself "
+                        f"{_user_frame_description()}")
+    return x
 
 
 def _binary(prim, promote=_promote, kept_kinds="biufc"):

@@ -217,20 +217,22 @@ def _pow_dy(ans, x, y):
 pow_p = elementwise("pow", np.power, [lambda ans, x, y: mul(y, pow(x, sub(y, scalar_like(y, 1)))), _pow_dy])
 
 
-def _no_bool(prim: Primitive, hint: str) -> None:
-    """numpy has no boolean ``-``: refuse it when tracing too (not at run time, inside the program)."""
+def _no_bool(prim: Primitive, what: str, hint: str) -> None:
+    """numpy has no boolean ``-`` or ``sign``: refuse them when tracing too (not at run time,
+    inside the program)."""
     rule = prim.abstract_eval
 
     def checked(*avals, **params):
         if avals[0].dtype.kind == "b":
-            raise TypeError(f"numpy boolean {prim.name} (the `-` operator) is not supported; use {hint} "
+            raise TypeError(f"numpy boolean {prim.name} ({what}) is not supported; use {hint} "
                             f"{user_frame_description()}")
         return rule(*avals, **params)
     prim.abstract_eval = checked
 
 
-_no_bool(sub_p, "bitwise_xor (`^`) or logical_xor")
-_no_bool(neg_p, "logical_not (`~`)")
+_no_bool(sub_p, "the `-` operator", "bitwise_xor (`^`) or logical_xor")
+_no_bool(neg_p, "the `-` operator", "logical_not (`~`)")
+_no_bool(sign_p, "numpy's sign has no boolean loop", "the array itself, or astype(int) first")
 
 
 def _tie_mask(which):
