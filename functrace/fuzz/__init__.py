@@ -14,8 +14,8 @@ backend and eagerly, checked against a float64 reference with a per-element erro
 * ``runner``: :class:`Fuzzer`, the loop over programs, shrinking and reporting failures;
 * ``cli``: the command line.
 
-docs/fuzzer.md describes what is generated and how the bounds are computed; docs/fuzz.md the
-extremes mode, integer and bool programs and the comparisons with numpy itself and JAX.
+docs/fuzzer.md describes what is generated and how the bounds are computed, the extremes mode,
+integer and bool programs and the comparisons with numpy itself and JAX.
 """
 from .bounds import Bound, BoundInterpreter
 from .check import IMPLS, KINDS, Failure, compare, reference

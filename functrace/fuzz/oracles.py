@@ -1,9 +1,10 @@
 """The program run by other libraries, checked against the same bounds as functrace's own
 results: ``numpy-lib``, numpy itself (its functions, in the program's dtype), and ``jax``, JAX
 with 64-bit types enabled, jitted.  The reference interprets functrace's IR, so a function that
-functrace writes from others (``sinh`` as exps, ``hypot`` as a root of squares) is bounded as
-written; only a library that computes it as one function shows where that decomposition
-overflows, cancels or gives another NaN or dtype than numpy's.
+functrace writes from others (``logaddexp`` from ``log1p`` and ``exp``; ``sinh`` and ``hypot``
+were once exps and a root of squares) is bounded as written; only a library that computes it as
+one function shows where that decomposition overflows, cancels or gives another NaN or dtype
+than numpy's.
 
 The same source runs with ``fnp`` bound to ``numpy`` / ``jax.numpy`` and ``ft.nn`` / ``ft.lax`` to
 their counterparts (numpy's written here, as numpy has none); a function without one raises

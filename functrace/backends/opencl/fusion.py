@@ -492,9 +492,10 @@ class Op:
 
 # float32 operations written as macros whose form the device kind and device choose (``policy``):
 # sin / cos as FT_SIN_<type> / FT_COS_<type> (the cpu kind: PoCL's native forms, measured 5x faster
-# and within 1.2e-7 of sin / cos on |x| <= 1e4; elsewhere lane by lane, as a GPU computes them
-# anyway: PoCL's vector forms are wrong next to 0, inf or NaN); a corrected division and sqrt on a
-# device that does not round them correctly
+# and within 1.2e-7 of sin / cos on |x| <= 1e4, used only when every lane lies within that bound --
+# they return 0 past ~1.7e6 -- else, and elsewhere, lane by lane, as a GPU computes them anyway:
+# PoCL's vector forms are wrong next to 0, inf or NaN); a corrected division and sqrt on a device
+# that does not round them correctly
 _F32_MACROS = {P.div_p: "FT_FDIV({0}, {1})", P.sqrt_p: "FT_FSQRT({0})"}
 _F32_POLICY_MACROS = {P.sin_p: "FT_SIN", P.cos_p: "FT_COS"}  # + _<vector type>(operand): see policy.py
 _F32_OWN_MATH = {P.exp_p: "ft_exp", P.tanh_p: "ft_tanh", P.log_p: "ft_log", P.log1p_p: "ft_log1p"}  # see _F32_MATH
