@@ -113,6 +113,7 @@ def _grad_cases(dtype) -> dict:
         "cosh'(edge)": (ft.grad(fnp.cosh), (edge,), np.sinh(edge)),
         "d hypot(x, big)/dx at big": (ft.grad(fnp.hypot), (big, big), np.sqrt(0.5)),
         "d hypot(x, small)/dy at small": (ft.grad(fnp.hypot, argnums=1), (small, small), np.sqrt(0.5)),
+        "d hypot/dx at the origin": (ft.grad(fnp.hypot), (0.0, 0.0), 0.0),  # (JAX's; 0 / 0 was NaN)
         "d logaddexp(-40, 0)/dx": (ft.grad(fnp.logaddexp), (-40.0, 0.0), sig(-40.0)),
         "d logaddexp(-40, 0)/dy": (ft.grad(fnp.logaddexp, argnums=1), (-40.0, 0.0), sig(40.0)),
         "d logaddexp(1, 1)/dx": (ft.grad(fnp.logaddexp), (1.0, 1.0), 0.5),

@@ -16,7 +16,8 @@ sinh(1e-20) and overflows at sinh(-710), log(x + sqrt(x^2 + 1)) is -inf for asin
 sqrt(x^2 + y^2) is inf for hypot(1e200, 1e200); e^(x ln 2) misses 2^1000 by 300 ulps where
 exp2 is exact at integers (logaddexp2 needs it).  Their derivatives do not overflow where the
 functions do not: sinh' = cosh, cosh' = sinh, asinh' = 1 / hypot(x, 1),
-acosh' = 1 / (sqrt(x - 1) sqrt(x + 1)), d hypot = (x dx + y dy) / hypot, exp2' = exp2 ln 2.
+acosh' = 1 / (sqrt(x - 1) sqrt(x + 1)), d hypot = (x dx + y dy) / hypot (0 at the origin),
+exp2' = exp2 ln 2.
 """
 from __future__ import annotations
 
@@ -101,7 +102,13 @@ erfc_p = P.elementwise("erfc", lambda x: np.asarray(_erfc_object(x), dtype=np.as
 
 sinh_p = P.elementwise("sinh", np.sinh, [lambda ans, x: cosh_p.bind(x)])
 cosh_p = P.elementwise("cosh", np.cosh, [lambda ans, x: sinh_p.bind(x)])
-hypot_p = P.elementwise("hypot", np.hypot, [lambda ans, x, y: P.div(x, ans), lambda ans, x, y: P.div(y, ans)])
+def _over_hypot(v, ans):
+    """``v / hypot``, a partial derivative of hypot: 0 at the origin, where the cone has no
+    derivative (JAX's value there; 0 / 0 gave NaN)."""
+    return P.div(v, P.select(P.eq(ans, P.scalar_like(ans, 0)), P.scalar_like(ans, 1), ans))
+
+
+hypot_p = P.elementwise("hypot", np.hypot, [lambda ans, x, y: _over_hypot(x, ans), lambda ans, x, y: _over_hypot(y, ans)])
 asinh_p = P.elementwise("asinh", np.arcsinh, [P.Reciprocal(lambda ans, x: hypot_p.bind(x, P.scalar_like(x, 1)))])
 acosh_p = P.elementwise("acosh", np.arccosh, [P.Reciprocal(  # (x^2 - 1 would overflow from 1e154)
     lambda ans, x: P.mul(P.sqrt_p.bind(P.sub(x, P.scalar_like(x, 1))), P.sqrt_p.bind(P.add(x, P.scalar_like(x, 1)))))])
