@@ -1,8 +1,7 @@
 """Every kernel family of the OpenCL backend on small odd shapes, for a run on Oclgrind.
 
 Run as a script (``tests/test_oclgrind.py`` does, in a child process whose environment selects
-Oclgrind's device, its checks and its limits): ``python oclgrind_programs.py <family>[:<case
-substring>]...``.  Each
+Oclgrind's device, its checks and its limits): ``python oclgrind_programs.py <family>[:<case>]...``.  Each
 program is compiled for OpenCL with the small-program and host-step shortcuts off (so the kernels
 run) and compared with the numpy backend; each line printed is ``OK <family> <case>``, ``MISMATCH
 <family> <case> <what>`` or ``ERROR <family> <case> <exception>``.  Oclgrind itself reports races,
@@ -60,6 +59,16 @@ def _matmul():
                                                                                 normal(3, 17, 5, dtype=dt))
         yield f"matvec-{name}", lambda a, v: a @ v, (a, normal(29, dtype=dt))
         yield f"dense-grad-{name}", ft.grad(lambda w, x: fnp.sum(fnp.tanh(x @ w + 0.5) ** 2)), (b, a)
+    yield "gemm-float16", lambda a, b: a @ b, (normal(19, 23, dtype=np.float16), normal(23, 17, dtype=np.float16))
+
+
+def _layout():
+    x = normal(7, 13, 5)
+    yield "transpose-concat-pad", lambda a: (a.transpose(2, 0, 1) * 2, fnp.concatenate([a, a[::-1]], axis=1),
+                                             fnp.pad(a, ((1, 2), (0, 0), (3, 1))), a[:, ::3, 1:4].reshape(7, -1)), (x,)
+    yield "conv2d", lambda a, w: ft.nn.conv2d(a, w, stride=2, padding=1), (normal(2, 3, 11, 9), normal(4, 3, 3, 3))
+    yield "conv2d-grad", ft.grad(lambda a, w: fnp.sum(ft.nn.conv2d(a, w, padding=1) ** 2), argnums=(0, 1)), (
+        normal(1, 2, 7, 5), normal(3, 2, 3, 3))
 
 
 def _norms():
@@ -80,6 +89,7 @@ def _softmax():
                                                           ft.nn.logsumexp(a, axis=-1)), (x,)
         yield f"cross-entropy-grad-{np.dtype(dt).name}", ft.value_and_grad(
             lambda a, l: ft.nn.cross_entropy(a, l)), (x, labels)
+    yield "softmax-float16", lambda a: ft.nn.softmax(a), (normal(9, 33, dtype=np.float16),)
 
 
 def _attention():
@@ -122,7 +132,7 @@ def _random():
     yield "dropout", lambda k, a: ft.nn.dropout(k, 0.3, a), (key, normal(9, 17))
 
 
-FAMILIES = {"elementwise": _elementwise, "reductions": _reductions, "matmul": _matmul, "norms": _norms,
+FAMILIES = {"elementwise": _elementwise, "reductions": _reductions, "layout": _layout, "matmul": _matmul, "norms": _norms,
             "softmax": _softmax, "attention": _attention, "indexing": _indexing, "scans": _scans,
             "sorting": _sorting, "random": _random}
 
@@ -154,7 +164,7 @@ def run(selections: list[str]) -> None:
     """Run the selected cases, printing one line each.  Every compiled program and result stays
     alive until the end: Oclgrind 21.10's uninitialized-value check flagged a later program's
     freshly written buffers after an earlier program's buffers were released (correct values, and
-    nothing reported with each case in a process of its own), so no buffer is released here."""
+    nothing reported with each case in a process of its own; ``test_oclgrind`` runs that check so)."""
     ft.config.update("opencl_small_program_elements", 0)
     ft.config.update("opencl_host_step_elements", 0)
     kept = []
@@ -162,7 +172,7 @@ def run(selections: list[str]) -> None:
         family, _, part = selection.partition(":")
         RNG.bit_generator.state = np.random.default_rng(37).bit_generator.state
         for case, f, args in FAMILIES[family]():
-            if part not in case:
+            if part and case != part:
                 continue
             try:
                 want = ft.jit(f, backend="numpy")(*args)
