@@ -1,7 +1,9 @@
 """Where a loop runs on the cpu device kind (issue 15): a small body as ONE host step with the numpy
 backend's implementation (bit-identical values, a reason in the report), a body with real work
 driven from the host with its kernels.  Decisions, not timings.  The gpu kind drives every loop
-with its kernels: there only the numbers are checked."""
+with its kernels: there only the numbers are checked.  Loops whose bodies are elementwise over one
+lane shape are compiled whole instead (``test_opencl_loops_whole.py``): the bodies here hold a
+reduction (``_not_lanes``), so they keep these designs."""
 import numpy as np
 import pytest
 
@@ -31,24 +33,31 @@ def placement(request, monkeypatch):
     ft.config.update("opencl_host_step_elements", saved)
 
 
+def _not_lanes(x):
+    """``x``, plus a sum over a stack of x and -x (exactly 0): a reduction, which keeps a loop from
+    being compiled whole as a lane loop."""
+    return x + fnp.sum(fnp.stack([x, -x]), axis=0)
+
+
 def _pendulum_loss(params, theta0):
     """200 steps of a damped pendulum, carry (theta, omega) scalars."""
     def step(carry, _):
         theta, omega = carry
         omega = omega + 0.01 * (-params[0] * fnp.sin(theta) - params[1] * omega)
-        theta = theta + 0.01 * omega
+        theta = _not_lanes(theta + 0.01 * omega)
         return (theta, omega), theta
     _, thetas = lax.scan(step, (theta0, theta0 * 0.0), None, length=200)
     return fnp.sum(thetas ** 2)
 
 
 def _fori(params, theta0):
-    return lax.fori_loop(0, 50, lambda i, c: (c[0] + 0.01 * c[1], c[1] - 0.01 * params[0] * fnp.sin(c[0])),
+    return lax.fori_loop(0, 50, lambda i, c: (_not_lanes(c[0] + 0.01 * c[1]), c[1] - 0.01 * params[0] * fnp.sin(c[0])),
                          (theta0, theta0 * 0.0))
 
 
 def _while(params, theta0):
-    return lax.while_loop(lambda c: c[0] < 50, lambda c: (c[0] + 1, c[1] * params[1] + fnp.cos(c[1])), (0, theta0))
+    return lax.while_loop(lambda c: c[0] < 50, lambda c: (c[0] + 1, _not_lanes(c[1] * params[1] + fnp.cos(c[1]))),
+                           (0, theta0))
 
 
 def _cpu_kind() -> bool:
@@ -105,8 +114,8 @@ def test_the_element_pin_places_each_loop_by_its_largest_value(placement):
     small, big = rng.standard_normal(8), rng.standard_normal(4096)
 
     def f(small, big):
-        s = lax.fori_loop(0, 5, lambda i, c: fnp.sin(c) + 1.0, small)
-        b = lax.fori_loop(0, 3, lambda i, c: fnp.cos(c) * 0.5, big)
+        s = lax.fori_loop(0, 5, lambda i, c: _not_lanes(fnp.sin(c) + 1.0), small)
+        b = lax.fori_loop(0, 3, lambda i, c: _not_lanes(fnp.cos(c) * 0.5), big)
         nested = lax.fori_loop(0, 2, lambda i, c: c + lax.fori_loop(0, 2, lambda j, d: d * c[0], big)[:8], small)
         return s, b, nested
     compiled = ft.jit(f, backend="opencl").lower(small, big).compile()

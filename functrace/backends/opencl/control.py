@@ -1,10 +1,12 @@
 """OpenCL lowerings of structured control flow: ``cond``, ``while`` and ``scan``.
 
-Every sub-program (a branch, a loop's condition or body) is compiled once as its own
-executable -- OpenCL kernels, or on a CPU device the host when it is small -- and the host
-drives it: the carry stays in device arrays from one iteration to the next, a scan's
-per-step slices of ``xs`` and rows of ``ys`` are device-to-device copies, and only a while
-loop's predicate and a cond's branch index are read back (one scalar per iteration / call).
+A loop whose body is elementwise over one lane shape is compiled whole, as one launch that runs
+every iteration (``loops.lane_loop``, which says why when a loop is not).  Otherwise every
+sub-program (a branch, a loop's condition or body) is compiled once as its own executable --
+OpenCL kernels, or on a CPU device the host when it is small -- and the host drives it: the
+carry stays in device arrays from one iteration to the next, a scan's per-step slices of ``xs``
+and rows of ``ys`` are device-to-device copies, and only a while loop's predicate and a cond's
+branch index are read back (one scalar per iteration / call).
 
 On a CPU device a loop whose body is small runs instead as ONE host step with the numpy
 backend's implementation (its values bit-identical to that backend's): a driven iteration costs
@@ -20,6 +22,7 @@ from ...core.config import config
 from ...primitives import control
 from ...transforms.optimize import shape_size
 from .. import compile_for
+from .loops import lane_loop
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs
 
@@ -65,14 +68,15 @@ def _runs_kernels(exe) -> bool:
     return plan is not None and any(s.host_equations == 0 for s in plan.steps)
 
 
-def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
+def _loop_on_host(rt, eqn, programs: list, copies: int, why_not: str) -> OnHost | None:
     """Run the loop ``eqn`` as one host step?  On the cpu kind (``policy.host_steps``): when its sub-programs (``programs``,
     compiled) run no kernel (the driven loop would only add its per-iteration overhead to the same
     numpy work), or when numpy's estimated time for one iteration's equations is under
     ``WORKER_MARGIN`` times a driven iteration's (its launches and ``copies`` row copies, at least
     one, and a wait for the device, plus the arithmetic shared by the compute units).
     ``ft.config.opencl_host_step_elements`` set to a number replaces the estimate by that element
-    count for the body's largest value (as for any step)."""
+    count for the body's largest value (as for any step).  ``why_not``: why the loop is not
+    compiled whole, for the report."""
     if rt is None or not rt.policy.host_steps:
         return None
     eqns = [e for p in eqn.params.values() for s in (p if isinstance(p, tuple) else (p,))
@@ -82,18 +86,19 @@ def _loop_on_host(rt, eqn, programs: list, copies: int) -> OnHost | None:
     if config.opencl_host_step_elements is not None:
         if elements < int(config.opencl_host_step_elements):
             return OnHost(f"{name} as one numpy loop: its body's largest value has fewer than "
-                          f"{config.opencl_host_step_elements} elements (opencl_host_step_elements)")
+                          f"{config.opencl_host_step_elements} elements (opencl_host_step_elements); {why_not}")
         return None
     if not any(_runs_kernels(p) for p in programs):
         return OnHost(f"{name} as one numpy loop: its body runs no kernel, so driving it from the host "
-                      f"would only add per-iteration overhead")
+                      f"would only add per-iteration overhead; {why_not}")
     launches = max(1, sum(p.num_kernel_launches for p in programs) + copies)
     costs = launch_costs(rt)  # (the host waits for each iteration's kernels)
     driven = kernel_seconds(rt, eqns, elements) + (launches - 1) * costs.dispatch + costs.wait
     host = host_seconds(eqns)
     if host < WORKER_MARGIN * driven:
         return OnHost(f"{name} as one numpy loop: an iteration is estimated at {host * 1e6:.0f} us in numpy "
-                      f"vs {driven * 1e6:.0f} us driven ({launches} launches), which must win by {WORKER_MARGIN:g}x")
+                      f"vs {driven * 1e6:.0f} us driven ({launches} launches), which must win by {WORKER_MARGIN:g}x; "
+                      f"{why_not}")
     return None
 
 
@@ -113,9 +118,13 @@ def lower_cond(eqn, rt) -> Lowered:
 
 @register(control.while_p)
 def lower_while(eqn, rt) -> Lowered:
+    whole = lane_loop(eqn, rt)
+    if isinstance(whole, Lowered):
+        return whole
+    why_not = f"not compiled whole: {whole}"
     p = eqn.params
     cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
-    on_host = _loop_on_host(rt, eqn, [cond, body], 0)
+    on_host = _loop_on_host(rt, eqn, [cond, body], 0, why_not)
     if on_host is not None:
         return on_host
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
@@ -129,16 +138,20 @@ def lower_while(eqn, rt) -> Lowered:
 
     per_iteration = cond.num_kernel_launches + body.num_kernel_launches
     return Lowered("", [], run, 0, f"while: condition and body compiled separately ({per_iteration} launches "
-                                   f"per iteration; the predicate is read on the host)")
+                                   f"per iteration; the predicate is read on the host; {why_not})")
 
 
 @register(control.scan_p)
 def lower_scan(eqn, rt) -> Lowered:
+    whole = lane_loop(eqn, rt)
+    if isinstance(whole, Lowered):
+        return whole
+    why_not = f"not compiled whole: {whole}"
     p = eqn.params
     body = _compile(p["jaxpr"])
     n_consts, n_carry, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
     x_avals, y_avals = p["jaxpr"].in_avals[n_consts + n_carry:], p["jaxpr"].out_avals[n_carry:]
-    on_host = _loop_on_host(rt, eqn, [body], len(x_avals) + len(y_avals))
+    on_host = _loop_on_host(rt, eqn, [body], len(x_avals) + len(y_avals), why_not)
     if on_host is not None:
         return on_host
     # bytes of one row of each x and of each y: fixed by the avals, so not recomputed per step
@@ -170,4 +183,5 @@ def lower_scan(eqn, rt) -> Lowered:
 
     per_step = body.num_kernel_launches + len(y_avals) + len(x_avals)
     return Lowered("", [], run, length * per_step,
-                   f"scan: body compiled separately, {length} steps of {per_step} launches (copies included)")
+                   f"scan: body compiled separately, {length} steps of {per_step} launches (copies included; "
+                   f"{why_not})")

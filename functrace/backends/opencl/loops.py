@@ -1,0 +1,416 @@
+"""Lane loops: a ``scan`` (``fori_loop``) or ``while`` whose body is elementwise over one lane shape,
+compiled whole into ONE kernel launch (issue 34's first slice).
+
+A loop qualifies when every value of its body (and condition) has shape () -- *uniform* -- or one
+common shape S -- a *lane* value --, and every equation is one that generated elementwise kernels
+write (``fusion.ELEMENTWISE``: arithmetic, comparisons, selects, conversions, ...), a broadcast of a
+uniform value to S (or a broadcast / reshape that keeps the shape), or a ``take`` along axis 0 of a
+closed-over *table* of shape (M,) or (M,) + S at a uniform index (``noise[i]`` in a ``fori_loop``).
+A scan reads row i of each ``xs`` and writes row i of each ``ys``.  The loop then runs as one
+launch: each work-item owns ``vec`` consecutive lanes of S (one on the gpu kind; the device's vector
+width on the cpu kind, whose compiler does not vectorize across work-items that loop) and runs every
+iteration with the carry in private registers.  Uniform values are computed by every work-item --
+the same operations on the same values, so the same bits everywhere -- and work-item 0 stores the
+uniform outputs.  Each equation is written by ``fusion.ExprWriter``, as in the fused elementwise
+kernels, so a loop's values are those kernels' values (the numpy backend's where theirs are).
+
+A while loop's predicate must be uniform -- every work-item then runs the same iterations -- or have
+the form ``vmap`` gives a while whose predicate is batched (``primitives/control.py``): the
+condition is ``any`` (reduce_max) of a lane predicate p, and the body keeps each carry where p is
+false (``select(p', new, carry)``, p' computing p from the same inputs).  Once a lane's p is false
+its carry never changes again, so each lane (each vector of lanes) may stop on its own: the numpy
+backend's values, lane by lane.  A while that reduces a predicate it did not guard so (the user's
+``any(...)``) runs every lane while any lane's holds: that is not lane-local, and keeps today's
+design.
+
+Anything else -- reductions, products, gathers of lane values, nested loops, cond, float16 values --
+keeps ``control.py``'s designs; ``lane_loop`` then says why, for the compile report.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import primitives as P
+from ...core import Literal
+from ...primitives import control
+from ...transforms.optimize import shape_size
+from .fusion import CTYPE, ExprWriter, compute_type, fusable
+from .lowerings import Lowered
+
+# A scan's launch runs at most this many lane-equations (lanes x steps x body equations): a longer
+# scan is several launches over consecutive steps (~10-50 ms each on a CPU device), at most two in
+# flight, so Ctrl-C stops it within a launch or two, and no launch outlasts a GPU's watchdog.
+CHUNK_WORK = 1 << 26
+
+# equations whose output is their operand's value in every lane (a broadcast of a uniform value to
+# the lane shape, or a broadcast / reshape keeping the shape)
+_SAME_VALUE = (P.broadcast_in_dim_p, P.reshape_p)
+
+
+@dataclass
+class _Loop:
+    """A scan or while as one description: each const, carry, x and y with the sub-program
+    variables bound to it.  An outer value is the position of an equation input, or a sub-program's
+    closed-over constant (an array).  ``consts``: (outer, [inner vars]); ``carries``: (outer, [inner
+    vars], the body's new value); ``xs``: (outer, inner var); ``ys``: the body's per-step outputs;
+    ``cond``: the condition's equations (while), ``pred`` its output; ``eqns``: the body's."""
+
+    consts: list
+    carries: list
+    xs: list
+    ys: list
+    eqns: list
+    cond: list
+    pred: object = None
+    length: int | None = None  # scan: its steps
+    reverse: bool = False
+
+
+def _closed_consts(closed) -> list:
+    return [(np.asarray(c), [v]) for v, c in zip(closed.jaxpr.const_vars, closed.consts)]
+
+
+def _describe(eqn) -> _Loop:
+    p = eqn.params
+    if eqn.primitive is control.scan_p:
+        body, nc, nk = p["jaxpr"], p["num_consts"], p["num_carry"]
+        ins, outs = body.jaxpr.in_vars, body.jaxpr.outs
+        return _Loop([(k, [v]) for k, v in enumerate(ins[:nc])] + _closed_consts(body),
+                     [(nc + k, [v], o) for k, (v, o) in enumerate(zip(ins[nc:nc + nk], outs[:nk]))],
+                     [(nc + nk + k, v) for k, v in enumerate(ins[nc + nk:])], list(outs[nk:]),
+                     list(body.jaxpr.eqns), [], length=p["length"], reverse=p["reverse"])
+    cond, body, ncc, nbc = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    cin, bin_ = cond.jaxpr.in_vars, body.jaxpr.in_vars
+    consts = [(k, [v]) for k, v in enumerate(cin[:ncc])] + [(ncc + k, [v]) for k, v in enumerate(bin_[:nbc])]
+    carries = [(ncc + nbc + k, [c, b], o) for k, (c, b, o) in enumerate(zip(cin[ncc:], bin_[nbc:], body.jaxpr.outs))]
+    return _Loop(consts + _closed_consts(cond) + _closed_consts(body), carries, [], [], list(body.jaxpr.eqns),
+                 list(cond.jaxpr.eqns), pred=cond.jaxpr.outs[0])
+
+
+def _lane_shape(loop: _Loop) -> tuple | str:
+    """The one non-() shape of the loop's values, () when all are uniform (consts aside: they may
+    be tables), or why there is none."""
+    values = [v for _, inner, _ in loop.carries for v in inner] + [v for _, v in loop.xs]
+    values += [v for e in loop.cond + loop.eqns for v in e.out_vars]
+    shapes = sorted({tuple(v.aval.shape) for v in values} - {()})
+    if len(shapes) > 1:
+        return f"its values have shapes {shapes[0]} and {shapes[1]}, not one lane shape"
+    return shapes[0] if shapes else ()
+
+
+def _tables(loop: _Loop, lanes: tuple) -> set | str:
+    """The consts read only by ``take`` along axis 0 at a uniform index, rows of shape () or the
+    lane shape (or why a const is neither uniform, nor lane, nor such a table)."""
+    tables = {v for _, inner in loop.consts for v in inner if v.aval.shape not in ((), lanes)}
+    for v in tables:
+        if v.aval.shape[1:] not in ((), lanes):
+            return f"it closes over a value of shape {v.aval.shape} (rows neither lanes nor scalars)"
+    for e in loop.cond + loop.eqns:
+        for k, a in enumerate(e.inputs):
+            if a in tables and not (e.primitive is P.take_p and k == 0 and e.params["axis"] == 0
+                                    and e.inputs[1].aval.shape == ()):
+                return f"it reads a closed-over value of shape {a.aval.shape} by {e.primitive.name}"
+    return tables
+
+
+def _equation_reason(e, lanes: tuple, tables: set) -> str | None:
+    """Why equation ``e`` has no lane form, or None."""
+    if not e.out_vars or e.primitive.effectful:
+        return f"it has {e.primitive.name}"
+    if any(tuple(v.aval.shape) not in ((), lanes) for v in e.out_vars):
+        return f"it has {e.primitive.name} of shape {e.out_vars[0].aval.shape}"
+    if e.primitive is P.take_p and e.inputs[0] in tables:
+        return None
+    shapes = [tuple(a.aval.shape) for a in e.inputs]
+    if e.primitive in _SAME_VALUE and shapes[0] in ((), e.out_vars[0].aval.shape):
+        return None
+    if fusable(e) and all(s in ((), lanes) for s in shapes):
+        return None
+    return f"it has {e.primitive.name}"
+
+
+def _dtype_reason(eqn, rt) -> str | None:
+    """Why the loop's values cannot be lanes (float16, a dtype without a C type, float64 without
+    cl_khr_fp64), or None."""
+    p = eqn.params
+    subs = [p["jaxpr"]] if eqn.primitive is control.scan_p else [p["cond_jaxpr"], p["body_jaxpr"]]
+    dtypes = [v.aval.dtype for v in list(eqn.inputs) + [v for s in subs for e in s.jaxpr.eqns for v in e.out_vars]]
+    for d in dict.fromkeys(dtypes + [np.asarray(c).dtype for s in subs for c in s.consts]):
+        if d not in CTYPE or d == np.dtype(np.float16):
+            return f"it has {d.name} values (lanes are float32, float64, integers or bools)"
+        if d == np.dtype(np.float64) and not rt.supports_fp64:
+            return "it has float64 values on a device without cl_khr_fp64"
+    return None
+
+
+def _keys(eqns: list, leaves: dict, ids: dict) -> dict:
+    """A number per value, equal for values computed by the same equations from the same leaves
+    (``leaves``: var -> key; ``ids`` numbers the structures, shared between calls).  Reshapes that
+    keep the shape are seen through."""
+    key = dict(leaves)
+
+    def of(a):
+        if type(a) is Literal:
+            return ("literal", np.asarray(a.val).dtype.str, np.asarray(a.val).tobytes())
+        return key.get(a, ("unknown", id(a)))
+
+    for e in eqns:
+        if e.primitive is P.reshape_p and e.inputs[0].aval.shape == e.out_vars[0].aval.shape:
+            key[e.out_vars[0]] = of(e.inputs[0])
+            continue
+        node = (e.primitive.name, repr(sorted(e.params.items())), tuple(of(a) for a in e.inputs))
+        for k, v in enumerate(e.out_vars):
+            key[v] = ids.setdefault((node, k), len(ids))
+    return key
+
+
+def _lane_predicate(eqn, loop: _Loop, lanes: tuple):
+    """For a while whose condition is ``any`` (reduce_max) of a lane predicate p: p, when the body
+    keeps every carry where p is false (the form vmap makes: see the module's docstring), else why
+    not; None for any other condition."""
+    closed_cond, closed_body = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
+    cond, body = closed_cond.jaxpr, closed_body.jaxpr
+    last = cond.eqns[-1] if cond.eqns and loop.pred is cond.eqns[-1].out_vars[0] else None
+    if last is None or last.primitive is not P.reduce_max_p or lanes == () \
+            or last.inputs[0].aval.shape != lanes or tuple(last.params["axes"]) != tuple(range(len(lanes))):
+        return None
+    ncc, nbc = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    # leaves: the condition's consts are the body's last ncc consts (as vmap passes them), carries by position
+    leaves_c = {v: ("const", k) for k, v in enumerate(cond.in_vars[:ncc])}
+    leaves_c.update({v: ("carry", k) for k, v in enumerate(cond.in_vars[ncc:])})
+    leaves_b = {v: ("const", k - (nbc - ncc)) if k >= nbc - ncc else ("body const", k)
+                for k, v in enumerate(body.in_vars[:nbc])}
+    leaves_b.update({v: ("carry", k) for k, v in enumerate(body.in_vars[nbc:])})
+    for leaves, closed in ((leaves_c, closed_cond), (leaves_b, closed_body)):  # closed-over arrays: by value
+        leaves.update((v, ("array", np.asarray(c).dtype.str, np.shape(c), np.asarray(c).tobytes()))
+                      for v, c in zip(closed.jaxpr.const_vars, closed.consts))
+    ids: dict = {}
+    p = _keys(cond.eqns, leaves_c, ids)[last.inputs[0]]
+    made = {v: e for e in body.eqns for v in e.out_vars}
+    body_keys = _keys(body.eqns, leaves_b, ids)
+    for k, out in enumerate(body.outs):
+        e = made.get(out)
+        if e is None or e.primitive is not P.select_p or body_keys.get(e.inputs[0]) != p \
+                or e.inputs[2] is not body.in_vars[nbc + k]:
+            return "its predicate reduces lane values that its body does not guard (not vmap's form)"
+    return last.inputs[0]
+
+
+def _vector_width(rt, eqn, lanes: int) -> int:
+    """Lanes per work-item: the cpu kind's vector width for the widest element type, halved
+    while it exceeds the lane count; one on the gpu kind (a work-item per lane keeps a GPU busy)."""
+    if not rt.policy.device_vector_widths:
+        return 1
+    wide = any(v.aval.dtype.itemsize == 8 for v in list(eqn.inputs) + eqn.out_vars)
+    dev = rt.device
+    vec = rt.policy.vector_width(dev.preferred_vector_width_double if wide else dev.preferred_vector_width_float)
+    while vec > lanes:
+        vec //= 2
+    return vec
+
+
+def lane_loop(eqn, rt) -> Lowered | str:
+    """The loop ``eqn`` (scan or while) compiled whole as a lane loop on ``rt``'s device, or why it
+    is not (see the module's docstring): the one place that decides."""
+    loop = _describe(eqn)
+    lanes = _lane_shape(loop)
+    if isinstance(lanes, str):
+        return lanes
+    tables = _tables(loop, lanes)
+    if isinstance(tables, str):
+        return tables
+    guard = _lane_predicate(eqn, loop, lanes) if loop.pred is not None else None
+    if isinstance(guard, str):
+        return guard
+    if guard is not None:  # the lane predicate replaces its any(): each lane stops on its own
+        loop.cond, loop.pred = loop.cond[:-1], guard
+    pred_lanes = guard is not None
+    why = _dtype_reason(eqn, rt) or next(filter(None, (_equation_reason(e, lanes, tables)
+                                                      for e in loop.cond + loop.eqns)), None)
+    if why is None and loop.pred is not None and not pred_lanes and loop.pred.aval.shape != ():
+        why = "its predicate is not uniform"
+    n = shape_size(lanes)
+    if why is None and n == 0:
+        why = "its lane shape is empty"
+    if why is not None:
+        return why
+    vec = _vector_width(rt, eqn, n)
+    items = -(-n // vec)
+    writer = _Writer(loop, lanes, tables, vec, pred_lanes)
+    source, name = writer.source(eqn)
+    # buffers: equation inputs by position; closed-over arrays and literal initial carries uploaded once
+    sources = [s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s)) for s in writer.sources]
+    carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
+    steps = loop.length if loop.length is not None else 0
+    chunk = max(1, CHUNK_WORK // (n * (len(loop.eqns) + 1)))
+    starts = list(range(0, steps, chunk)) or [0]
+
+    def run(ctx, inputs):
+        outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
+        buffers = [inputs[s] if isinstance(s, int) else s for s in sources]
+        # the carries between launches: the last one writes the outputs, the one before a scratch set, ...
+        sets = [outs[:len(loop.carries)]]
+        if len(starts) > 1:
+            sets.append([ctx.alloc(a.shape, a.dtype) for a in buffers[carried]])
+        kernel, last = ctx.kernels[name], None
+        for k, s0 in enumerate(starts):
+            target = sets[(len(starts) - 1 - k) % 2]
+            bounds = (np.int64(s0), np.int64(min(steps, s0 + chunk))) if loop.length is not None else ()
+            args = buffers + target + outs[len(target):]
+            event = kernel(ctx.queue, (items,), None, *[a.buffer for a in args], *bounds)
+            if last is not None:
+                last.wait()  # (at most two launches in flight: an interrupt lands between them)
+            last, buffers[carried] = event, target
+        for scratch in sets[1:]:
+            for a in scratch:
+                ctx.release(a)
+        return outs
+
+    what = f"{steps} steps" if loop.length is not None else \
+        "each until its lanes' predicates are false" if pred_lanes else "until the predicate is false"
+    launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
+    per = f" of {vec} lanes" if vec > 1 else ""
+    return Lowered(source, [name], run, len(starts), f"{eqn.primitive.name} compiled whole: {launches} of {items} "
+                                                     f"work-items{per} (lane shape {lanes}) running {what}")
+
+
+class _Writer:
+    """The OpenCL C of one lane loop.  Work-item g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
+    the last work-item's window may overlap its neighbour's (every read in bounds, every lane a real
+    one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on."""
+
+    def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool):
+        self.loop, self.tables, self.vec, self.pred_lanes = loop, tables, vec, pred_lanes
+        self.n = shape_size(lanes)
+        self.w = ExprWriter(vec > 1, {}, {}, vec, segment=1)
+        self.params: list = []
+        self.sources: list = []  # per input parameter: an equation input's position, or an array to upload
+        self.carries_at = 0  # the first carry's place in ``sources``
+
+    def ctype(self, dtype) -> str:
+        return compute_type(CTYPE[np.dtype(dtype)])
+
+    def lane0(self, value: str) -> str:
+        """A uniform value as a scalar (a vector holds it in every lane)."""
+        return f"({value}).s0" if self.vec > 1 else value
+
+    def param(self, dtype, source=None) -> str:
+        """A new buffer parameter: an input read from ``source``, or (None) an output."""
+        name = f"p{len(self.params)}"
+        qual = "" if source is None else "const "
+        self.params.append(f"__global {qual}{CTYPE[np.dtype(dtype)]}* restrict {name}")
+        if source is not None:
+            self.sources.append(source)
+        return name
+
+    def load(self, ptr: str, dtype, offset: str, lane: bool) -> str:
+        """Element ``offset`` of ``ptr`` (``lane``: plus the work-item's lanes) as a value in
+        ExprWriter's form (bools as int masks: 1 / 0 scalars, -1 / 0 lanes of vectors)."""
+        st, v = CTYPE[np.dtype(dtype)], self.vec
+        index = f"{offset} + l" if lane else offset
+        if v == 1:
+            return f"((int){ptr}[{index}])" if st == "uchar" else f"{ptr}[{index}]"
+        if not lane:
+            return f"((int{v})(-(int){ptr}[{index}]))" if st == "uchar" else f"(({st}{v}){ptr}[{index}])"
+        raw = f"vload{v}(0, {ptr} + {index})"
+        return f"(-convert_int{v}({raw}))" if st == "uchar" else raw
+
+    def store(self, ptr: str, dtype, offset: str, value: str, lane: bool) -> str:
+        """C storing ``value`` at element ``offset`` of ``ptr`` (``lane``: the work-item's own lanes;
+        else work-item 0 stores the uniform value)."""
+        st, v = CTYPE[np.dtype(dtype)], self.vec
+        if not lane or v == 1:
+            value = value if lane else self.lane0(value)
+            value = f"(uchar)({value} != 0)" if st == "uchar" else value
+            return f"{ptr}[{offset} + l] = {value};" if lane else f"if (g == 0) {ptr}[{offset}] = {value};"
+        if st == "uchar":
+            value = f"convert_uchar{v}(-({value}))"
+        return (f"if (skip == 0) vstore{v}({value}, 0, {ptr} + {offset} + l); else {{ {st} t_[{v}]; "
+                f"vstore{v}({value}, 0, t_); for (int k = skip; k < {v}; k++) {ptr}[{offset} + l + k] = t_[k]; }}")
+
+    def const(self, eqn, outer, var) -> str:
+        """The value of const ``var`` bound to ``outer``: a literal or a closed-over scalar in the
+        source, else a parameter read."""
+        if isinstance(outer, np.ndarray) and outer.shape == ():
+            return self.w.atom(Literal(outer), self.ctype(outer.dtype), "")
+        if isinstance(outer, int) and type(eqn.inputs[outer]) is Literal:
+            return self.w.atom(eqn.inputs[outer], self.ctype(var.aval.dtype), "")
+        return self.load(self.param(var.aval.dtype, outer), var.aval.dtype, "0", var.aval.shape != ())
+
+    def emit(self, e) -> None:
+        """Define ``e``'s output: a table's row, a value kept, or ExprWriter's elementwise form."""
+        w = self.w
+        out = e.out_vars[0]
+        ct = self.ctype(out.aval.dtype)
+        if e.primitive is P.take_p and e.inputs[0] in self.tables:
+            table, index = e.inputs
+            rows, row = table.aval.shape[0], table.aval.shape[1:]
+            i = f"clamp((long){self.lane0(w.atom(index, self.ctype(index.aval.dtype), ''))}, 0L, {rows - 1}L)"
+            w.names[out] = w.fresh(ct, self.load(w.names[table], table.aval.dtype, f"{i} * {shape_size(row)}", row != ()))
+        elif e.primitive in _SAME_VALUE:
+            w.names[out] = w.atom(e.inputs[0], ct, "")
+        else:
+            w.emit(e, "")
+
+    def source(self, eqn) -> tuple[str, str]:
+        """(the kernel's source, its name)."""
+        loop, w, n, vec = self.loop, self.w, self.n, self.vec
+        head = []
+        for k, (outer, inner) in enumerate(loop.consts):
+            if inner[0] in self.tables:
+                w.names[inner[0]] = self.param(inner[0].aval.dtype, outer)
+                continue
+            ct = self.ctype(inner[0].aval.dtype)
+            head.append(f"const {w.vtype(ct)} k{k} = {self.const(eqn, outer, inner[0])};")
+            w.names[inner[0]] = f"k{k}"
+        self.carries_at = len(self.sources)
+        for k, (outer, inner, _) in enumerate(loop.carries):  # from buffers: a long scan resumes from its last launch's
+            v, a = inner[0], eqn.inputs[outer]
+            ptr = self.param(v.aval.dtype, np.asarray(a.val, v.aval.dtype) if type(a) is Literal else outer)
+            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {self.load(ptr, v.aval.dtype, '0', v.aval.shape != ())};")
+            w.names.update((v, f"c{k}") for v in inner)
+        for outer, v in loop.xs:  # row i of each xs
+            lane = v.aval.shape != ()
+            ptr = self.param(v.aval.dtype, outer)
+            w.names[v] = w.fresh(self.ctype(v.aval.dtype), self.load(ptr, v.aval.dtype, f"i * {n if lane else 1}", lane))
+        for e in loop.cond:
+            self.emit(e)
+        if loop.pred is not None:  # tested after the condition's equations, before the body's
+            pred = w.atom(loop.pred, "uchar", "")
+            test = (f"any({pred})" if vec > 1 else pred) if self.pred_lanes else self.lane0(pred)
+            w.lines.append(f"if (!({test})) break;")
+        for e in loop.eqns:
+            self.emit(e)
+        outs = [self.param(v.aval.dtype) for v in eqn.out_vars]  # carries, then ys
+        for ptr, v in zip(outs[len(loop.carries):], loop.ys):  # row i of each ys
+            lane = v.aval.shape != ()
+            w.lines.append(self.store(ptr, v.aval.dtype, f"i * {n if lane else 1}",
+                                      w.atom(v, self.ctype(v.aval.dtype), ""), lane))
+        for k, (_, _, new) in enumerate(loop.carries):  # all new values first: a body may swap carries
+            w.lines.append(f"const {w.vtype(self.ctype(new.aval.dtype))} n{k} = "
+                           f"{w.atom(new, self.ctype(new.aval.dtype), '')};")
+        w.lines += [f"c{k} = n{k};" for k in range(len(loop.carries))]
+        tail = [self.store(ptr, v.aval.dtype, "0", f"c{k}", v.aval.shape != ())
+                for k, (ptr, (_, [v, *_], _)) in enumerate(zip(outs, loop.carries))]
+        if loop.length is not None:  # steps s0 .. s1 - 1 of the scan
+            self.params += ["const long s0", "const long s1"]
+            header = (f"for (long s = s0; s < s1; s++) {{\n        const long i = "
+                      f"{f'{loop.length - 1} - s' if loop.reverse else 's'};")
+        else:
+            header = "for (;;) {"
+        window = (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
+                  f"    const int skip = (int)(g * {vec} - l);") if vec > 1 else "const long g = get_global_id(0), l = g;"
+        lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
+        text = f"""({', '.join(self.params)}) {{
+    {window}
+    {lines(head, 4)}
+    {header}
+        {lines(w.lines, 8)}
+    }}
+    {lines(tail, 4)}
+}}"""
+        name = f"lane_{eqn.primitive.name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+        return f"\n__kernel void {name}{text}", name

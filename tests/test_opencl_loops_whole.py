@@ -1,0 +1,356 @@
+"""Lane loops (issue 34's first slice): a scan / fori_loop / while_loop whose body is elementwise
+over one lane shape runs as ONE kernel launch, each work-item running every iteration for its lanes
+(``backends/opencl/loops.py``).  Checked against the numpy backend on both device kinds: random
+odd shapes, float32 / float64 / integers / bools, reverse, lengths 0 and 1, consts, carries passed
+through or swapped, a y that is a carry, tables read at the step index, while loops with uniform and
+vmap's per-lane predicates, derivatives of order 2 and vmap through loops, the programs of the
+issue's table; and that loops a lane cannot run (a reduction, a product) keep today's design with
+the report saying why.  Decisions, not timings: the benchmark is ``benchmarks/bench_loops.py``."""
+import numpy as np
+import pytest
+from oclgrind_util import requires_oclgrind, run_python
+
+import functrace as ft
+import functrace.numpy as fnp
+from functrace.backends.opencl import loops
+from functrace.test_util import check_grads
+
+lax = ft.lax
+
+
+@pytest.fixture(params=["cpu", "gpu"], autouse=True)
+def kind(request, monkeypatch):
+    """Every test runs on both device kinds (the gpu kind forced on this machine's device)."""
+    monkeypatch.setattr(ft.config, "opencl_device_kind", request.param)
+    return request.param
+
+
+def _compile(f, *args):
+    return ft.jit(f, backend="opencl").lower(*args).compile()
+
+
+def _loop_lines(compiled) -> list:
+    """The report's lines of loops (scan / while), whichever way they run."""
+    return [line.strip() for line in compiled.report().splitlines()
+            if line.strip().split(" ")[0] in ("kernel", "host") and line.split()[1] in ("scan:", "scan", "while:",
+                                                                                         "while")]
+
+
+def _whole(compiled) -> int:
+    return sum("compiled whole:" in line and "not compiled whole" not in line for line in _loop_lines(compiled))
+
+
+def _leaves(tree) -> list:
+    return [np.asarray(x) for x in ft.tree_util.tree_leaves(tree)]
+
+
+def _check(f, args, *, whole: int, exact: bool = False, rtol: float = 1e-12, atol: float = 0.0):
+    """``f`` on OpenCL with ``whole`` loops compiled whole, twice the same bits, and the numpy
+    backend's values (bit for bit where ``exact``).  Returns the compiled program."""
+    compiled = _compile(f, *args)
+    assert _whole(compiled) == whole, compiled.report()
+    got = _leaves(compiled(*args))
+    again = _leaves(compiled(*args))
+    want = _leaves(ft.jit(f, backend="numpy")(*args))
+    assert len(got) == len(want)
+    for g, a, w in zip(got, again, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, a)
+        if exact or w.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return compiled
+
+
+# --------------------------------------------------------------------------- scans
+
+# (lane shape, dtype, reverse, length): odd sizes, a vector's remainder, every length kind
+SCANS = [((), np.float32, False, 6), ((), np.float64, True, 0), ((1,), np.float64, True, 6),
+         ((7,), np.float32, True, 1), ((7,), np.float64, False, 6), ((3, 5), np.float64, False, 0),
+         ((33,), np.float64, True, 6), ((33,), np.float32, False, 1), ((2, 3, 7), np.float32, False, 6),
+         ((2, 3, 7), np.float64, True, 6)]
+
+
+@pytest.mark.parametrize("shape, dtype, reverse, length", SCANS, ids=str)
+def test_scan_of_arithmetic_is_one_launch_with_numpys_bits(shape, dtype, reverse, length):
+    """Carries of the lane shape and uniform ones, a carry passed through, two swapped, a lane
+    const and a uniform one, lane and uniform xs, lane and uniform ys and a y that is a carry:
+    + - * / and selects are correctly rounded, so numpy's bits."""
+    rng = np.random.default_rng(len(shape) * 100 + length)
+    a = rng.standard_normal(shape).astype(dtype)
+    b = dtype(rng.standard_normal())
+    xs = rng.standard_normal((length,) + shape).astype(dtype)
+    us = rng.standard_normal((length,)).astype(dtype)
+
+    def f(a, b, xs, us):
+        def step(carry, x):
+            h, s, kept, p, q = carry
+            xl, xu = x
+            h = h * b + xl / (1.5 + a * a) - s
+            s = s * 0.5 + xu
+            h = fnp.where(h > 2.0, h - 1.0, h)
+            return (h, s, kept, q, p), (h, s, p * xl, q)
+        init = (a, b * 0.25, a + 1.0, a * 2.0, a - 3.0)
+        return lax.scan(step, init, (xs, us), length=length, reverse=reverse)
+    _check(f, (a, b, xs, us), whole=1, exact=True)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_long_scan_is_several_launches_over_consecutive_steps(monkeypatch, reverse):
+    """Past ``CHUNK_WORK`` lane-equations a scan is launched in chunks of steps (Ctrl-C lands
+    between them): the carries, uniform and lane, pass from launch to launch, the same bits."""
+    monkeypatch.setattr(loops, "CHUNK_WORK", 7 * 8 * 5)  # 7 lanes, about 8 equations: about 5 steps a launch
+    rng = np.random.default_rng(2)
+    a, xs = rng.standard_normal(7), rng.standard_normal((23, 7))
+
+    def f(a, xs):
+        def step(c, x):
+            h, t = c
+            return (h * 0.75 + x * t, t + 0.5), h - x
+        return lax.scan(step, (a, 0.0), xs, reverse=reverse)
+    compiled = _check(f, (a, xs), whole=1, exact=True)
+    assert compiled.num_kernel_launches > 3 and " launches (" in compiled.report(), compiled.report()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transcendentals_within_rounding(dtype):
+    """exp / tanh / log1p / sin in a body: the fused kernels' functions, numpy's values within
+    float rounding (both compound over the steps)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (37,)).astype(dtype)
+
+    def f(x):
+        def step(h, _):
+            h = 0.9 * fnp.tanh(h) + 0.1 * fnp.sin(3.0 * h) - 0.05 * fnp.log1p(h * h) + 0.01 * fnp.exp(-h)
+            return h, h * h
+        return lax.scan(step, x, None, length=50)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    _check(f, (x,), whole=1, rtol=tol, atol=tol)
+
+
+def test_integers_and_bools_as_lanes():
+    """int32 / int64 lanes with numpy's % and //, a bool carry, an int counter (uniform), and a
+    conversion back to float: exact."""
+    rng = np.random.default_rng(4)
+    a = rng.integers(-50, 50, (13,)).astype(np.int32)
+    b = rng.integers(-9, 9, (13,)).astype(np.int64)
+    flag = rng.random(13) < 0.5
+
+    def f(a, b, flag):
+        def step(carry, _):
+            i, x, y, m, z = carry
+            x = x * 3 % 17 - i
+            y = (y * 5 + x.astype(np.int64)) // 3
+            m = fnp.logical_xor(m, x > y)
+            z = z + fnp.where(m, 1.0, -0.5) * y.astype(np.float64)
+            return (i + 1, x, y, m, z), m
+        return lax.scan(step, (np.int32(0), a, b, flag, np.zeros(13)), None, length=9)
+    _check(f, (a, b, flag), whole=1, exact=True)
+
+
+def test_fori_loop_reads_a_table_at_the_step():
+    """``noise[i]`` in a fori_loop (a take of a closed-over (steps, 10) array at the counter) and a
+    uniform table of step sizes: still one launch."""
+    rng = np.random.default_rng(5)
+    x0, noise, eps = rng.standard_normal(10), rng.standard_normal((40, 10)), rng.uniform(0, 0.1, 40)
+
+    def f(x0, noise, eps):
+        return lax.fori_loop(0, 40, lambda i, x: x + eps[i] * (-x) + 0.1 * noise[i], x0)
+    _check(f, (x0, noise, eps), whole=1, exact=True)
+
+
+def test_closed_over_arrays_and_literals():
+    """Arrays made inside the body (closed-over constants of the sub-program) and literal inits."""
+    def f(x):
+        w = np.linspace(0.5, 1.5, 9)
+
+        def step(h, _):
+            return h * w + np.float64(0.25), h
+        return lax.scan(step, x, None, length=4)
+    _check(f, (np.arange(9.0),), whole=1, exact=True)
+
+
+# --------------------------------------------------------------------------- while loops
+
+def test_while_with_a_uniform_predicate():
+    def f(x, k):
+        return lax.while_loop(lambda c: c[0] < k, lambda c: (c[0] + 1, c[1] * 0.5 + 1.0 / (1.0 + c[1] * c[1])),
+                              (0, x))
+    _check(f, (np.linspace(-2, 2, 11), 23), whole=1, exact=True)
+
+
+def _newton(a):
+    """Newton's method for sqrt(a), each member stopping at its own tolerance."""
+    def cond(c):
+        x, i = c
+        return (fnp.abs(x * x - a) > 1e-12 * a) & (i < 60)
+
+    def body(c):
+        x, i = c
+        return x - (x * x - a) / (2.0 * x), i + 1
+    return lax.while_loop(cond, body, (a + 1.0, 0))
+
+
+@pytest.mark.parametrize("n", [1, 5, 64, 67])
+def test_vmapped_while_stops_each_lane_on_its_own(n):
+    """vmap's while (run while any member's predicate holds, each member's carry kept once its own is
+    false) as lanes that each stop on their own: numpy's trip counts and bits."""
+    a = np.random.default_rng(n).uniform(0.01, 1e4, n)
+    compiled = _check(ft.vmap(_newton), (a,), whole=1, exact=True)
+    assert any("each until its lanes' predicates are false" in line for line in _loop_lines(compiled))
+
+
+def test_while_reducing_an_unguarded_predicate_keeps_todays_design():
+    """``while max(|x*x - a|) > tol``: every lane updates while any lane's holds, which is not
+    lane-local: not compiled whole, the report says why, numpy's values."""
+    def f(a):
+        return lax.while_loop(lambda c: (fnp.max(fnp.abs(c[0] * c[0] - a)) > 1e-9) & (c[1] < 60),
+                              lambda c: (c[0] - (c[0] * c[0] - a) / (2.0 * c[0]), c[1] + 1), (a + 1.0, 0))
+    compiled = _check(f, (np.linspace(1.0, 9.0, 16),), whole=0, exact=True)
+    assert any("not compiled whole" in line and "reduce_max" in line for line in _loop_lines(compiled)), \
+        compiled.report()
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+@pytest.mark.parametrize("body, why", [
+    (lambda h, w, x: (h * 0.9 + fnp.sum(h) * 0.01 + x, h), "reduce_sum"),
+    (lambda h, w, x: (fnp.tanh(w @ h + x), h), "dot_general"),
+], ids=["reduction", "matvec"])
+def test_a_body_a_lane_cannot_run_keeps_todays_design_and_says_why(body, why):
+    rng = np.random.default_rng(6)
+    h0, w, xs = rng.standard_normal(8), rng.standard_normal((8, 8)) * 0.3, rng.standard_normal((5, 8))
+
+    def f(h0, w, xs):
+        return lax.scan(lambda h, x: body(h, w, x), h0, xs)
+    compiled = _check(f, (h0, w, xs), whole=0)
+    lines = _loop_lines(compiled)
+    assert lines and all("not compiled whole" in line and why in line for line in lines), compiled.report()
+
+
+# --------------------------------------------------------------------------- transformations
+
+
+def _pendulum(params, theta0, steps=200):
+    """RK4 of a damped pendulum: theta'' = -g sin(theta) - c theta' + a cos(t)."""
+    g, c, a = params[0], params[1], params[2]
+    dt = 0.01
+
+    def deriv(t, th, om):
+        return om, -g * fnp.sin(th) - c * om + a * fnp.cos(t)
+
+    def step(carry, _):
+        t, th, om = carry
+        k1 = deriv(t, th, om)
+        k2 = deriv(t + dt / 2, th + dt / 2 * k1[0], om + dt / 2 * k1[1])
+        k3 = deriv(t + dt / 2, th + dt / 2 * k2[0], om + dt / 2 * k2[1])
+        k4 = deriv(t + dt, th + dt * k3[0], om + dt * k3[1])
+        th = th + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        om = om + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        return (t + dt, th, om), th
+    _, ths = lax.scan(step, (theta0 * 0.0, theta0, theta0 * 0.0), None, length=steps)
+    return ths
+
+
+def _pendulum_loss(params, theta0):
+    return fnp.mean(_pendulum(params, theta0) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_value_and_grad_of_an_integrator_is_two_lane_loops(dtype):
+    """grad of a scan is a forward scan saving its carries and a reverse scan reading them: both
+    compiled whole."""
+    params, theta0 = np.array([9.8, 0.3, 0.5], dtype), dtype(0.7)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    compiled = _check(ft.value_and_grad(_pendulum_loss), (params, theta0), whole=2, rtol=tol, atol=tol)
+    assert len(_loop_lines(compiled)) == 2
+
+
+def test_moving_average_grad_forward_whole_backward_reduces():
+    """The rate's cotangent sums over the lanes every step: that reverse scan keeps today's design
+    (the report says reduce_sum), the forward one is compiled whole."""
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((100, 256)).astype(np.float32)
+
+    def loss(rate, xs):
+        def step(m, x):
+            m = (1 - rate) * m + rate * x
+            return m, m
+        _, ms = lax.scan(step, xs[0], xs)
+        return fnp.mean(ms * ms)
+    compiled = _check(ft.grad(loss), (np.float32(0.1), xs), whole=1, rtol=1e-4, atol=1e-6)
+    assert any("not compiled whole" in line and "reduce_sum" in line for line in _loop_lines(compiled))
+
+
+def test_vmap_of_an_integrator_is_one_launch_over_the_batch():
+    theta0 = np.random.default_rng(8).uniform(-1, 1, 1000)
+    params = np.array([9.8, 0.3, 0.5])
+    compiled = _check(ft.vmap(_pendulum, in_axes=(None, 0)), (params, theta0), whole=1, rtol=1e-10, atol=1e-12)
+    assert "lane shape (1000,)" in compiled.report()
+
+
+def test_newton_in_fori_loop_and_langevin_with_noise_as_xs():
+    rng = np.random.default_rng(9)
+    a = rng.uniform(0.5, 4.0, 64)
+
+    def newton(a):
+        return lax.fori_loop(0, 20, lambda i, x: x - (x * x * x - a) / (3.0 * x * x), a)
+
+    def langevin(x0, noise):
+        return lax.scan(lambda x, n: (x + 0.01 * (-x) + 0.1 * n, x), x0, noise)
+    _check(newton, (a,), whole=1, exact=True)
+    _check(langevin, (rng.standard_normal(10), rng.standard_normal((1000, 10))), whole=1, exact=True)
+
+
+def test_derivatives_of_order_two_through_a_lane_loop(kind):
+    """check_grads (float64, forward and reverse, order 2) of a jitted scan whose derivatives'
+    loops are lane loops."""
+    def f(params, theta0):
+        return _pendulum(params, theta0, steps=12)[-1]
+    args = (np.array([9.8, 0.3, 0.5]), np.float64(0.7))
+    assert _whole(_compile(ft.grad(f), *args)) == 2
+    check_grads(ft.jit(f, backend="opencl"), args, order=2, modes=("fwd", "rev"))
+
+
+def test_jvp_of_a_while_is_a_lane_loop():
+    def f(x):
+        return lax.while_loop(lambda c: c[0] < 30, lambda c: (c[0] + 1, fnp.sin(c[1]) * 0.9 + 0.1), (0, x))[1]
+    x, t = np.linspace(-1, 1, 9), np.ones(9)
+    _check(lambda x, t: ft.jvp(f, (x,), (t,)), (x, t), whole=1, rtol=1e-12, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- Oclgrind
+
+_OCLGRIND_PROGRAM = """
+import numpy as np, functrace as ft, functrace.numpy as fnp
+ft.config.update("opencl_host_step_elements", 0)
+lax = ft.lax
+def f(a, xs):
+    def step(c, x):
+        h, i = c
+        h = fnp.where(h > 1.0, h * 0.5, h * 1.25) + x / (1.0 + a * a)
+        return (h, i + 1), h
+    return lax.scan(step, (a, 0), xs)
+def newton(a):
+    return lax.while_loop(lambda c: (fnp.abs(c * c - a) > 1e-6 * a), lambda c: c - (c * c - a) / (2.0 * c), a + 1.0)
+rng = np.random.default_rng(0)
+a, xs = rng.uniform(0.1, 2, 19).astype(np.float32), rng.standard_normal((5, 19)).astype(np.float32)
+for g, args in ((f, (a, xs)), (ft.vmap(newton), (a,))):
+    c = ft.jit(g).lower(*args).compile()
+    assert "compiled whole" in c.report(), c.report()
+    got = ft.tree_util.tree_leaves(c(*args))
+    want = ft.tree_util.tree_leaves(ft.jit(g, backend="numpy")(*args))
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+print("OK")
+"""
+
+
+@requires_oclgrind
+def test_lane_loops_run_clean_on_oclgrind(kind):
+    """A scan and a vmapped while as lane loops on Oclgrind's device (of each kind: one lane per
+    work-item, or vectors of them): no race, no access out of bounds, no API error, numpy's bits."""
+    run = run_python(_OCLGRIND_PROGRAM, kind=kind, max_work_group_size=64, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
+    assert not run.reports, "\n\n".join(run.reports[:3])
