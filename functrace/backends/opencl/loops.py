@@ -274,7 +274,8 @@ def lane_loop(eqn, rt) -> Lowered | str:
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
     per = f" of {vec} lanes" if vec > 1 else ""
     return Lowered(source, [name], run, len(starts), f"{eqn.primitive.name} compiled whole: {launches} of {items} "
-                                                     f"work-items{per} (lane shape {lanes}) running {what}")
+                                                     f"work-item{'s' if items > 1 else ''}{per} (lane shape {lanes}) "
+                                                     f"running {what}")
 
 
 class _Writer:
