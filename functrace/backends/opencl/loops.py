@@ -23,13 +23,18 @@ backend's values, lane by lane.  A while that reduces a predicate it did not gua
 ``any(...)``) runs every lane while any lane's holds: that is not lane-local, and keeps today's
 design.
 
-Anything else -- reductions, products, gathers of lane values, nested loops, cond, float16 values --
-keeps ``control.py``'s designs; ``lane_loop`` then says why, for the compile report.
+A scan's uniform carry that adds up sums over the lanes every step (a uniform parameter's
+cotangent in the reverse scan of a gradient) is held per lane, each lane adding up its own terms;
+one more launch adds the lanes' totals after the loop (``_lane_sums``).  A long scan is launched in
+chunks of steps (``CHUNK_WORK``).
+
+Anything else -- other reductions, products, gathers of lane values, nested loops, cond, float16
+values -- keeps ``control.py``'s designs; ``lane_loop`` then says why, for the compile report.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,6 +72,8 @@ class _Loop:
     pred: object = None
     length: int | None = None  # scan: its steps
     reverse: bool = False
+    sums: set = field(default_factory=set)  # the carries adding up sums over the lanes (see _lane_sums)
+    lane_sums: set = field(default_factory=set)  # ... and their reduce_sums, read per lane
 
 
 def _closed_consts(closed) -> list:
@@ -116,13 +123,13 @@ def _tables(loop: _Loop, lanes: tuple) -> set | str:
     return tables
 
 
-def _equation_reason(e, lanes: tuple, tables: set) -> str | None:
+def _equation_reason(e, lanes: tuple, tables: set, lane_sums: set) -> str | None:
     """Why equation ``e`` has no lane form, or None."""
     if not e.out_vars or e.primitive.effectful:
         return f"it has {e.primitive.name}"
     if any(tuple(v.aval.shape) not in ((), lanes) for v in e.out_vars):
         return f"it has {e.primitive.name} of shape {e.out_vars[0].aval.shape}"
-    if e.primitive is P.take_p and e.inputs[0] in tables:
+    if e.primitive is P.take_p and e.inputs[0] in tables or e in lane_sums:
         return None
     shapes = [tuple(a.aval.shape) for a in e.inputs]
     if e.primitive in _SAME_VALUE and shapes[0] in ((), e.out_vars[0].aval.shape):
@@ -146,6 +153,10 @@ def _dtype_reason(eqn, rt) -> str | None:
     return None
 
 
+def _literal_key(a) -> tuple:
+    return ("literal", np.asarray(a.val).dtype.str, np.asarray(a.val).tobytes())
+
+
 def _keys(eqns: list, leaves: dict, ids: dict) -> dict:
     """A number per value, equal for values computed by the same equations from the same leaves
     (``leaves``: var -> key; ``ids`` numbers the structures, shared between calls).  Reshapes that
@@ -153,9 +164,7 @@ def _keys(eqns: list, leaves: dict, ids: dict) -> dict:
     key = dict(leaves)
 
     def of(a):
-        if type(a) is Literal:
-            return ("literal", np.asarray(a.val).dtype.str, np.asarray(a.val).tobytes())
-        return key.get(a, ("unknown", id(a)))
+        return _literal_key(a) if type(a) is Literal else key.get(a, ("unknown", id(a)))
 
     for e in eqns:
         if e.primitive is P.reshape_p and e.inputs[0].aval.shape == e.out_vars[0].aval.shape:
@@ -178,11 +187,12 @@ def _lane_predicate(eqn, loop: _Loop, lanes: tuple):
             or last.inputs[0].aval.shape != lanes or tuple(last.params["axes"]) != tuple(range(len(lanes))):
         return None
     ncc, nbc = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-    # leaves: the condition's consts are the body's last ncc consts (as vmap passes them), carries by position
-    leaves_c = {v: ("const", k) for k, v in enumerate(cond.in_vars[:ncc])}
+    # leaves: consts by the value passed to the loop (vmap passes the condition's to the body too),
+    # carries by position
+    outer = lambda k: _literal_key(eqn.inputs[k]) if type(eqn.inputs[k]) is Literal else ("input", id(eqn.inputs[k]))
+    leaves_c = {v: outer(k) for k, v in enumerate(cond.in_vars[:ncc])}
     leaves_c.update({v: ("carry", k) for k, v in enumerate(cond.in_vars[ncc:])})
-    leaves_b = {v: ("const", k - (nbc - ncc)) if k >= nbc - ncc else ("body const", k)
-                for k, v in enumerate(body.in_vars[:nbc])}
+    leaves_b = {v: outer(ncc + k) for k, v in enumerate(body.in_vars[:nbc])}
     leaves_b.update({v: ("carry", k) for k, v in enumerate(body.in_vars[nbc:])})
     for leaves, closed in ((leaves_c, closed_cond), (leaves_b, closed_body)):  # closed-over arrays: by value
         leaves.update((v, ("array", np.asarray(c).dtype.str, np.shape(c), np.asarray(c).tobytes()))
@@ -212,6 +222,52 @@ def _vector_width(rt, eqn, lanes: int) -> int:
     return vec
 
 
+def _lane_sums(loop: _Loop, lanes: tuple) -> None:
+    """Find the uniform carries that add up sums over the lanes every step -- c's new value a tree
+    of adds over c and ``reduce_sum``s of lane values, each used once (a uniform parameter's
+    cotangent in a reverse scan) --: each lane then adds up its own terms (the tree evaluated per
+    lane, every sum read as its operand), and one more launch adds the lanes' totals to c's initial
+    value after the loop (in another order than numpy's: within rounding).  Records the carries in
+    ``loop.sums`` and the sums read per lane in ``loop.lane_sums``."""
+    if lanes == () or loop.length is None:
+        return
+    uses: dict = {}
+    for a in [a for e in loop.eqns for a in e.inputs] + loop.ys + [new for _, _, new in loop.carries]:
+        uses[a] = uses.get(a, 0) + 1
+    made = {v: e for e in loop.eqns for v in e.out_vars}
+
+    def tree(v, c):
+        """(the sums, whether c is a leaf) of the add tree making v, or None."""
+        if v is c:
+            return [], True
+        e = made.get(v)
+        if e is not None and e.primitive is P.reduce_sum_p and e.inputs[0].aval.shape == lanes \
+                and tuple(e.params["axes"]) == tuple(range(len(lanes))) and e.inputs[0].aval.dtype == v.aval.dtype:
+            return [e], False
+        if e is None or e.primitive is not P.add_p or any(uses.get(a) != 1 for a in e.inputs):
+            return None
+        parts = [tree(a, c) for a in e.inputs]
+        return None if None in parts else (parts[0][0] + parts[1][0], parts[0][1] or parts[1][1])
+
+    for k, (_, [c], new) in enumerate(loop.carries):
+        found = tree(new, c) if c.aval.shape == () and c.aval.dtype.kind in "fiu" and uses.get(c) == 1 \
+            and uses.get(new) == 1 and new is not c else None
+        if found is not None and found[1] and found[0]:
+            loop.sums.add(k)
+            loop.lane_sums.update(found[0])
+
+
+def _sums_source(name: str, dtypes: list, n: int) -> str:
+    """A one-work-item kernel adding each summed carry's lane totals, in lane order, to its initial
+    value (parameters: initial value, totals, output, per carry)."""
+    params, lines = [], []
+    for k, d in enumerate(dtypes):
+        st = CTYPE[np.dtype(d)]
+        params += [f"__global const {st}* restrict i{k}", f"__global const {st}* restrict t{k}", f"__global {st}* restrict o{k}"]
+        lines.append(f"{{ {st} acc = 0; for (long l = 0; l < {n}; l++) acc += t{k}[l]; o{k}[0] = i{k}[0] + acc; }}")
+    return f"\n__kernel void {name}({', '.join(params)}) {{\n    " + "\n    ".join(lines) + "\n}"
+
+
 def lane_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` (scan or while) compiled whole as a lane loop on ``rt``'s device, or why it
     is not (see the module's docstring): the one place that decides."""
@@ -228,7 +284,8 @@ def lane_loop(eqn, rt) -> Lowered | str:
     if guard is not None:  # the lane predicate replaces its any(): each lane stops on its own
         loop.cond, loop.pred = loop.cond[:-1], guard
     pred_lanes = guard is not None
-    why = _dtype_reason(eqn, rt) or next(filter(None, (_equation_reason(e, lanes, tables)
+    _lane_sums(loop, lanes)
+    why = _dtype_reason(eqn, rt) or next(filter(None, (_equation_reason(e, lanes, tables, loop.lane_sums)
                                                       for e in loop.cond + loop.eqns)), None)
     if why is None and loop.pred is not None and not pred_lanes and loop.pred.aval.shape != ():
         why = "its predicate is not uniform"
@@ -241,9 +298,16 @@ def lane_loop(eqn, rt) -> Lowered | str:
     items = -(-n // vec)
     writer = _Writer(loop, lanes, tables, vec, pred_lanes)
     source, name = writer.source(eqn)
-    # buffers: equation inputs by position; closed-over arrays and literal initial carries uploaded once
-    sources = [s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s)) for s in writer.sources]
+    # buffers: equation inputs by position; closed-over arrays, literal initial carries and the
+    # summed carries' initial totals (zeros) uploaded once
+    upload = lambda s: s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s))
+    sources = [upload(s) for s in writer.sources]
     carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
+    sums = sorted(loop.sums)
+    sum_inits = [upload(writer.initial(eqn, loop.carries[k][0], loop.carries[k][1][0])) for k in sums]
+    sum_name = f"{name}_sums"
+    if sums:
+        source += _sums_source(sum_name, [loop.carries[k][1][0].aval.dtype for k in sums], n)
     steps = loop.length if loop.length is not None else 0
     chunk = max(1, CHUNK_WORK // (n * (len(loop.eqns) + 1)))
     starts = list(range(0, steps, chunk)) or [0]
@@ -251,8 +315,9 @@ def lane_loop(eqn, rt) -> Lowered | str:
     def run(ctx, inputs):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
         buffers = [inputs[s] if isinstance(s, int) else s for s in sources]
+        totals = {k: ctx.alloc(lanes, outs[k].dtype) for k in sums}  # the summed carries' lane totals
         # the carries between launches: the last one writes the outputs, the one before a scratch set, ...
-        sets = [outs[:len(loop.carries)]]
+        sets = [[totals.get(k, o) for k, o in enumerate(outs[:len(loop.carries)])]]
         if len(starts) > 1:
             sets.append([ctx.alloc(a.shape, a.dtype) for a in buffers[carried]])
         kernel, last = ctx.kernels[name], None
@@ -264,18 +329,21 @@ def lane_loop(eqn, rt) -> Lowered | str:
             if last is not None:
                 last.wait()  # (at most two launches in flight: an interrupt lands between them)
             last, buffers[carried] = event, target
-        for scratch in sets[1:]:
-            for a in scratch:
-                ctx.release(a)
+        if sums:
+            args = [a for k, i in zip(sums, sum_inits) for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
+            ctx.kernels[sum_name](ctx.queue, (1,), (1,), *[a.buffer for a in args])
+        for a in [a for scratch in sets[1:] for a in scratch] + list(totals.values()):
+            ctx.release(a)
         return outs
 
     what = f"{steps} steps" if loop.length is not None else \
         "each until its lanes' predicates are false" if pred_lanes else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
     per = f" of {vec} lanes" if vec > 1 else ""
-    return Lowered(source, [name], run, len(starts), f"{eqn.primitive.name} compiled whole: {launches} of {items} "
-                                                     f"work-item{'s' if items > 1 else ''}{per} (lane shape {lanes}) "
-                                                     f"running {what}")
+    summed = f"; {len(sums)} carries summed over the lanes by one more launch" if sums else ""
+    return Lowered(source, [name] + [sum_name] * bool(sums), run, len(starts) + bool(sums),
+                   f"{eqn.primitive.name} compiled whole: {launches} of {items} work-item{'s' if items > 1 else ''}"
+                   f"{per} (lane shape {lanes}) running {what}{summed}")
 
 
 class _Writer:
@@ -284,7 +352,7 @@ class _Writer:
     one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on."""
 
     def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool):
-        self.loop, self.tables, self.vec, self.pred_lanes = loop, tables, vec, pred_lanes
+        self.loop, self.lanes, self.tables, self.vec, self.pred_lanes = loop, lanes, tables, vec, pred_lanes
         self.n = shape_size(lanes)
         self.w = ExprWriter(vec > 1, {}, {}, vec, segment=1)
         self.params: list = []
@@ -332,6 +400,16 @@ class _Writer:
         return (f"if (skip == 0) vstore{v}({value}, 0, {ptr} + {offset} + l); else {{ {st} t_[{v}]; "
                 f"vstore{v}({value}, 0, t_); for (int k = skip; k < {v}; k++) {ptr}[{offset} + l + k] = t_[k]; }}")
 
+    def lane(self, k: int) -> bool:
+        """Is carry ``k`` held per lane (a lane value, or a uniform one summed over the lanes)?"""
+        return k in self.loop.sums or self.loop.carries[k][1][0].aval.shape != ()
+
+    def initial(self, eqn, outer, var):
+        """Where carry ``var``'s initial value comes from: an equation input's position, or its
+        literal as an array (uploaded once)."""
+        a = eqn.inputs[outer]
+        return np.asarray(a.val, var.aval.dtype) if type(a) is Literal else outer
+
     def const(self, eqn, outer, var) -> str:
         """The value of const ``var`` bound to ``outer``: a literal or a closed-over scalar in the
         source, else a parameter read."""
@@ -351,7 +429,7 @@ class _Writer:
             rows, row = table.aval.shape[0], table.aval.shape[1:]
             i = f"clamp((long){self.lane0(w.atom(index, self.ctype(index.aval.dtype), ''))}, 0L, {rows - 1}L)"
             w.names[out] = w.fresh(ct, self.load(w.names[table], table.aval.dtype, f"{i} * {shape_size(row)}", row != ()))
-        elif e.primitive in _SAME_VALUE:
+        elif e.primitive in _SAME_VALUE or e in self.loop.lane_sums:  # (a lane sum: each lane's own term)
             w.names[out] = w.atom(e.inputs[0], ct, "")
         else:
             w.emit(e, "")
@@ -369,9 +447,10 @@ class _Writer:
             w.names[inner[0]] = f"k{k}"
         self.carries_at = len(self.sources)
         for k, (outer, inner, _) in enumerate(loop.carries):  # from buffers: a long scan resumes from its last launch's
-            v, a = inner[0], eqn.inputs[outer]
-            ptr = self.param(v.aval.dtype, np.asarray(a.val, v.aval.dtype) if type(a) is Literal else outer)
-            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {self.load(ptr, v.aval.dtype, '0', v.aval.shape != ())};")
+            v = inner[0]
+            init = np.zeros(self.lanes, v.aval.dtype) if k in loop.sums else self.initial(eqn, outer, v)
+            ptr = self.param(v.aval.dtype, init)
+            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {self.load(ptr, v.aval.dtype, '0', self.lane(k))};")
             w.names.update((v, f"c{k}") for v in inner)
         for outer, v in loop.xs:  # row i of each xs
             lane = v.aval.shape != ()
@@ -391,10 +470,10 @@ class _Writer:
             w.lines.append(self.store(ptr, v.aval.dtype, f"i * {n if lane else 1}",
                                       w.atom(v, self.ctype(v.aval.dtype), ""), lane))
         for k, (_, _, new) in enumerate(loop.carries):  # all new values first: a body may swap carries
-            w.lines.append(f"const {w.vtype(self.ctype(new.aval.dtype))} n{k} = "
-                           f"{w.atom(new, self.ctype(new.aval.dtype), '')};")
+            ct = self.ctype(new.aval.dtype)
+            w.lines.append(f"const {w.vtype(ct)} n{k} = {w.atom(new, ct, '')};")
         w.lines += [f"c{k} = n{k};" for k in range(len(loop.carries))]
-        tail = [self.store(ptr, v.aval.dtype, "0", f"c{k}", v.aval.shape != ())
+        tail = [self.store(ptr, v.aval.dtype, "0", f"c{k}", self.lane(k))
                 for k, (ptr, (_, [v, *_], _)) in enumerate(zip(outs, loop.carries))]
         if loop.length is not None:  # steps s0 .. s1 - 1 of the scan
             self.params += ["const long s0", "const long s1"]
