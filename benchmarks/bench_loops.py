@@ -78,7 +78,8 @@ def programs(np_mod, lax, grad, value_and_grad, vmap):
         return lax.fori_loop(0, 30, lambda i, x: x - (x * x - a) / (2.0 * x), a + 1.0)
 
     def newton_scalar(a):
-        return lax.while_loop(lambda x: np_mod.abs(x * x - a) > 1e-12 * a, lambda x: x - (x * x - a) / (2.0 * x), a + 1.0)
+        return lax.while_loop(lambda x: np_mod.abs(x * x - a) > 1e-12 * a, lambda x: x - (x * x - a) / (2.0 * x),
+                              a + 1.0)
 
     def moving_average_loss(rate, xs):
         def step(m, x):

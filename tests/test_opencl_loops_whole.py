@@ -244,6 +244,15 @@ def test_a_body_a_lane_cannot_run_keeps_todays_design_and_says_why(body, why):
     assert lines and all("not compiled whole" in line and why in line for line in lines), compiled.report()
 
 
+@pytest.mark.parametrize("x, why", [(np.linspace(0, 1, 9).astype(np.float16), "float16"),
+                                    (np.zeros((0,)), "lane shape is empty")], ids=["float16", "empty"])
+def test_float16_and_empty_lanes_keep_todays_design(x, why):
+    def f(x):
+        return lax.scan(lambda h, _: (h * 0.5 + 1.0, h), x, None, length=3)
+    compiled = _check(f, (x,), whole=0, rtol=1e-3)
+    assert all(why in line for line in _loop_lines(compiled)), compiled.report()
+
+
 # --------------------------------------------------------------------------- transformations
 
 

@@ -100,7 +100,7 @@ def _describe(eqn) -> _Loop:
 def _lane_shape(loop: _Loop) -> tuple | str:
     """The one non-() shape of the loop's values, () when all are uniform (consts aside: they may
     be tables), or why there is none."""
-    values = [v for _, inner, _ in loop.carries for v in inner] + [v for _, v in loop.xs]
+    values = [v for _, inner, _ in loop.carries for v in inner] + [v for _, v in loop.xs] + loop.ys
     values += [v for e in loop.cond + loop.eqns for v in e.out_vars]
     shapes = sorted({tuple(v.aval.shape) for v in values} - {()})
     if len(shapes) > 1:
@@ -263,7 +263,8 @@ def _sums_source(name: str, dtypes: list, n: int) -> str:
     params, lines = [], []
     for k, d in enumerate(dtypes):
         st = CTYPE[np.dtype(d)]
-        params += [f"__global const {st}* restrict i{k}", f"__global const {st}* restrict t{k}", f"__global {st}* restrict o{k}"]
+        params += [f"__global const {st}* restrict i{k}", f"__global const {st}* restrict t{k}",
+                   f"__global {st}* restrict o{k}"]
         lines.append(f"{{ {st} acc = 0; for (long l = 0; l < {n}; l++) acc += t{k}[l]; o{k}[0] = i{k}[0] + acc; }}")
     return f"\n__kernel void {name}({', '.join(params)}) {{\n    " + "\n    ".join(lines) + "\n}"
 
@@ -330,7 +331,8 @@ def lane_loop(eqn, rt) -> Lowered | str:
                 last.wait()  # (at most two launches in flight: an interrupt lands between them)
             last, buffers[carried] = event, target
         if sums:
-            args = [a for k, i in zip(sums, sum_inits) for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
+            args = [a for k, i in zip(sums, sum_inits)
+                    for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
             ctx.kernels[sum_name](ctx.queue, (1,), (1,), *[a.buffer for a in args])
         for a in [a for scratch in sets[1:] for a in scratch] + list(totals.values()):
             ctx.release(a)
@@ -428,7 +430,8 @@ class _Writer:
             table, index = e.inputs
             rows, row = table.aval.shape[0], table.aval.shape[1:]
             i = f"clamp((long){self.lane0(w.atom(index, self.ctype(index.aval.dtype), ''))}, 0L, {rows - 1}L)"
-            w.names[out] = w.fresh(ct, self.load(w.names[table], table.aval.dtype, f"{i} * {shape_size(row)}", row != ()))
+            row_value = self.load(w.names[table], table.aval.dtype, f"{i} * {shape_size(row)}", row != ())
+            w.names[out] = w.fresh(ct, row_value)
         elif e.primitive in _SAME_VALUE or e in self.loop.lane_sums:  # (a lane sum: each lane's own term)
             w.names[out] = w.atom(e.inputs[0], ct, "")
         else:
@@ -450,12 +453,14 @@ class _Writer:
             v = inner[0]
             init = np.zeros(self.lanes, v.aval.dtype) if k in loop.sums else self.initial(eqn, outer, v)
             ptr = self.param(v.aval.dtype, init)
-            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {self.load(ptr, v.aval.dtype, '0', self.lane(k))};")
+            value = self.load(ptr, v.aval.dtype, "0", self.lane(k))
+            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {value};")
             w.names.update((v, f"c{k}") for v in inner)
         for outer, v in loop.xs:  # row i of each xs
             lane = v.aval.shape != ()
             ptr = self.param(v.aval.dtype, outer)
-            w.names[v] = w.fresh(self.ctype(v.aval.dtype), self.load(ptr, v.aval.dtype, f"i * {n if lane else 1}", lane))
+            value = self.load(ptr, v.aval.dtype, f"i * {n if lane else 1}", lane)
+            w.names[v] = w.fresh(self.ctype(v.aval.dtype), value)
         for e in loop.cond:
             self.emit(e)
         if loop.pred is not None:  # tested after the condition's equations, before the body's
@@ -481,8 +486,9 @@ class _Writer:
                       f"{f'{loop.length - 1} - s' if loop.reverse else 's'};")
         else:
             header = "for (;;) {"
-        window = (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
-                  f"    const int skip = (int)(g * {vec} - l);") if vec > 1 else "const long g = get_global_id(0), l = g;"
+        window = "const long g = get_global_id(0), l = g;" if vec == 1 else \
+            (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
+             f"    const int skip = (int)(g * {vec} - l);")
         lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
         text = f"""({', '.join(self.params)}) {{
     {window}
