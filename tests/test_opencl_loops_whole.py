@@ -8,11 +8,13 @@ issue's table; and that loops a lane cannot run (a reduction, a product) keep to
 the report saying why.  Decisions, not timings: the benchmark is ``benchmarks/bench_loops.py``."""
 import numpy as np
 import pytest
+import test_opencl_sources
 from oclgrind_util import requires_oclgrind, run_python
 
 import functrace as ft
 import functrace.numpy as fnp
 from functrace.backends.opencl import loops
+from functrace.backends.opencl import runtime as cl_runtime
 from functrace.test_util import check_grads
 
 lax = ft.lax
@@ -356,9 +358,41 @@ def test_jvp_of_a_while_is_a_lane_loop():
     _check(lambda x, t: ft.jvp(f, (x,), (t,)), (x, t), whole=1, rtol=1e-12, atol=1e-14)
 
 
-# --------------------------------------------------------------------------- Oclgrind
+# --------------------------------------------------------------------------- GPU compilers and Oclgrind
+
+
+@pytest.mark.skipif(test_opencl_sources.CLANG is None, reason="clang-16 is not installed")
+def test_lane_loop_sources_compile_for_gpu_targets(kind, monkeypatch):
+    """The lane loops' sources of each kind (a scan with tables, lane and uniform values and lane
+    sums, vmap's while, a uniform while; float32 and float64) compile with clang-16 for NVIDIA's and
+    AMD's OpenCL targets, as every other source does (``test_opencl_sources.py``)."""
+    recorded = []
+    monkeypatch.setattr(cl_runtime.Runtime, "program", lambda self, source, options="": recorded.append(
+        (self.policy.program_source(source), " ".join(filter(None, (self.policy.build_options, options))))))
+    rng = np.random.default_rng(11)
+    for dtype in (np.float32, np.float64):
+        a, xs, table = (rng.standard_normal(s).astype(dtype) for s in ((13,), (6, 13), (6,)))
+
+        def f(a, xs, table):
+            def step(c, x):
+                h, i, m = c
+                h = fnp.where(h > x, h * table[i], fnp.tanh(h) + x) // 1.5
+                return (h, i + 1, m | (h > 0)), h.astype(np.int32)
+            return lax.scan(step, (a, 0, a > 1), xs)
+        programs = [(f, (a, xs, table)), (ft.vmap(_newton), (np.abs(a) + 1,)),
+                    (lambda a: lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2), (0, a))[1], (a,)),
+                    (ft.grad(lambda r, xs: fnp.sum(lax.scan(lambda m, x: ((1 - r) * m + r * x, m), xs[0], xs)[1])),
+                     (dtype(0.3), xs))]
+        for g, args in programs:
+            assert _whole(_compile(g, *args)) >= 1
+    sources = [(src, opts) for src, opts in recorded if "lane_" in src]
+    assert sources
+    for target in sorted(test_opencl_sources.TARGETS):
+        errors = [test_opencl_sources._clang(src, opts, test_opencl_sources.TARGETS[target]) for src, opts in sources]
+        assert not any(errors), f"{target}: " + "\n".join(e for e in errors if e)
 
 _OCLGRIND_PROGRAM = """
+import sys
 import numpy as np, functrace as ft, functrace.numpy as fnp
 ft.config.update("opencl_host_step_elements", 0)
 lax = ft.lax
@@ -374,7 +408,8 @@ def average(rate, xs):
     return fnp.mean(lax.scan(lambda m, x: ((1 - rate) * m + rate * x, m), xs[0], xs)[1] ** 2)
 rng = np.random.default_rng(0)
 a, xs = rng.uniform(0.1, 2, 19).astype(np.float32), rng.standard_normal((5, 19)).astype(np.float32)
-for g, args in ((f, (a, xs)), (ft.vmap(newton), (a,)), (ft.grad(average), (np.float32(0.3), xs))):
+cases = ((f, (a, xs)), (ft.vmap(newton), (a,)), (ft.grad(average), (np.float32(0.3), xs)))
+for g, args in [cases[int(sys.argv[1])]]:
     c = ft.jit(g).lower(*args).compile()
     assert "compiled whole" in c.report() and "not compiled whole" not in c.report(), c.report()
     got = ft.tree_util.tree_leaves(c(*args))
@@ -386,10 +421,15 @@ print("OK")
 
 
 @requires_oclgrind
-def test_lane_loops_run_clean_on_oclgrind(kind):
+@pytest.mark.parametrize("case", ["scan", "vmapped while", "lane sums"])
+@pytest.mark.parametrize("uninitialized", [False, True], ids=["races", "uninitialized"])
+def test_lane_loops_run_clean_on_oclgrind(kind, case, uninitialized):
     """A scan, a vmapped while and a gradient's lane sums as lane loops on Oclgrind's device (of
     each kind: one lane per work-item, or vectors of them): no race, no access out of bounds, no API
-    error, numpy's values."""
-    run = run_python(_OCLGRIND_PROGRAM, kind=kind, max_work_group_size=64, timeout=600)
+    error, no read of an uninitialized value, numpy's values.  One case per process (Oclgrind's
+    uninitialized-value plugin flags buffers of a program run after another's were released)."""
+    index = str(["scan", "vmapped while", "lane sums"].index(case))
+    run = run_python(_OCLGRIND_PROGRAM, index, kind=kind, max_work_group_size=64, uninitialized=uninitialized,
+                     timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
     assert not run.reports, "\n\n".join(run.reports[:3])
