@@ -197,9 +197,15 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
 # --------------------------------------------------------------------------- scan
 
 
-def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False):
-    """``carry, ys = scan(f, init, xs)`` with ``f(carry, x) -> (carry, y)``; ys are stacked."""
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False,
+         unroll: int | bool = 1):
+    """``carry, ys = scan(f, init, xs)`` with ``f(carry, x) -> (carry, y)``; ys are stacked.
+    ``unroll`` (JAX's: steps per iteration of the compiled loop) is accepted and checked; it does
+    not change the values, and the OpenCL backend decides how a loop runs (a lane loop runs every
+    step in one kernel)."""
     fname = function_name(f)
+    if not isinstance(unroll, (bool, int, np.integer)) or unroll < 0:
+        raise ValueError(f"scan of `{fname}`: unroll must be a non-negative int or a bool, got {unroll!r}")
     x_leaves, x_tree = tree_util.tree_flatten(xs)
     x_leaves = [as_operand(x) for x in x_leaves]
     lengths = {shape_of(x)[0] for x in x_leaves if shape_of(x)}
@@ -274,10 +280,10 @@ def _index_type(lower, upper) -> tuple[np.dtype, bool]:
     return (np.result_type(*strong), False) if strong else (avals[0].dtype, True)
 
 
-def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
+def fori_loop(lower, upper, body_fun: Callable, init_val: Any, *, unroll: int | bool | None = None) -> Any:
     """``for i in range(lower, upper): val = body_fun(i, val)``.  With concrete bounds this is
     a ``scan`` (reverse-differentiable, no unrolling); with traced bounds a ``while_loop``
-    (forward mode only)."""
+    (forward mode only).  ``unroll`` is accepted as JAX's and does not change the values."""
     dtype, weak = _index_type(lower, upper)
     lo, hi = _concrete_int(lower), _concrete_int(upper)
     if lo is not None and hi is not None:

@@ -725,6 +725,18 @@ def test_scan_xs_none_with_length():
     assert float(carry) == 3.0
 
 
+@pytest.mark.parametrize("unroll", [1, 4, True, False])
+def test_scan_accepts_jaxs_unroll(unroll):
+    """JAX's ``unroll=`` is accepted (same values, eagerly and under jit); a wrong one is refused."""
+    body = lambda c, x: (c * 0.5 + x, c)  # noqa: E731
+    want = lax.scan(body, np.float64(1.0), np.arange(5.0))
+    for got in (lax.scan(body, np.float64(1.0), np.arange(5.0), unroll=unroll),
+                ft.jit(lambda x: lax.scan(body, np.float64(1.0), x, unroll=unroll))(np.arange(5.0))):
+        assert_tree_allclose(got, want, rtol=0)
+    with pytest.raises(ValueError, match="unroll must be"):
+        lax.scan(body, np.float64(1.0), np.arange(5.0), unroll=-1)
+
+
 def test_scan_reverse_matches_reversed_python_loop():
     xs = rn(6, 3)
     carry, ys = lax.scan(lambda c, x: (c * 0.5 + x, fnp.sum(c * x)), np.zeros(3), xs, reverse=True)
