@@ -12,8 +12,8 @@ jit (when installed), first call and steady state, ratios in the same run.
   (today's design), in ``fori_loop`` (a lane loop), and as ``vmap`` of a scalar ``while_loop`` (a lane
   loop whose lanes stop on their own);
 * a moving average over 1,000 steps of a 256-vector in ``scan``, ``grad`` w.r.t. the rate
-  (float32): the forward scan is a lane loop, the reverse one sums the rate's cotangent over the
-  lanes every step (a reduction: today's design).
+  (float32): the forward scan is a lane loop, and so is the reverse one, which sums the rate's
+  cotangent over the lanes every step (held per lane, one more launch adds the lanes' totals).
 
 Each row: how functrace runs the program's loops (from the compile report), the first call (trace,
 compile, run, on numpy inputs; the driver's disk cache warm after the first run of the script), the
