@@ -67,6 +67,18 @@ def _check(f, args, *, whole: int, exact: bool = False, rtol: float = 1e-12, ato
 
 # --------------------------------------------------------------------------- scans
 
+
+@pytest.mark.parametrize("lanes", [2, 3, 5])
+def test_few_lanes_get_the_float32_helpers_of_their_vector_width(lanes):
+    """Fewer lanes than the cpu kind's vector halve its width to 2: the program lacked float2's
+    ft_tanh / ft_exp / ft_log (a build failure the fuzzer found: vmap of a scan over 3 members)."""
+    x = np.linspace(0.1, 0.9, lanes).astype(np.float32)
+
+    def f(x):
+        step = lambda c, _: (fnp.tanh(c) + fnp.exp(-c) * fnp.log1p(c * c) - fnp.log(c + 2.0), c)  # noqa: E731
+        return lax.scan(step, x, None, length=4)
+    _check(f, (x,), whole=1, rtol=1e-5, atol=1e-6)
+
 # (lane shape, dtype, reverse, length): odd sizes, a vector's remainder, every length kind
 SCANS = [((), np.float32, False, 6), ((), np.float64, True, 0), ((1,), np.float64, True, 6),
          ((7,), np.float32, True, 1), ((7,), np.float64, False, 6), ((3, 5), np.float64, False, 0),

@@ -115,7 +115,7 @@ inline {t} ft_round_half_{t}({t} x) {{  /* x rounded to float16 (nearest, ties t
     vstore_half{w}_rte(x, 0, (__private half*)&h);
     return vload_half{w}(0, (__private const half*)&h);
 }}"""
-_HELPER_USE = re.compile(r"\bft_\w+?_(float(?:4|8|16)?)\(")
+_HELPER_USE = re.compile(r"\bft_\w+?_(float(?:2|4|8|16)?)\(")
 
 
 def f32_helpers(source: str) -> str:
