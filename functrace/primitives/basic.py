@@ -564,13 +564,23 @@ def _arg_reduction(name, impl):
 argmax_p = _arg_reduction("argmax", np.argmax)
 argmin_p = _arg_reduction("argmin", np.argmin)
 
-cumsum_p = new_primitive("cumsum")
-cumsum_p.impl = lambda x, *, axis, reverse: (
-    np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis) if reverse
-    else np.cumsum(x, axis=axis, dtype=x.dtype))
-cumsum_p.abstract_eval = lambda a, *, axis, reverse: a
-cumsum_p.batch = lambda vals, dims, *, axis, reverse: (
-    cumsum(moveaxis(vals[0], dims[0], 0), axis + 1, reverse), 0)
+def _running(name: str, accumulate: Callable) -> Primitive:
+    """A running sum or product along ``axis`` (from the end when ``reverse``), in numpy's order and
+    the operand's dtype: its implementation, shape rule and batching rule."""
+    p = new_primitive(name)
+
+    def impl(x, *, axis, reverse):
+        if reverse:
+            return np.flip(accumulate(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+        return accumulate(x, axis=axis, dtype=x.dtype)
+    p.impl = impl
+    p.abstract_eval = lambda a, *, axis, reverse: a
+    p.batch = lambda vals, dims, *, axis, reverse: (
+        p.bind(moveaxis(vals[0], dims[0], 0), axis=axis + 1, reverse=reverse), 0)
+    return p
+
+
+cumsum_p = _running("cumsum", np.cumsum)
 cumsum_p.jvp = [lambda t, ans, x, *, axis, reverse: cumsum(t, axis, reverse)]
 cumsum_p.vjp = [lambda g, ans, x, *, axis, reverse: cumsum(g, axis, not reverse)]
 
@@ -1320,12 +1330,6 @@ def exclusive_products(x, axis: int, reverse: bool = False):
 # rules are scans written with primitives, exact at zeros (no division) and differentiable again.
 
 
-def _cumprod_impl(x, *, axis, reverse):
-    if reverse:
-        return np.flip(np.cumprod(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
-    return np.cumprod(x, axis=axis, dtype=x.dtype)
-
-
 def _cumprod_jvp(t, ans, x, *, axis, reverse):
     """The product rule along the running product: a scan of (product, tangent) pairs."""
     def product_rule(a, b):
@@ -1347,10 +1351,6 @@ def _cumprod_vjp(g, ans, x, *, axis, reverse):
     return mul(exclusive_products(x, axis, reverse), s)
 
 
-cumprod_p = new_primitive("cumprod")
-cumprod_p.impl = _cumprod_impl
-cumprod_p.abstract_eval = lambda a, *, axis, reverse: a
-cumprod_p.batch = lambda vals, dims, *, axis, reverse: (
-    cumprod_p.bind(moveaxis(vals[0], dims[0], 0), axis=axis + 1, reverse=reverse), 0)
+cumprod_p = _running("cumprod", np.cumprod)
 cumprod_p.jvp = [_cumprod_jvp]
 cumprod_p.vjp = [_cumprod_vjp]
