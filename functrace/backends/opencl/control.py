@@ -22,6 +22,7 @@ from ...core.config import config
 from ...primitives import control
 from ...transforms.optimize import shape_size
 from .. import compile_for
+from .group_loops import group_loop
 from .loops import lane_loop
 from .lowerings import Lowered, OnHost, device_inputs, register
 from .placement import WORKER_MARGIN, elements_touched, host_seconds, kernel_seconds, launch_costs
@@ -66,6 +67,14 @@ def _runs_kernels(exe) -> bool:
     all host segments (a small program run on the host has no plan)?"""
     plan = getattr(exe, "plan", None)
     return plan is not None and any(s.host_equations == 0 for s in plan.steps)
+
+
+def _whole(eqn, rt) -> Lowered | str:
+    """The loop ``eqn`` compiled whole -- a lane loop (many work-items, each running every
+    iteration over its own lanes) where the body is elementwise over one lane shape, else one
+    work-group's loop (``group_loops``) -- or why neither: the one place that decides."""
+    lanes = lane_loop(eqn, rt)
+    return lanes if isinstance(lanes, Lowered) else group_loop(eqn, rt)
 
 
 def _loop_on_host(rt, eqn, programs: list, copies: int, why_not: str) -> OnHost | None:
@@ -118,7 +127,7 @@ def lower_cond(eqn, rt) -> Lowered:
 
 @register(control.while_p)
 def lower_while(eqn, rt) -> Lowered:
-    whole = lane_loop(eqn, rt)
+    whole = _whole(eqn, rt)
     if isinstance(whole, Lowered):
         return whole
     why_not = f"not compiled whole: {whole}"
@@ -143,7 +152,7 @@ def lower_while(eqn, rt) -> Lowered:
 
 @register(control.scan_p)
 def lower_scan(eqn, rt) -> Lowered:
-    whole = lane_loop(eqn, rt)
+    whole = _whole(eqn, rt)
     if isinstance(whole, Lowered):
         return whole
     why_not = f"not compiled whole: {whole}"

@@ -269,6 +269,34 @@ def _sums_source(name: str, dtypes: list, n: int) -> str:
     return f"\n__kernel void {name}({', '.join(params)}) {{\n    " + "\n    ".join(lines) + "\n}"
 
 
+def scan_chunks(loop: _Loop, step_work: int) -> tuple[int, list, int]:
+    """(a scan's steps, the first step of each launch, steps per launch) for a loop doing
+    ``step_work`` elements' work per step (a while: one launch)."""
+    steps = loop.length if loop.length is not None else 0
+    chunk = max(1, CHUNK_WORK // max(1, step_work))
+    return steps, list(range(0, steps, chunk)) or [0], chunk
+
+
+def launch_chunks(ctx, kernel, buffers: list, carried: slice, targets: list, rest: list, loop: _Loop,
+                  starts: list, chunk: int, global_size: tuple, local_size) -> None:
+    """Launch a whole loop's ``kernel`` once per chunk of steps (``starts``): each launch reads the
+    carries from ``buffers[carried]`` and writes them to a set of buffers the next launch reads --
+    the last one to ``targets``, the one before a scratch set, and so on -- then the other
+    parameters ``rest`` (the ys, scratch) and a scan's step bounds."""
+    buffers = list(buffers)
+    sets = [targets] + ([[ctx.alloc(a.shape, a.dtype) for a in buffers[carried]]] if len(starts) > 1 else [])
+    last = None
+    for k, s0 in enumerate(starts):
+        target = sets[(len(starts) - 1 - k) % 2]
+        bounds = (np.int64(s0), np.int64(min(loop.length, s0 + chunk))) if loop.length is not None else ()
+        event = kernel(ctx.queue, global_size, local_size, *[a.buffer for a in buffers + target + rest], *bounds)
+        if last is not None:
+            last.wait()  # (at most two launches in flight: an interrupt lands between them)
+        last, buffers[carried] = event, target
+    for a in sets[1] if len(sets) > 1 else []:
+        ctx.release(a)
+
+
 def lane_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` (scan or while) compiled whole as a lane loop on ``rt``'s device, or why it
     is not (see the module's docstring): the one place that decides."""
@@ -309,32 +337,20 @@ def lane_loop(eqn, rt) -> Lowered | str:
     sum_name = f"{name}_sums"
     if sums:
         source += _sums_source(sum_name, [loop.carries[k][1][0].aval.dtype for k in sums], n)
-    steps = loop.length if loop.length is not None else 0
-    chunk = max(1, CHUNK_WORK // (n * (len(loop.eqns) + 1)))
-    starts = list(range(0, steps, chunk)) or [0]
+    steps, starts, chunk = scan_chunks(loop, n * (len(loop.eqns) + 1))
 
     def run(ctx, inputs):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
         buffers = [inputs[s] if isinstance(s, int) else s for s in sources]
         totals = {k: ctx.alloc(lanes, outs[k].dtype) for k in sums}  # the summed carries' lane totals
-        # the carries between launches: the last one writes the outputs, the one before a scratch set, ...
-        sets = [[totals.get(k, o) for k, o in enumerate(outs[:len(loop.carries)])]]
-        if len(starts) > 1:
-            sets.append([ctx.alloc(a.shape, a.dtype) for a in buffers[carried]])
-        kernel, last = ctx.kernels[name], None
-        for k, s0 in enumerate(starts):
-            target = sets[(len(starts) - 1 - k) % 2]
-            bounds = (np.int64(s0), np.int64(min(steps, s0 + chunk))) if loop.length is not None else ()
-            args = buffers + target + outs[len(target):]
-            event = kernel(ctx.queue, (items,), None, *[a.buffer for a in args], *bounds)
-            if last is not None:
-                last.wait()  # (at most two launches in flight: an interrupt lands between them)
-            last, buffers[carried] = event, target
+        targets = [totals.get(k, o) for k, o in enumerate(outs[:len(loop.carries)])]
+        launch_chunks(ctx, ctx.kernels[name], buffers, carried, targets, outs[len(targets):], loop, starts, chunk,
+                      (items,), None)
         if sums:
             args = [a for k, i in zip(sums, sum_inits)
                     for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
             ctx.kernels[sum_name](ctx.queue, (1,), (1,), *[a.buffer for a in args])
-        for a in [a for scratch in sets[1:] for a in scratch] + list(totals.values()):
+        for a in totals.values():
             ctx.release(a)
         return outs
 

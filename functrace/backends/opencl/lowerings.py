@@ -128,3 +128,16 @@ class LaunchContext:
     kernels: dict
     alloc: Callable
     release: Callable
+
+
+def device_group(rt, want: int, axis: int = 0, beside: int = 1) -> int:
+    """The largest power of two up to ``want`` that ``rt``'s device allows as a work-group's extent
+    along ``axis`` (CL_DEVICE_MAX_WORK_ITEM_SIZES) with ``beside`` work-items along the other axes
+    (CL_DEVICE_MAX_WORK_GROUP_SIZE).  OpenCL sets no minimum: a design asking 256 work-items
+    failed to launch on a device allowing 128."""
+    device = getattr(rt, "device", None)
+    total = int(getattr(device, "max_work_group_size", 0) or want)
+    extents = getattr(device, "max_work_item_sizes", None) or ()
+    along = int(extents[axis]) if len(extents) > axis else total
+    allowed = max(1, min(want, total // beside, along))
+    return 1 << (allowed.bit_length() - 1)

@@ -42,7 +42,7 @@ from .fusion import (
     view_after,
 )
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
-from .lowerings import LOWERINGS, SMALL_ON_HOST, Lowered, OnHost
+from .lowerings import LOWERINGS, SMALL_ON_HOST, Lowered, OnHost, device_group
 from .matmul import lower_with_epilogue
 from .placement import compute_units, host_reason
 from .runtime import Array
@@ -781,19 +781,6 @@ def _vector_width(rt, eqns) -> int:
         return 8
     pref = rt.device.preferred_vector_width_double if wide else rt.device.preferred_vector_width_float
     return rt.policy.vector_width(pref)
-
-
-def device_group(rt, want: int, axis: int = 0, beside: int = 1) -> int:
-    """The largest power of two up to ``want`` that ``rt``'s device allows as a work-group's extent
-    along ``axis`` (CL_DEVICE_MAX_WORK_ITEM_SIZES) with ``beside`` work-items along the other axes
-    (CL_DEVICE_MAX_WORK_GROUP_SIZE).  OpenCL sets no minimum: a design asking 256 work-items
-    failed to launch on a device allowing 128."""
-    device = getattr(rt, "device", None)
-    total = int(getattr(device, "max_work_group_size", 0) or want)
-    extents = getattr(device, "max_work_item_sizes", None) or ()
-    along = int(extents[axis]) if len(extents) > axis else total
-    allowed = max(1, min(want, total // beside, along))
-    return 1 << (allowed.bit_length() - 1)
 
 
 def _combine_source(name: str, eqn, chunks: int, strided: bool = False, pt: str | None = None) -> str:
