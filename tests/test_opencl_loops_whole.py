@@ -13,7 +13,7 @@ from oclgrind_util import requires_oclgrind, run_python
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import loops
+from functrace.backends.opencl import group_loops, loops
 from functrace.backends.opencl import runtime as cl_runtime
 from functrace.test_util import check_grads
 
@@ -27,19 +27,34 @@ def kind(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def lane_loops_spread(monkeypatch):
+    """This file's programs keep their lane loops: a program holding a loop with a lane form runs
+    as its plan, not as one work-group's kernel (that is ``test_opencl_group_loops.py``'s)."""
+    monkeypatch.setattr(group_loops, "SPREAD_LANES", 1)
+
+
 def _compile(f, *args):
     return ft.jit(f, backend="opencl").lower(*args).compile()
 
 
 def _loop_lines(compiled) -> list:
-    """The report's lines of loops (scan / while), whichever way they run."""
+    """The report's lines of loops (scan / while), whichever way they run, and of a program
+    compiled whole with its loops."""
     return [line.strip() for line in compiled.report().splitlines()
             if line.strip().split(" ")[0] in ("kernel", "host") and line.split()[1] in ("scan:", "scan", "while:",
-                                                                                         "while")]
+                                                                                         "while", "program:")]
 
 
 def _whole(compiled) -> int:
-    return sum("compiled whole:" in line and "not compiled whole" not in line for line in _loop_lines(compiled))
+    """Loops compiled whole: alone, or in a program compiled whole (its line counts them)."""
+    count = 0
+    for line in _loop_lines(compiled):
+        if line.split()[1] == "program:":
+            count += int(line.rsplit(", ", 1)[1].split()[0])
+        else:
+            count += "compiled whole:" in line and "not compiled whole" not in line
+    return count
 
 
 def _leaves(tree) -> list:

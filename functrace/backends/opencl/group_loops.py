@@ -26,17 +26,19 @@ import hashlib
 import numpy as np
 
 from ... import primitives as P
-from ...core import Literal
+from ...core import JaxprEqn, Literal, Primitive
 from ...primitives import control
 from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
 from .fusion import CTYPE, ExprWriter, _reduce_init, compute_type, contiguous_strides, fusable, reduce_combine
-from .loops import _describe, _dtype_reason, launch_chunks, scan_chunks
+from .loops import _describe, _dtype_reason, _lane_shape, lane_loop, launch_chunks, scan_chunks
 from .lowerings import Lowered, device_group
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
 # loop, which pays for bodies of small values; larger ones keep the designs that spread over cores
 GROUP_ELEMENTS = 1 << 14
+GROUP_WORK = 1 << 18  # ... and the most elements' work of one pass over its equations (one iteration)
+SPREAD_LANES = 512  # a program whose loop is a lane loop over this many lanes is not run by one work-group
 GROUP_ITEMS = 256  # the gpu kind's work-group: up to this many work-items, one per element of the largest value
 LOCAL_RESERVE = 1024  # bytes of the device's local memory left to the driver
 
@@ -53,38 +55,104 @@ def _aligned(e) -> bool:
     return fusable(e) and all(tuple(a.aval.shape) in ((), shape) for a in e.inputs)
 
 
-def _equation_reason(e) -> str | None:
-    """Why equation ``e`` has no group form, or None."""
-    if len(e.out_vars) != 1 or e.primitive.effectful:
-        return f"it has {e.primitive.name}"
-    if e.primitive in _INDEXED or fusable(e):
-        return None
-    return f"it has {e.primitive.name}"
+_LOOPS = (control.scan_p, control.while_p)
+
+
+def _sub_equations(e) -> list:
+    """The equations of loop ``e``'s condition and body."""
+    loop = _describe(e)
+    return loop.cond + loop.eqns
+
+
+def _reason(eqns: list, rt) -> str | None:
+    """Why some equation of ``eqns`` (loops: with their bodies) has no group form, or None."""
+    for e in eqns:
+        if e.primitive in _LOOPS:
+            why = _dtype_reason(e, rt) or _reason(_sub_equations(e), rt)
+        elif len(e.out_vars) != 1 or e.primitive.effectful or not (e.primitive in _INDEXED or fusable(e)):
+            why = f"it has {e.primitive.name}"
+        else:
+            why = None
+        if why is not None:
+            return why
+    return None
+
+
+def _work(eqns: list) -> tuple[int, int]:
+    """(the largest value, the elements' work of one pass) of ``eqns``, a loop's body counted once:
+    a product's outputs times its contraction, a reduction's operand, each other output once."""
+    largest, work = 1, 0
+    for e in eqns:
+        if e.primitive in _LOOPS:
+            loop = _describe(e)
+            inner = [v for _, vs, _ in loop.carries for v in vs] + [v for _, v in loop.xs]
+            big, w = _work(_sub_equations(e))
+            largest, work = max(largest, big, *(shape_size(v.aval.shape) for v in inner)), work + w
+            continue
+        n = shape_size(e.out_vars[0].aval.shape)
+        largest = max(largest, n)
+        if e.primitive is P.dot_general_p:
+            (lc, _), _ = e.params["dimension_numbers"]
+            n *= shape_size([e.inputs[0].aval.shape[d] for d in lc])
+        elif e.primitive in _REDUCTIONS or e.primitive in (P.argmax_p, P.argmin_p):
+            n = shape_size(e.inputs[0].aval.shape)
+        work += n
+    return largest, work
+
+
+def _fits(eqns: list, rt) -> str | None:
+    """Why ``eqns`` are not one work-group's to run, or None: an equation without a group form,
+    a value over ``GROUP_ELEMENTS``, a pass over ``GROUP_WORK``."""
+    why = _reason(eqns, rt)
+    if why is not None:
+        return why
+    largest, work = _work(eqns)
+    if largest > GROUP_ELEMENTS:
+        return f"a value of {largest} elements is over a work-group loop's {GROUP_ELEMENTS}"
+    if work > GROUP_WORK:
+        return f"a pass over its equations does {work} elements' work, over a work-group loop's {GROUP_WORK}"
+    return None
+
+
+def _work_group(rt, eqns: list) -> int:
+    """Work-items of the work-group: one on the cpu kind, on the gpu kind one per element of the
+    largest value up to ``GROUP_ITEMS`` (and the device's limits)."""
+    if rt.policy.device_vector_widths:
+        return 1
+    return device_group(rt, min(GROUP_ITEMS, 1 << (_work(eqns)[0] - 1).bit_length()))
+
+
+def _build(rt, group: int, write) -> _Writer:
+    """A writer that ``write(writer)`` filled, its values in local memory where they fit in the
+    device's, else in global scratch buffers."""
+    writer = _Writer(group)
+    write(writer)
+    if writer.local_bytes > int(getattr(rt.device, "local_mem_size", 0) or 0) - LOCAL_RESERVE:
+        writer = _Writer(group, scratch=True)
+        write(writer)
+    return writer
+
+
+def _label(writer: _Writer, launches: str, what: str) -> str:
+    where = "global scratch" if writer.use_scratch else "local memory"
+    items = f"{writer.group} work-item{'s' if writer.group > 1 else ''}"
+    return f"{launches} of one work-group of {items} (values in {where}, {writer.local_bytes} bytes) running {what}"
 
 
 def group_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` compiled whole as one work-group's loop on ``rt``'s device, or why not."""
-    loop = _describe(eqn)
-    eqns = loop.cond + loop.eqns
-    why = _dtype_reason(eqn, rt) or next(filter(None, map(_equation_reason, eqns)), None)
+    why = _fits([eqn], rt)
     if why is not None:
         return why
-    values = [v for e in eqns for v in e.out_vars] + [v for _, inner, _ in loop.carries for v in inner]
-    values += [v for _, v in loop.xs]
-    largest = max((shape_size(v.aval.shape) for v in values), default=1)
-    if largest > GROUP_ELEMENTS:
-        return f"a value of {largest} elements is over a work-group loop's {GROUP_ELEMENTS}"
-    group = 1 if rt.policy.device_vector_widths else device_group(rt, min(GROUP_ITEMS, 1 << (largest - 1).bit_length()))
-    writer = _Writer(loop, group)
-    source, name = writer.source(eqn)
-    local = int(getattr(rt.device, "local_mem_size", 0) or 0) - LOCAL_RESERVE
-    if writer.local_bytes > local:  # values in global scratch instead
-        writer = _Writer(loop, group, scratch=True)
-        source, name = writer.source(eqn)
+    loop = _describe(eqn)
+    group = _work_group(rt, [eqn])
+    out: dict = {}
+    writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))))
     upload = lambda s: s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s))
     sources = [upload(s) for s in writer.sources]
     carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
-    steps, starts, chunk = scan_chunks(loop, largest * (len(eqns) + 1))
+    steps, starts, chunk = scan_chunks(loop, _work([eqn])[1])
+    name = out["name"]
 
     def run(ctx, inputs):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
@@ -97,11 +165,75 @@ def group_loop(eqn, rt) -> Lowered | str:
         return outs
 
     what = f"{steps} steps" if loop.length is not None else "until the predicate is false"
-    where = "global scratch" if writer.scratch else "local memory"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
-    return Lowered(source, [name], run, len(starts),
-                   f"{eqn.primitive.name} compiled whole: {launches} of one work-group of {group} work-item"
-                   f"{'s' if group > 1 else ''} (values in {where}, {writer.local_bytes} bytes) running {what}")
+    return Lowered(out["source"], [name], run, len(starts),
+                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what)}")
+
+
+def program_outputs(closed) -> list:
+    """The program's outputs that its equations make, each once (the rest are its inputs or literals)."""
+    made = {v for e in closed.jaxpr.eqns for v in e.out_vars}
+    return list(dict.fromkeys(a for a in closed.jaxpr.outs if type(a) is not Literal and a in made))
+
+
+def program_kernel(closed, rt, inputs: list) -> Lowered | str:
+    """The whole program ``closed`` as ONE work-group's kernel (inputs: ``inputs``, its in-vars
+    then const-vars; outputs: ``program_outputs``), or why not: it must hold a loop (a program
+    without one is the planner's: fused kernels across the device), every equation must have a
+    group form (loops nested to any depth), its values fit ``_fits``, and no loop may be a lane
+    loop over ``SPREAD_LANES`` lanes or more (those spread over the device's compute units).  A
+    program that is one loop is left to the loop's lowering (a lane loop spreads over the device)."""
+    eqns = closed.jaxpr.eqns
+    loops = [e for e in eqns if e.primitive in _LOOPS]
+    if not loops:
+        return "it has no loop"
+    if len(eqns) == 1:
+        return "it is one loop: the loop's own lowering is one launch too"
+    why = _fits(eqns, rt) or _dtype_reason_of(inputs + program_outputs(closed), rt)
+    if why is not None:
+        return why
+    for e in loops:
+        lanes = _lane_shape(_describe(e))
+        if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
+            return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
+    out: dict = {}
+    writer = _build(rt, _work_group(rt, eqns), lambda w: out.update(zip(("source", "name"), w.program_source(closed, inputs))))
+    outputs = program_outputs(closed)
+    name, group = out["name"], writer.group
+
+    def run(ctx, args):
+        outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in outputs]
+        scratch = [ctx.alloc((n,), d) for d, n in writer.scratch]
+        ctx.kernels[name](ctx.queue, (group,), (group,), *[a.buffer for a in list(args) + outs + scratch])
+        for a in scratch:
+            ctx.release(a)
+        return outs
+
+    return Lowered(out["source"], [name], run, 1,
+                   f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loops)} loops')}")
+
+
+# the one "equation" of a program compiled whole (for its plan's step and report)
+PROGRAM_P = Primitive("program")
+
+
+def program_lowering(closed, rt) -> tuple | None:
+    """(an equation standing for the whole program ``closed``, its lowering as one work-group's
+    kernel), or None (``program_kernel`` says why not)."""
+    inputs = list(closed.jaxpr.in_vars) + list(closed.jaxpr.const_vars)
+    lowered = program_kernel(closed, rt, inputs)
+    if not isinstance(lowered, Lowered):
+        return None
+    return JaxprEqn(PROGRAM_P, inputs, {}, program_outputs(closed)), lowered
+
+
+def _dtype_reason_of(values: list, rt) -> str | None:
+    for d in dict.fromkeys(np.dtype(v.aval.dtype) for v in values):
+        if d not in CTYPE or d == np.dtype(np.float16):
+            return f"it has {d.name} values"
+        if d == np.dtype(np.float64) and not rt.supports_fp64:
+            return "it has float64 values on a device without cl_khr_fp64"
+    return None
 
 
 class _Writer:
@@ -109,8 +241,8 @@ class _Writer:
     private C variables named in ``names``; arrays have a storage ``slot``: the C expression of
     their first element's pointer, read as ``slot[index]``."""
 
-    def __init__(self, loop, group: int, scratch: bool = False):
-        self.loop, self.group, self.use_scratch = loop, group, scratch
+    def __init__(self, group: int, scratch: bool = False):
+        self.group, self.use_scratch = group, scratch
         self.names: dict = {}   # scalar var -> C expression
         self.slots: dict = {}   # array var -> C pointer expression
         self.owner: dict = {}   # array var -> the storage it lives in (views share it), for barriers
@@ -122,6 +254,7 @@ class _Writer:
         self.scratch_at: dict = {}
         self.local_bytes = 0
         self.dirty: set = set()  # storage written since the last barrier
+        self.scattered: set = set()  # ... not element e by work-item e mod G (rows of ys, scalars)
         self.count = 0
         self.lines: list = []
 
@@ -169,10 +302,10 @@ class _Writer:
 
     def read(self, a, index: str = "e") -> str:
         """Operand ``a`` at flat ``index`` as a private value (a scalar's or literal's value)."""
-        if type(a) is Literal:
-            return ExprWriter(False, {}, {}, 1, segment=1).atom(a, compute_type(CTYPE[np.dtype(a.aval.dtype)]), "")
         if a in self.names:
             return self.names[a]
+        if type(a) is Literal:
+            return ExprWriter(False, {}, {}, 1, segment=1).atom(a, compute_type(CTYPE[np.dtype(a.aval.dtype)]), "")
         raw = f"{self.slots[a]}[{index}]"
         return f"((int){raw})" if a.aval.dtype == np.dtype(bool) else raw
 
@@ -180,12 +313,16 @@ class _Writer:
         value = f"(uchar)({value} != 0)" if var.aval.dtype == np.dtype(bool) else value
         return f"{self.slots[var]}[{index}] = {value};"
 
-    def sync(self, reads) -> None:
-        """A barrier before reading ``reads`` at other work-items' elements, if one was written since."""
-        if any(self.owner.get(a) in self.dirty for a in reads if type(a) is not Literal):
+    def sync(self, reads, aligned: bool = False) -> None:
+        """A barrier before reading ``reads`` if another work-item may have written one since the
+        last: any written array read at other elements, one written out of the element order read
+        at its own (``aligned``)."""
+        owners = {self.owner.get(a) for a in reads if type(a) is not Literal} - {None}
+        if owners & (self.scattered if aligned else self.dirty):
             if self.group > 1:
                 self.lines.append("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
             self.dirty.clear()
+            self.scattered.clear()
 
     def for_each(self, n: int, body: list) -> None:
         """``body`` for this work-item's elements e of an array of ``n``."""
@@ -226,6 +363,7 @@ class _Writer:
                 self.emit_one(e)
 
     def emit_run(self, run: list, needed: set) -> None:
+        self.sync([a for e in run for a in e.inputs], aligned=True)
         w = ExprWriter(False, {}, {}, 1, segment=1)
         w.count = self.count
         for e in run:
@@ -244,6 +382,9 @@ class _Writer:
         self.for_each(shape_size(run[0].out_vars[0].aval.shape), w.lines + stores)
 
     def emit_one(self, e) -> None:
+        if e.primitive in _LOOPS:
+            self.emit_loop(e)
+            return
         out = e.out_vars[0]
         if e.primitive in _VIEWS and e.inputs[0].aval.shape != () and out.aval.shape != ():
             self.slots[out], self.owner[out] = self.slots[e.inputs[0]], self.owner[e.inputs[0]]
@@ -441,7 +582,7 @@ class _Writer:
 
     def scatter_add(self, e, c: list) -> str:
         x, idx, upd = e.inputs
-        axis, k = e.params["axis"], len(idx.aval.shape)
+        axis = e.params["axis"]
         n = x.aval.shape[axis]
         ct = self.ctype(x.aval.dtype)
         acc = f"a{self.count}"
@@ -473,113 +614,161 @@ class _Writer:
         self.lines.append(f"for (long k_ = 0; k_ < {k}; k_++) if ({self.read(idx, 'k_')} == {index}) {{ {fold} }}")
         return acc
 
-    # ------------------------------------------------------------------ the kernel
+    # ------------------------------------------------------------------ loops and kernels
 
-    def load_array(self, var, ptr: str, offset: str) -> None:
-        """Bind array ``var`` to global memory at ``ptr + offset`` (read in place: never written)."""
-        self.slots[var] = f"({ptr} + {offset})" if offset != "0" else ptr
-        self.owner[var] = None
+    def bind_input(self, var, source) -> None:
+        """Bind ``var`` to a new parameter read from ``source`` (an equation input's position, or
+        an array uploaded once): a scalar loaded once, an array read in place (never written)."""
+        ptr = self.param(var.aval.dtype, source)
+        if var.aval.shape == ():
+            self.names[var] = self.fresh(var.aval.dtype, self.read_global(ptr, var, "0"))
+        else:
+            self.slots[var], self.owner[var] = ptr, None
 
-    def source(self, eqn) -> tuple[str, str]:
-        """(the kernel's source, its name)."""
-        loop = self.loop
-        head: list = []
-        for k, (outer, inner) in enumerate(loop.consts):
-            v = inner[0]
-            if isinstance(outer, int) and type(eqn.inputs[outer]) is Literal:
-                for u in inner:
-                    self.names[u] = self.read(eqn.inputs[outer])
-                continue
-            ptr = self.param(v.aval.dtype, outer)
-            for u in inner:
-                if v.aval.shape == ():
-                    self.names[u] = f"k{k}"
+    def alias(self, var, a) -> None:
+        """Bind ``var`` to operand ``a``'s value (a literal, a scalar, an array's storage)."""
+        if type(a) is Literal or a in self.names:
+            self.names[var] = self.read(a)
+        else:
+            self.slots[var], self.owner[var] = self.slots[a], self.owner[a]
+
+    def emit_loop(self, eqn, outs: list | None = None) -> None:
+        """Emit the loop ``eqn`` (scan or while) over its bound operands.  Nested (``outs`` None):
+        its outputs bound to the final carries' storage and new ys arrays.  The kernel's own loop
+        (``outs``: the output parameters, carries then ys): ys rows written to their parameters,
+        the steps those of the launch (``s0`` .. ``s1``), the final carries left in storage."""
+        loop = _describe(eqn)
+        operand = lambda o: Literal(np.asarray(o)) if isinstance(o, np.ndarray) and o.shape == () else \
+            o if isinstance(o, np.ndarray) else eqn.inputs[o]
+        for outer, inner in loop.consts:
+            a = operand(outer)
+            for v in inner:
+                if isinstance(a, np.ndarray):
+                    self.bind_input(v, a)
                 else:
-                    self.load_array(u, ptr, "0")
+                    self.alias(v, a)
+        carry_slots = set()
+        self.sync(eqn.inputs)  # (once before the loop: nothing the loop reads from outside changes in it)
+        for outer, inner, _ in loop.carries:
+            v, a = inner[0], eqn.inputs[outer]
             if v.aval.shape == ():
-                head.append(f"const {self.ctype(v.aval.dtype)} k{k} = {self.read_global(ptr, v, '0')};")
-        self.carries_at = len(self.sources)
-        carry_ptrs = []
-        for k, (outer, inner, _) in enumerate(loop.carries):
-            v = inner[0]
-            a = eqn.inputs[outer]
-            ptr = self.param(v.aval.dtype, np.asarray(a.val, v.aval.dtype) if type(a) is Literal else outer)
-            carry_ptrs.append(ptr)
-            if v.aval.shape == ():
-                head.append(f"{self.ctype(v.aval.dtype)} c{k} = {self.read_global(ptr, v, '0')};")
-                self.names.update((u, f"c{k}") for u in inner)
-            else:
-                slot = self.storage(v)
-                for u in inner:
-                    self.slots[u], self.owner[u] = slot, slot
-                self.lines = []
-                self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read_global(ptr, v, "e"))])
-                head += self.lines
-        carry_slots = {self.owner[inner[0]] for _, inner, _ in loop.carries if inner[0].aval.shape != ()}
-        self.lines = []
+                name = f"c{self.count}"
+                self.count += 1
+                self.lines.append(f"{self.ctype(v.aval.dtype)} {name} = {self.read(a)};")
+                self.names.update((u, name) for u in inner)
+                continue
+            slot = self.storage(v)
+            carry_slots.add(slot)
+            for u in inner:
+                self.slots[u], self.owner[u] = slot, slot
+            self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(a))])
+        i = f"i{self.count}"
+        self.count += 1
+        ys = outs[len(loop.carries):] if outs is not None else [
+            self.allocate(loop.length * shape_size(v.aval.shape), v.aval.dtype) for v in loop.ys]
         for outer, v in loop.xs:  # row i of each xs, read in place
-            n = shape_size(v.aval.shape)
-            ptr = self.param(v.aval.dtype, outer)
+            n, a = shape_size(v.aval.shape), eqn.inputs[outer]
             if v.aval.shape == ():
-                self.names[v] = self.fresh(v.aval.dtype, self.read_global(ptr, v, "i"))
+                self.names[v] = f"x{self.count}"
+                self.count += 1
             else:
-                self.load_array(v, ptr, f"i * {n}")
+                self.slots[v], self.owner[v] = f"({self.slots[a]} + {i} * {n})", self.owner[a]
         keep = {a for a in [new for _, _, new in loop.carries] + loop.ys + [loop.pred]
                 if a is not None and type(a) is not Literal}
         # a while tests its predicate at the top of each iteration (``break``) on one work-item; a
         # work-group tests it before the loop and again at the end of each iteration, as the loop's
         # condition: PoCL's compiler cannot split a loop that leaves between barriers into regions
         at_end = loop.pred is not None and self.group > 1
+        go = f"go{self.count}"
+        self.count += 1
         if at_end:
-            saved, self.lines, self.dirty = self.lines, [], set(carry_slots)
             self.emit_all(loop.cond, keep)
-            head += self.lines + [f"int go = {self.read(loop.pred)};"]
-            self.lines = saved
-        self.dirty = set(carry_slots)  # at an iteration's start: the carries, just written
+            self.lines.append(f"int {go} = {self.read(loop.pred)};")
+        entry = set(self.dirty)
+        if loop.length is None:
+            self.lines.append(f"while ({go}) {{" if at_end else "for (;;) {")
+        elif outs is not None:
+            step = f"{loop.length - 1} - s" if loop.reverse else "s"
+            self.lines += ["for (long s = s0; s < s1; s++) {", f"    const long {i} = {step};"]
+        else:
+            step = f"{loop.length - 1} - s_" if loop.reverse else "s_"
+            self.lines += [f"for (long s_ = 0; s_ < {loop.length}; s_++) {{", f"    const long {i} = {step};"]
+        outer_lines, self.lines = self.lines, []
+        self.dirty |= carry_slots
+        for outer, v in loop.xs:
+            if v.aval.shape == ():
+                self.lines.append(f"const {self.ctype(v.aval.dtype)} {self.names[v]} = {self.read(eqn.inputs[outer], i)};")
         if loop.pred is not None and not at_end:
             self.emit_all(loop.cond, keep)
             self.lines.append(f"if (!({self.read(loop.pred)})) break;")
         self.emit_all(loop.eqns, keep)
-        outs = [self.param(v.aval.dtype) for v in eqn.out_vars]  # carries, then ys
-        for ptr, v in zip(outs[len(loop.carries):], loop.ys):  # row i of each ys
+        for y, v in zip(ys, loop.ys):  # row i of each ys
             n = shape_size(v.aval.shape)
             if v.aval.shape == ():
-                self.lines.append(f"if (lid == 0) {self.write_global(ptr, v, 'i', self.read(v))}")
+                self.lines.append(f"if (lid == 0) {self.write_global(y, v, i, self.read(v))}")
             else:
-                self.for_each(n, [self.write_global(ptr, v, f"i * {n} + e", self.read(v))])
-        self.update_carries(carry_slots)
+                self.for_each(n, [self.write_global(y, v, f"{i} * {n} + e", self.read(v))])
+        self.update_carries(loop, carry_slots)
         if at_end:
             self.emit_all(loop.cond, keep)
-            self.lines.append(f"go = {self.read(loop.pred)};")
-        tail = []
-        for k, (ptr, (_, inner, _)) in enumerate(zip(outs, loop.carries)):
-            v = inner[0]
+            self.lines.append(f"{go} = {self.read(loop.pred)};")
+        body, self.lines = self.lines, outer_lines
+        self.lines += ["    " + line for line in body] + ["}"]
+        # after the loop: anything written in it may be read (a work-group syncs before any read)
+        self.dirty = entry | set(self.owner.values()) - {None}
+        self.scattered = set(self.dirty)
+        if outs is None:
+            for v, (_, inner, _) in zip(eqn.out_vars, loop.carries):
+                self.alias(v, inner[0])
+            for v, y in zip(eqn.out_vars[len(loop.carries):], ys):
+                self.slots[v] = self.owner[v] = y
+
+    def loop_source(self, eqn) -> tuple[str, str]:
+        """(the source, the name) of the kernel running the loop ``eqn``: its inputs by position
+        (a carry's literal initial value uploaded: a long scan's next launch reads the carries
+        from buffers), carries then ys as outputs, then scratch buffers and a scan's step bounds."""
+        loop = _describe(eqn)
+        carries = {outer for outer, _, _ in loop.carries}
+        self.carries_at = sum(type(a) is not Literal for k, a in enumerate(eqn.inputs) if k < min(carries, default=0))
+        for k, a in enumerate(eqn.inputs):
+            if k in carries and type(a) is Literal:
+                carry = next(inner[0] for outer, inner, _ in loop.carries if outer == k)
+                self.bind_input(a, np.asarray(a.val, carry.aval.dtype))
+            elif type(a) is not Literal:
+                self.bind_input(a, k)
+        outs = [self.param(v.aval.dtype) for v in eqn.out_vars]
+        self.emit_loop(eqn, outs)
+        self.write_outputs([inner[0] for _, inner, _ in loop.carries], outs)
+        return self.kernel("loop", eqn.primitive.name, ["const long s0", "const long s1"] if loop.length else [])
+
+    def program_source(self, closed, inputs: list) -> tuple[str, str]:
+        """(the source, the name) of the kernel running the program ``closed``, whose ``inputs``
+        (its in-vars then const-vars) are the step's, and whose outputs ``program_outputs`` are."""
+        for k, v in enumerate(inputs):
+            self.bind_input(v, k)
+        self.emit_all(closed.jaxpr.eqns, set(program_outputs(closed)))
+        outs = program_outputs(closed)
+        self.write_outputs(outs, [self.param(v.aval.dtype) for v in outs])
+        return self.kernel("program", "program", [])
+
+    def write_outputs(self, values: list, ptrs: list) -> None:
+        """Store each of ``values`` to its output parameter (a scalar from work-item 0)."""
+        self.sync([v for v in values if v.aval.shape != ()], aligned=True)
+        for v, ptr in zip(values, ptrs):
             if v.aval.shape == ():
-                tail.append(f"if (lid == 0) {self.write_global(ptr, v, '0', f'c{k}')}")
+                self.lines.append(f"if (lid == 0) {self.write_global(ptr, v, '0', self.read(v))}")
             else:
-                saved, self.lines = self.lines, []
                 self.for_each(shape_size(v.aval.shape), [self.write_global(ptr, v, "e", self.read(v))])
-                tail += self.lines
-                self.lines = saved
-        self.params += [f"__global {CTYPE[d]}* restrict s{k}" for k, (d, _) in enumerate(self.scratch)]
-        if loop.length is not None:
-            self.params += ["const long s0", "const long s1"]
-            header = (f"for (long s = s0; s < s1; s++) {{\n        const long i = "
-                      f"{f'{loop.length - 1} - s' if loop.reverse else 's'};")
-        else:
-            header = "while (go) {" if at_end else "for (;;) {"
-        lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
-        text = f"""({', '.join(self.params)}) {{
+
+    def kernel(self, kind: str, what: str, bounds: list) -> tuple[str, str]:
+        params = self.params + [f"__global {CTYPE[d]}* restrict s{k}" for k, (d, _) in enumerate(self.scratch)]
+        lines = lambda ls: "\n    ".join(ls)
+        text = f"""({', '.join(params + bounds)}) {{
     const long lid = {"get_local_id(0)" if self.group > 1 else "0"};
-    {lines(self.decls, 4)}
-    {lines(head, 4)}
-    {header}
-        {lines(self.lines, 8)}
-    }}
-    {"barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);" if self.group > 1 else ""}
-    {lines(tail, 4)}
+    {lines(self.decls)}
+    {lines(self.lines)}
 }}"""
-        name = f"group_{eqn.primitive.name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+        name = f"group_{what}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
         return f"\n__kernel void {name}{text}", name
 
     def read_global(self, ptr: str, var, index: str) -> str:
@@ -590,30 +779,33 @@ class _Writer:
         value = f"(uchar)({value} != 0)" if var.aval.dtype == np.dtype(bool) else value
         return f"{ptr}[{index}] = {value};"
 
-    def update_carries(self, carry_slots: set) -> None:
+    def update_carries(self, loop, carry_slots: set) -> None:
         """The carries' new values into their storage.  Every work-item has finished reading this
         iteration's values first (a barrier); a new value that is itself a carry's storage (a body
         swapping carries) is copied out before any carry is overwritten."""
-        if self.group > 1 and carry_slots:
+        if self.group > 1:
             self.lines.append("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
-        staged = {}
-        for k, (_, inner, new) in enumerate(self.loop.carries):
+            self.dirty.clear()
+            self.scattered.clear()
+        staged, news = {}, []
+        for k, (_, inner, new) in enumerate(loop.carries):
             v = inner[0]
             if v.aval.shape == ():
-                self.lines.append(f"const {self.ctype(v.aval.dtype)} n{k} = {self.read(new)};")
+                news.append(self.fresh(v.aval.dtype, self.read(new)))
             elif type(new) is not Literal and self.owner.get(new) in carry_slots and self.owner.get(new) != self.owner[v]:
                 n = shape_size(v.aval.shape)
                 staged[k] = self.allocate(n, v.aval.dtype)
                 self.for_each(n, [f"{staged[k]}[e] = {self.read(new)};"])
-        for k, (_, inner, new) in enumerate(self.loop.carries):
+        scalars = iter(news)
+        for k, (_, inner, new) in enumerate(loop.carries):
             v = inner[0]
             if v.aval.shape == ():
-                self.lines.append(f"c{k} = n{k};")
+                self.lines.append(f"{self.names[v]} = {next(scalars)};")
             elif k in staged:
                 self.for_each(shape_size(v.aval.shape), [self.store(v, "e", f"{staged[k]}[e]")])
             elif type(new) is Literal or self.owner.get(new) != self.owner[v]:
                 self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(new))])
-        self.dirty = set(carry_slots)
+        self.dirty |= carry_slots
 
 
 def _coords(index: str, shape: tuple) -> list:

@@ -41,6 +41,7 @@ from .fusion import (
     tree_reduction_kernel,
     view_after,
 )
+from .group_loops import program_lowering
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import LOWERINGS, SMALL_ON_HOST, Lowered, OnHost, device_group
 from .matmul import lower_with_epilogue
@@ -269,6 +270,10 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     number of equations (a deep chain's gradient has tens of thousands)."""
     jaxpr = closed.jaxpr
     plan = Plan()
+    whole = program_lowering(closed, rt) if rt is not None else None
+    if whole is not None:  # a small program holding loops: one work-group's kernel (group_loops.py)
+        plan.steps = _lowered_steps(plan, *whole)
+        return plan
     position = {e: i for i, e in enumerate(jaxpr.eqns)}
     order, group_of = _partition(jaxpr, rt, plan)
     for kind, item in order:
