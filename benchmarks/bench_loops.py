@@ -2,15 +2,16 @@
 jit (when installed), first call and steady state, ratios in the same run.
 
 * an RK4 integrator of a damped pendulum, 200 steps in ``scan``, ``value_and_grad`` w.r.t. its 3
-  parameters (float32): two lane loops (forward, and the reverse scan of its gradient);
-* the same integrator's forward under ``vmap`` over 1,000 initial conditions (float32): one lane loop;
-* a tanh RNN, T=50, H=16, ``value_and_grad`` of an MSE (float32): a matrix-vector product per step,
-  which lane loops do not hold (today's design);
+  parameters (float32): the program compiled whole (its forward scan, the reverse scan of its
+  gradient and the glue between them as one work-group's kernel);
+* the same integrator's forward under ``vmap`` over 1,000 initial conditions (float32): one lane loop
+  (1,000 lanes spread over the device);
+* a tanh RNN, T=50, H=16, ``value_and_grad`` of an MSE (float32): a matrix-vector product per step;
+  the program compiled whole;
 * an unadjusted Langevin sampler, 1,000 steps of ``x + eps*grad(logp)(x) + sqrt(2 eps)*noise[i]`` in
   ``fori_loop``, 10-d standard normal (float32): a lane loop reading the noise table at the counter;
-* Newton's method on 64 values (float64): in ``while_loop`` with the issue's max-reduction predicate
-  (today's design), in ``fori_loop`` (a lane loop), and as ``vmap`` of a scalar ``while_loop`` (a lane
-  loop whose lanes stop on their own);
+* Newton's method on 64 values (float64): in ``while_loop`` with the issue's max-reduction predicate,
+  in ``fori_loop``, and as ``vmap`` of a scalar ``while_loop``: each program compiled whole;
 * a moving average over 1,000 steps of a 256-vector in ``scan``, ``grad`` w.r.t. the rate
   (float32): the forward scan is a lane loop, and so is the reverse one, which sums the rate's
   cotangent over the lanes every step (held per lane, one more launch adds the lanes' totals).
@@ -112,7 +113,9 @@ def loops_line(compiled) -> str:
     out = []
     for line in compiled.report().splitlines():
         words = line.split()
-        if len(words) > 1 and words[1].rstrip(":") in ("scan", "while"):
+        if len(words) > 1 and words[1] == "program:":  # a program compiled whole, its loops inside
+            out.append(f"program whole ({line.rsplit(', ', 1)[1].rstrip(')')}, one work-group)")
+        elif len(words) > 1 and words[1].rstrip(":") in ("scan", "while"):
             if "compiled whole:" in line and "not compiled whole" not in line:
                 out.append(f"{words[1].rstrip(':')} whole")
             else:
