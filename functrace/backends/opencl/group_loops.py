@@ -31,7 +31,7 @@ from ...primitives import control
 from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
 from .fusion import CTYPE, ExprWriter, _reduce_init, compute_type, contiguous_strides, fusable, reduce_combine
-from .loops import _describe, _dtype_reason, _lane_shape, lane_loop, launch_chunks, scan_chunks
+from .loops import KernelParams, _describe, _dtype_reason, _lane_shape, lane_loop, launch_chunks, scan_chunks
 from .lowerings import Lowered, device_group
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
@@ -236,7 +236,7 @@ def _dtype_reason_of(values: list, rt) -> str | None:
     return None
 
 
-class _Writer:
+class _Writer(KernelParams):
     """The OpenCL C of one work-group loop (see the module's docstring).  Scalars (shape ()) are
     private C variables named in ``names``; arrays have a storage ``slot``: the C expression of
     their first element's pointer, read as ``slot[index]``."""
@@ -246,8 +246,7 @@ class _Writer:
         self.names: dict = {}   # scalar var -> C expression
         self.slots: dict = {}   # array var -> C pointer expression
         self.owner: dict = {}   # array var -> the storage it lives in (views share it), for barriers
-        self.params: list = []
-        self.sources: list = []  # per input parameter: an equation input's position, or an array to upload
+        super().__init__()
         self.carries_at = 0
         self.decls: list = []    # local arrays
         self.scratch: list = []  # (dtype, elements) of the global scratch buffers
@@ -269,14 +268,6 @@ class _Writer:
         name = f"t{self.count}"
         self.count += 1
         self.lines.append(f"{self.ctype(dtype)} {name} = {expr};")
-        return name
-
-    def param(self, dtype, source=None) -> str:
-        name = f"p{len(self.params)}"
-        qual = "" if source is None else "const "
-        self.params.append(f"__global {qual}{CTYPE[np.dtype(dtype)]}* restrict {name}")
-        if source is not None:
-            self.sources.append(source)
         return name
 
     def allocate(self, n: int, dtype) -> str:

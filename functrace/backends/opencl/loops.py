@@ -364,25 +364,13 @@ def lane_loop(eqn, rt) -> Lowered | str:
                    f"{per} (lane shape {lanes}) running {what}{summed}")
 
 
-class _Writer:
-    """The OpenCL C of one lane loop.  Work-item g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
-    the last work-item's window may overlap its neighbour's (every read in bounds, every lane a real
-    one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on."""
+class KernelParams:
+    """A whole loop's kernel parameters, and where each input's buffer comes from (``sources``: an
+    equation input's position, or an array to upload once)."""
 
-    def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool):
-        self.loop, self.lanes, self.tables, self.vec, self.pred_lanes = loop, lanes, tables, vec, pred_lanes
-        self.n = shape_size(lanes)
-        self.w = ExprWriter(vec > 1, {}, {}, vec, segment=1)
+    def __init__(self):
         self.params: list = []
-        self.sources: list = []  # per input parameter: an equation input's position, or an array to upload
-        self.carries_at = 0  # the first carry's place in ``sources``
-
-    def ctype(self, dtype) -> str:
-        return compute_type(CTYPE[np.dtype(dtype)])
-
-    def lane0(self, value: str) -> str:
-        """A uniform value as a scalar (a vector holds it in every lane)."""
-        return f"({value}).s0" if self.vec > 1 else value
+        self.sources: list = []
 
     def param(self, dtype, source=None) -> str:
         """A new buffer parameter: an input read from ``source``, or (None) an output."""
@@ -392,6 +380,26 @@ class _Writer:
         if source is not None:
             self.sources.append(source)
         return name
+
+
+class _Writer(KernelParams):
+    """The OpenCL C of one lane loop.  Work-item g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
+    the last work-item's window may overlap its neighbour's (every read in bounds, every lane a real
+    one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on."""
+
+    def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool):
+        self.loop, self.lanes, self.tables, self.vec, self.pred_lanes = loop, lanes, tables, vec, pred_lanes
+        self.n = shape_size(lanes)
+        super().__init__()
+        self.w = ExprWriter(vec > 1, {}, {}, vec, segment=1)
+        self.carries_at = 0  # the first carry's place in ``sources``
+
+    def ctype(self, dtype) -> str:
+        return compute_type(CTYPE[np.dtype(dtype)])
+
+    def lane0(self, value: str) -> str:
+        """A uniform value as a scalar (a vector holds it in every lane)."""
+        return f"({value}).s0" if self.vec > 1 else value
 
     def load(self, ptr: str, dtype, offset: str, lane: bool) -> str:
         """Element ``offset`` of ``ptr`` (``lane``: plus the work-item's lanes) as a value in
