@@ -27,12 +27,12 @@ import numpy as np
 
 from ... import primitives as P
 from ...core import JaxprEqn, Literal, Primitive
-from ...primitives import control
+from ...primitives import control, random_bits
 from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
 from .fusion import CTYPE, ExprWriter, _reduce_init, compute_type, contiguous_strides, fusable, reduce_combine
 from .loops import KernelParams, _describe, _dtype_reason, _lane_shape, lane_loop, launch_chunks, scan_chunks
-from .lowerings import Lowered, device_group
+from .lowerings import Lowered, device_group, kernel_source
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
 # loop, which pays for bodies of small values; larger ones keep the designs that spread over cores
@@ -64,11 +64,24 @@ def _sub_equations(e) -> list:
     return loop.cond + loop.eqns
 
 
+def _branches(e) -> list:
+    """The sub-programs run in place of equation ``e``: a cond's branches, a call's body."""
+    if e.primitive is control.cond_p:
+        return list(e.params["branches"])
+    return [e.params[e.primitive.inline_body]] if e.primitive.inline_body else []
+
+
 def _reason(eqns: list, rt) -> str | None:
-    """Why some equation of ``eqns`` (loops: with their bodies) has no group form, or None."""
+    """Why some equation of ``eqns`` (loops, conds and calls: with their sub-programs) has no
+    group form, or None."""
     for e in eqns:
         if e.primitive in _LOOPS:
             why = _dtype_reason(e, rt) or _reason(_sub_equations(e), rt)
+        elif _branches(e):
+            inner = [eq for b in _branches(e) for eq in b.jaxpr.eqns]
+            why = _dtype_reason_of([v for eq in inner for v in eq.out_vars] + list(e.out_vars), rt) or _reason(inner, rt)
+        elif e.primitive is random_bits.threefry2x32_p:
+            why = None
         elif len(e.out_vars) != 1 or e.primitive.effectful or not (e.primitive in _INDEXED or fusable(e)):
             why = f"it has {e.primitive.name}"
         else:
@@ -88,6 +101,10 @@ def _work(eqns: list) -> tuple[int, int]:
             inner = [v for _, vs, _ in loop.carries for v in vs] + [v for _, v in loop.xs]
             big, w = _work(_sub_equations(e))
             largest, work = max(largest, big, *(shape_size(v.aval.shape) for v in inner)), work + w
+            continue
+        if _branches(e):
+            big, w = _work([eq for b in _branches(e) for eq in b.jaxpr.eqns])
+            largest, work = max(largest, big, *(shape_size(v.aval.shape) for v in e.out_vars)), work + w
             continue
         n = shape_size(e.out_vars[0].aval.shape)
         largest = max(largest, n)
@@ -256,6 +273,7 @@ class _Writer(KernelParams):
         self.scattered: set = set()  # ... not element e by work-item e mod G (rows of ys, scalars)
         self.count = 0
         self.lines: list = []
+        self.helpers: set = set()  # functions the kernel calls (threefry's), put before it
 
     # ------------------------------------------------------------------ values
 
@@ -375,6 +393,12 @@ class _Writer(KernelParams):
     def emit_one(self, e) -> None:
         if e.primitive in _LOOPS:
             self.emit_loop(e)
+            return
+        if _branches(e):
+            self.emit_branches(e)
+            return
+        if e.primitive is random_bits.threefry2x32_p:
+            self.emit_threefry(e)
             return
         out = e.out_vars[0]
         if e.primitive in _VIEWS and e.inputs[0].aval.shape != () and out.aval.shape != ():
@@ -605,6 +629,71 @@ class _Writer(KernelParams):
         self.lines.append(f"for (long k_ = 0; k_ < {k}; k_++) if ({self.read(idx, 'k_')} == {index}) {{ {fold} }}")
         return acc
 
+    def emit_branches(self, e) -> None:
+        """A cond: the branch its (uniform) index picks, clamped as numpy's backend does, each
+        branch's values written in its own block; a call: its body inline."""
+        if e.primitive is control.cond_p:
+            index, *ops = e.inputs
+        else:
+            index, ops = None, list(e.inputs)
+        branches = _branches(e)
+        for v in e.out_vars:  # the outputs, written by whichever branch runs
+            if v.aval.shape == ():
+                self.names[v] = f"r{self.count}"
+                self.count += 1
+                self.lines.append(f"{self.ctype(v.aval.dtype)} {self.names[v]};")
+            else:
+                self.storage(v)
+        pick = None if index is None else \
+            self.fresh(np.int64, f"clamp((long)({self.read(index)}), 0L, {len(branches) - 1}L)")
+        entry = set(self.dirty), set(self.scattered)
+        for k, b in enumerate(branches):
+            self.dirty, self.scattered = set(entry[0]), set(entry[1])
+            test = "" if len(branches) == 1 else "else " if k == len(branches) - 1 else \
+                f"{'if' if k == 0 else 'else if'} ({pick} == {k}) "
+            outer, self.lines = self.lines, []
+            for v, a in zip(b.jaxpr.in_vars, ops):
+                self.alias(v, a)
+            for v, c in zip(b.jaxpr.const_vars, b.consts):
+                self.bind_input(v, np.asarray(c))
+            self.emit_all(b.jaxpr.eqns, {a for a in b.jaxpr.outs if type(a) is not Literal})
+            self.sync([o for v, o in zip(e.out_vars, b.jaxpr.outs) if v.aval.shape != ()], aligned=True)
+            for v, o in zip(e.out_vars, b.jaxpr.outs):
+                if v.aval.shape == ():
+                    self.lines.append(f"{self.names[v]} = {self.read(o)};")
+                else:
+                    self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(o))])
+            body, self.lines = self.lines, outer
+            self.lines += [f"{test}{{"] + ["    " + line for line in body] + ["}"]
+        self.after_block(entry[0])
+
+    def after_block(self, entry: set) -> None:
+        """After a loop or a branch: anything written in it may be read (a work-group syncs
+        before any read)."""
+        self.dirty = entry | set(self.owner.values()) - {None}
+        self.scattered = set(self.dirty)
+
+    def emit_threefry(self, e) -> None:
+        """``threefry2x32`` (``ft.random``'s hash) of operands broadcast to its outputs' shape,
+        by threefry.cl's function."""
+        self.helpers.add(_threefry_function())
+        shape = tuple(e.out_vars[0].aval.shape)
+        if shape == ():
+            y = f"u{self.count}"
+            self.count += 1
+            self.lines.append(f"const uint2 {y} = ft_threefry2x32({', '.join(self.read(a) for a in e.inputs)});")
+            for v, part in zip(e.out_vars, ("x", "y")):
+                self.names[v] = f"{y}.{part}"
+            return
+        self.sync(e.inputs)
+        c = _coords("e", shape)
+        args = ", ".join(self.read(a, _broadcast_index(c, shape, tuple(a.aval.shape))) for a in e.inputs)
+        for v in e.out_vars:
+            self.storage(v)
+            self.dirty.add(self.owner[v])
+        self.for_each(shape_size(shape), [f"const uint2 y_ = ft_threefry2x32({args});",
+                                          self.store(e.out_vars[0], "e", "y_.x"), self.store(e.out_vars[1], "e", "y_.y")])
+
     # ------------------------------------------------------------------ loops and kernels
 
     def bind_input(self, var, source) -> None:
@@ -705,9 +794,7 @@ class _Writer(KernelParams):
             self.lines.append(f"{go} = {self.read(loop.pred)};")
         body, self.lines = self.lines, outer_lines
         self.lines += ["    " + line for line in body] + ["}"]
-        # after the loop: anything written in it may be read (a work-group syncs before any read)
-        self.dirty = entry | set(self.owner.values()) - {None}
-        self.scattered = set(self.dirty)
+        self.after_block(entry)
         if outs is None:
             for v, (_, inner, _) in zip(eqn.out_vars, loop.carries):
                 self.alias(v, inner[0])
@@ -754,13 +841,14 @@ class _Writer(KernelParams):
     def kernel(self, kind: str, what: str, bounds: list) -> tuple[str, str]:
         params = self.params + [f"__global {CTYPE[d]}* restrict s{k}" for k, (d, _) in enumerate(self.scratch)]
         lines = lambda ls: "\n    ".join(ls)
-        text = f"""({', '.join(params + bounds)}) {{
+        text = "".join(sorted(self.helpers)) + f"""
+__kernel void @({', '.join(params + bounds)}) {{
     const long lid = {"get_local_id(0)" if self.group > 1 else "0"};
     {lines(self.decls)}
     {lines(self.lines)}
 }}"""
         name = f"group_{what}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-        return f"\n__kernel void {name}{text}", name
+        return "\n" + text.replace("__kernel void @(", f"__kernel void {name}("), name
 
     def read_global(self, ptr: str, var, index: str) -> str:
         raw = f"{ptr}[{index}]"
@@ -797,6 +885,14 @@ class _Writer(KernelParams):
             elif type(new) is Literal or self.owner.get(new) != self.owner[v]:
                 self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(new))])
         self.dirty |= carry_slots
+
+
+def _threefry_function() -> str:
+    """threefry.cl's ``ft_threefry2x32`` function (guarded: a program defines it once)."""
+    text = kernel_source("threefry.cl")
+    start = text.index("#ifndef FT_THREEFRY2X32")
+    end = text.index("#endif", start) + len("#endif")
+    return text[start:end] + "\n"
 
 
 def _coords(index: str, shape: tuple) -> list:
