@@ -10,6 +10,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends.opencl import group_loops
 from functrace.backends.opencl import runtime as cl_runtime
 
 rt = cl_runtime.get_runtime()
@@ -240,7 +241,8 @@ def test_custom_rules_and_checkpoints_are_inlined_into_kernels():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_control_flow_runs_its_bodies_as_kernels(dtype):
     """scan (both directions, consts, xs, ys, a literal init), while_loop, fori_loop and
-    switch/cond: each body compiled once, the carry kept in device arrays, no host steps."""
+    switch/cond: with small values the whole program is one work-group's kernel; without
+    work-group loops each body is compiled once, the carry kept in device arrays, no host steps."""
     lax = ft.lax
     w = RNG.standard_normal((6, 6)).astype(dtype) * 0.3
     xs = RNG.standard_normal((9, 6)).astype(dtype)
@@ -256,10 +258,15 @@ def test_control_flow_runs_its_bodies_as_kernels(dtype):
         picked = lax.switch(n % 3, [lambda v: v * 2.0, lambda v: v - 1.0, lambda v: fnp.cos(v)], total)
         passthrough = lax.cond(n > 100, lambda v: v * 3.0, lambda v: v, acc)
         return ys, ysr, acc, total, picked, passthrough
-    exe = ft.jit(f, backend="opencl").lower(w, xs).compile()
-    assert exe.num_host_steps == 0
-    assert any(line.strip().startswith("kernel  scan") for line in exe.report().splitlines())
-    got, want = both(f, w, xs)
+    whole = ft.jit(f, backend="opencl").lower(w, xs).compile()  # small values: one work-group's kernel
+    assert whole.num_kernel_launches == 1 and "kernel  program: the program compiled whole" in whole.report()
+    assert_close(ft.tree_util.tree_map(np.asarray, whole(w, xs)), ft.jit(f, backend="numpy")(w, xs), dtype)
+    with pytest.MonkeyPatch.context() as patch:  # the designs for bodies too large for one work-group
+        patch.setattr(group_loops, "GROUP_ELEMENTS", 0)
+        exe = ft.jit(f, backend="opencl").lower(w, xs).compile()
+        assert exe.num_host_steps == 0
+        assert any(line.strip().startswith("kernel  scan") for line in exe.report().splitlines())
+        got, want = both(f, w, xs)
     assert_close(got, want, dtype)
 
     def loss(w, xs):  # reverse mode through scan and fori_loop (not while_loop: as in JAX)

@@ -3,16 +3,24 @@ backend's implementation (bit-identical values, a reason in the report), a body 
 driven from the host with its kernels.  Decisions, not timings.  The gpu kind drives every loop
 with its kernels: there only the numbers are checked.  Loops whose bodies are elementwise over one
 lane shape are compiled whole instead (``test_opencl_loops_whole.py``): the bodies here hold a
-reduction (``_not_lanes``), so they keep these designs."""
+reduction (``_not_lanes``), so they keep these designs -- and work-group loops, which would run
+them whole too (``test_opencl_group_loops.py``), are off here (``no_work_group_loops``): these are
+the designs of bodies too large for one work-group."""
 import numpy as np
 import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
+from functrace.backends.opencl import group_loops
 from functrace.backends.opencl import runtime as cl_runtime
 from functrace.backends.opencl.placement import LaunchCosts
 
 lax = ft.lax
+
+
+@pytest.fixture(autouse=True)
+def no_work_group_loops(monkeypatch):
+    monkeypatch.setattr(group_loops, "GROUP_ELEMENTS", 0)
 
 
 @pytest.fixture

@@ -121,7 +121,7 @@ def test_code_generation_tables_cover_what_they_are_asked_for():
         assert set(table) <= fused, (what, sorted(p.name for p in set(table) - fused))
     for kind in fusion.REDUCTIONS:  # every reduction has an identity and a combine for every type
         for ct in ("float", "double", "int", "long", "uint", "ulong", "uchar"):
-            fusion._reduce_init(kind, ct)
+            fusion.reduce_init(kind, ct)
             fusion.reduce_combine(kind, ct, "acc", "v", False)
     assert all(callable(rule) for rule in fusion.VIEW_PRIMS.values())
     assert all(isinstance(rule, layout.LayoutRule) for rule in layout.LAYOUT_PRIMS.values())

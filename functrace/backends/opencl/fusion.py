@@ -770,7 +770,7 @@ __kernel void {name}({_params(inputs, in_names, outputs, out_names)}, const long
     return src, inputs
 
 
-def _reduce_init(kind, ct: str) -> str:
+def reduce_init(kind, ct: str) -> str:
     """The identity of reduction ``kind`` (one of ``REDUCTIONS``) in C (the accumulator's start value)."""
     if kind in (P.reduce_sum_p, P.reduce_prod_p):
         return "0" if kind is P.reduce_sum_p else "1"
@@ -861,7 +861,7 @@ def reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses: dict,
     crosses a row of a view it reads (see ``vector_readable``)."""
     x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     R, base_terms, red_terms, contiguous_tail = _reduction_indexing(reduce_eqn)
-    init = _reduce_init(kind, ct)
+    init = reduce_init(kind, ct)
     combine = lambda acc, v, vector: reduce_combine(kind, ct, acc, v, vector)
     s_lines, s_val = _reduce_operand(x, group, in_names, accesses, vec, False, "e", R)
     vec_loop = ""
@@ -924,7 +924,7 @@ void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {
     const int lid = get_local_id(0);
     const long r_end = min((long){R}, (group % {chunks}) * {per} + {per});
     const long xbase = {' + '.join(base_terms)};
-    {ct} acc = {_reduce_init(kind, ct)};
+    {ct} acc = {reduce_init(kind, ct)};
     for (long r = (group % {chunks}) * {per} + lid; r < r_end; r += {work_group}) {{
         const long e = xbase + {' + '.join(red_terms) if not contiguous_tail else 'r'};
         {chr(10).join('        ' + l for l in s_lines).strip()}
@@ -959,7 +959,7 @@ void {name}({_params(inputs, in_names, [], {})}, __global {ot}* restrict out0) {
     const long c = (long)get_group_id(0) * {columns} + lc;
     const long r0 = (long)get_group_id(1) * {per};
     const long r_end = min((long){R}, r0 + {per});
-    {ct} acc = {_reduce_init(kind, ct)};
+    {ct} acc = {reduce_init(kind, ct)};
     if (c < {C}) {{
         for (long r = r0 + lr; r < r_end; r += {lanes}) {{
             const long e = r * {C} + c;
@@ -988,7 +988,7 @@ def column_reduction_kernel(name: str, reduce_eqn, group: Group | None, accesses
     x, kind, st, ct, inputs, in_names = _reduction_parts(reduce_eqn, group)
     C = shape_size(reduce_eqn.out_vars[0].aval.shape)
     R = shape_size(x.aval.shape) // C
-    init = _reduce_init(kind, ct)
+    init = reduce_init(kind, ct)
 
     def body(vector: bool) -> str:
         lines, val = _reduce_operand(x, group, in_names, accesses, vec, vector, "e", C)

@@ -26,12 +26,12 @@ import hashlib
 import numpy as np
 
 from ... import primitives as P
-from ...core import JaxprEqn, Literal, Primitive
+from ...core import Literal
 from ...primitives import control, random_bits
 from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
-from .fusion import CTYPE, ExprWriter, _reduce_init, compute_type, contiguous_strides, fusable, reduce_combine
-from .loops import KernelParams, _describe, _dtype_reason, _lane_shape, lane_loop, launch_chunks, scan_chunks
+from .fusion import CTYPE, ExprWriter, compute_type, contiguous_strides, fusable, reduce_combine, reduce_init
+from .loops import KernelParams, describe_loop, lane_loop, lane_shape, launch_chunks, loop_dtype_reason, scan_chunks
 from .lowerings import Lowered, device_group, kernel_source
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
@@ -60,7 +60,7 @@ _LOOPS = (control.scan_p, control.while_p)
 
 def _sub_equations(e) -> list:
     """The equations of loop ``e``'s condition and body."""
-    loop = _describe(e)
+    loop = describe_loop(e)
     return loop.cond + loop.eqns
 
 
@@ -76,7 +76,7 @@ def _reason(eqns: list, rt) -> str | None:
     group form, or None."""
     for e in eqns:
         if e.primitive in _LOOPS:
-            why = _dtype_reason(e, rt) or _reason(_sub_equations(e), rt)
+            why = loop_dtype_reason(e, rt) or _reason(_sub_equations(e), rt)
         elif _branches(e):
             inner = [eq for b in _branches(e) for eq in b.jaxpr.eqns]
             why = _dtype_reason_of([v for eq in inner for v in eq.out_vars] + list(e.out_vars), rt) or _reason(inner, rt)
@@ -97,7 +97,7 @@ def _work(eqns: list) -> tuple[int, int]:
     largest, work = 1, 0
     for e in eqns:
         if e.primitive in _LOOPS:
-            loop = _describe(e)
+            loop = describe_loop(e)
             inner = [v for _, vs, _ in loop.carries for v in vs] + [v for _, v in loop.xs]
             big, w = _work(_sub_equations(e))
             largest, work = max(largest, big, *(shape_size(v.aval.shape) for v in inner)), work + w
@@ -161,7 +161,7 @@ def group_loop(eqn, rt) -> Lowered | str:
     why = _fits([eqn], rt)
     if why is not None:
         return why
-    loop = _describe(eqn)
+    loop = describe_loop(eqn)
     group = _work_group(rt, [eqn])
     out: dict = {}
     writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))))
@@ -210,7 +210,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
     if why is not None:
         return why
     for e in loops:
-        lanes = _lane_shape(_describe(e))
+        lanes = lane_shape(describe_loop(e))
         if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
             return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
     out: dict = {}
@@ -228,20 +228,6 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
 
     return Lowered(out["source"], [name], run, 1,
                    f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loops)} loops')}")
-
-
-# the one "equation" of a program compiled whole (for its plan's step and report)
-PROGRAM_P = Primitive("program")
-
-
-def program_lowering(closed, rt) -> tuple | None:
-    """(an equation standing for the whole program ``closed``, its lowering as one work-group's
-    kernel), or None (``program_kernel`` says why not)."""
-    inputs = list(closed.jaxpr.in_vars) + list(closed.jaxpr.const_vars)
-    lowered = program_kernel(closed, rt, inputs)
-    if not isinstance(lowered, Lowered):
-        return None
-    return JaxprEqn(PROGRAM_P, inputs, {}, program_outputs(closed)), lowered
 
 
 def _dtype_reason_of(values: list, rt) -> str | None:
@@ -301,7 +287,7 @@ class _Writer(KernelParams):
             self.scratch.append([dtype, 0])
         k = self.scratch_at[dtype]
         self.scratch[k][1] += n
-        return f"(s{k} + {self.scratch[k][1] - n})"
+        return f"(g{k} + {self.scratch[k][1] - n})"
 
     def storage(self, var) -> str:
         """A new slot holding array ``var``."""
@@ -355,7 +341,8 @@ class _Writer(KernelParams):
                     runs.append(current)
                 current.append(e)
             elif out.aval.shape == () and fusable(e) and all(a.aval.shape == () for a in e.inputs):
-                runs.append([e])  # a scalar: does not end a run (it reads no array)
+                # a scalar reads no array: it goes before the open run (which may read it)
+                runs.insert(len(runs) - 1 if current is not None else len(runs), [e])
             else:
                 current = None
                 runs.append([e])
@@ -550,7 +537,7 @@ class _Writer(KernelParams):
                 f"{{ {ct} v_ = {self.read(x, coords(rc))}; if (v_ {cmp} {acc}{nan.format(v='v_')}) "
                 f"{{ {acc} = v_; {acc}i = {rc[0]}; }} }}"))
             return f"{acc}i"
-        self.lines.append(f"{ct} {acc} = {_reduce_init(prim, 'uchar' if x.aval.dtype == np.dtype(bool) else ct)};")
+        self.lines.append(f"{ct} {acc} = {reduce_init(prim, 'uchar' if x.aval.dtype == np.dtype(bool) else ct)};")
         self.loop_over([shape[d] for d in axes],
                        lambda rc: self.lines.append(reduce_combine(prim, ct, acc, self.read(x, coords(rc)), False)))
         return acc
@@ -623,9 +610,8 @@ class _Writer(KernelParams):
             self.lines.append(f"for (long k_ = {k - 1}; k_ >= 0; k_--) if ({self.read(idx, 'k_')} == {index}) "
                               f"{{ {acc} = {u}; break; }}")
             return acc
-        fold = {"mul": f"{acc} *= {u};",
-                "min": reduce_combine(P.reduce_min_p, ct, acc, u, False),
-                "max": reduce_combine(P.reduce_max_p, ct, acc, u, False)}[op]
+        fold = f"{acc} *= {u};" if op == "mul" else \
+            reduce_combine(P.reduce_min_p if op == "min" else P.reduce_max_p, ct, acc, u, False)
         self.lines.append(f"for (long k_ = 0; k_ < {k}; k_++) if ({self.read(idx, 'k_')} == {index}) {{ {fold} }}")
         return acc
 
@@ -717,7 +703,7 @@ class _Writer(KernelParams):
         its outputs bound to the final carries' storage and new ys arrays.  The kernel's own loop
         (``outs``: the output parameters, carries then ys): ys rows written to their parameters,
         the steps those of the launch (``s0`` .. ``s1``), the final carries left in storage."""
-        loop = _describe(eqn)
+        loop = describe_loop(eqn)
         operand = lambda o: Literal(np.asarray(o)) if isinstance(o, np.ndarray) and o.shape == () else \
             o if isinstance(o, np.ndarray) else eqn.inputs[o]
         for outer, inner in loop.consts:
@@ -805,7 +791,7 @@ class _Writer(KernelParams):
         """(the source, the name) of the kernel running the loop ``eqn``: its inputs by position
         (a carry's literal initial value uploaded: a long scan's next launch reads the carries
         from buffers), carries then ys as outputs, then scratch buffers and a scan's step bounds."""
-        loop = _describe(eqn)
+        loop = describe_loop(eqn)
         carries = {outer for outer, _, _ in loop.carries}
         self.carries_at = sum(type(a) is not Literal for k, a in enumerate(eqn.inputs) if k < min(carries, default=0))
         for k, a in enumerate(eqn.inputs):
@@ -839,7 +825,7 @@ class _Writer(KernelParams):
                 self.for_each(shape_size(v.aval.shape), [self.write_global(ptr, v, "e", self.read(v))])
 
     def kernel(self, kind: str, what: str, bounds: list) -> tuple[str, str]:
-        params = self.params + [f"__global {CTYPE[d]}* restrict s{k}" for k, (d, _) in enumerate(self.scratch)]
+        params = self.params + [f"__global {CTYPE[d]}* restrict g{k}" for k, (d, _) in enumerate(self.scratch)]
         lines = lambda ls: "\n    ".join(ls)
         text = "".join(sorted(self.helpers)) + f"""
 __kernel void @({', '.join(params + bounds)}) {{

@@ -80,7 +80,7 @@ def _closed_consts(closed) -> list:
     return [(np.asarray(c), [v]) for v, c in zip(closed.jaxpr.const_vars, closed.consts)]
 
 
-def _describe(eqn) -> _Loop:
+def describe_loop(eqn) -> _Loop:
     p = eqn.params
     if eqn.primitive is control.scan_p:
         body, nc, nk = p["jaxpr"], p["num_consts"], p["num_carry"]
@@ -97,7 +97,7 @@ def _describe(eqn) -> _Loop:
                  list(cond.jaxpr.eqns), pred=cond.jaxpr.outs[0])
 
 
-def _lane_shape(loop: _Loop) -> tuple | str:
+def lane_shape(loop: _Loop) -> tuple | str:
     """The one non-() shape of the loop's values, () when all are uniform (consts aside: they may
     be tables), or why there is none."""
     values = [v for _, inner, _ in loop.carries for v in inner] + [v for _, v in loop.xs] + loop.ys
@@ -139,7 +139,7 @@ def _equation_reason(e, lanes: tuple, tables: set, lane_sums: set) -> str | None
     return f"it has {e.primitive.name}"
 
 
-def _dtype_reason(eqn, rt) -> str | None:
+def loop_dtype_reason(eqn, rt) -> str | None:
     """Why the loop's values cannot be lanes (float16, a dtype without a C type, float64 without
     cl_khr_fp64), or None."""
     p = eqn.params
@@ -300,8 +300,8 @@ def launch_chunks(ctx, kernel, buffers: list, carried: slice, targets: list, res
 def lane_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` (scan or while) compiled whole as a lane loop on ``rt``'s device, or why it
     is not (see the module's docstring): the one place that decides."""
-    loop = _describe(eqn)
-    lanes = _lane_shape(loop)
+    loop = describe_loop(eqn)
+    lanes = lane_shape(loop)
     if isinstance(lanes, str):
         return lanes
     tables = _tables(loop, lanes)
@@ -314,7 +314,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
         loop.cond, loop.pred = loop.cond[:-1], guard
     pred_lanes = guard is not None
     _lane_sums(loop, lanes)
-    why = _dtype_reason(eqn, rt) or next(filter(None, (_equation_reason(e, lanes, tables, loop.lane_sums)
+    why = loop_dtype_reason(eqn, rt) or next(filter(None, (_equation_reason(e, lanes, tables, loop.lane_sums)
                                                       for e in loop.cond + loop.eqns)), None)
     if why is None and loop.pred is not None and not pred_lanes and loop.pred.aval.shape != ():
         why = "its predicate is not uniform"

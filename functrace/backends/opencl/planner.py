@@ -41,7 +41,7 @@ from .fusion import (
     tree_reduction_kernel,
     view_after,
 )
-from .group_loops import program_lowering
+from .group_loops import program_kernel, program_outputs
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import LOWERINGS, SMALL_ON_HOST, Lowered, OnHost, device_group
 from .matmul import lower_with_epilogue
@@ -234,6 +234,26 @@ class LoweredStep(Step):
 
 
 @dataclass
+class ProgramStep(Step):
+    """The whole program run by one work-group's kernel (``group_loops.program_kernel``)."""
+
+    inputs: list   # the program's in-vars, then its const-vars
+    outputs: list  # the outputs its equations make, each once
+    lowered: object
+
+    reads = property(lambda self: list(self.inputs))
+    writes = property(lambda self: list(self.outputs))
+    kernel_names = property(lambda self: self.lowered.kernel_names)
+    launches = property(lambda self: self.lowered.launches)
+
+    def run(self, exe, env, get) -> None:
+        env.update(zip(self.outputs, self.lowered.run(exe._launch_ctx, [get(a) for a in self.inputs])))
+
+    def describe(self) -> list:
+        return [f"  kernel  program: {self.lowered.label}"]
+
+
+@dataclass
 class Plan:
     steps: list = field(default_factory=list)
     sources: list = field(default_factory=list)
@@ -270,9 +290,11 @@ def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
     number of equations (a deep chain's gradient has tens of thousands)."""
     jaxpr = closed.jaxpr
     plan = Plan()
-    whole = program_lowering(closed, rt) if rt is not None else None
-    if whole is not None:  # a small program holding loops: one work-group's kernel (group_loops.py)
-        plan.steps = _lowered_steps(plan, *whole)
+    inputs = list(jaxpr.in_vars) + list(jaxpr.const_vars)
+    whole = program_kernel(closed, rt, inputs) if rt is not None else None
+    if isinstance(whole, Lowered):  # a small program holding loops: one work-group's kernel (group_loops.py)
+        plan.add_lowered(whole)
+        plan.steps = [ProgramStep(inputs, program_outputs(closed), whole)]
         return plan
     position = {e: i for i, e in enumerate(jaxpr.eqns)}
     order, group_of = _partition(jaxpr, rt, plan)
