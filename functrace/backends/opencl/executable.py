@@ -23,9 +23,17 @@ from ..numpy_backend import NumpyExecutable
 from .fusion import f32_helpers
 from .lowerings import FP64_PRAGMA, LaunchContext
 from .placement import compute_units
-from .planner import HostSegment, LoweredStep, Plan, plan_program
+from .planner import HostSegment, LoweredStep, Plan, ProgramStep, plan_program
 from .policy import PLAIN_MACROS
-from .runtime import Array, CompileProgress, DeviceUnusable, Runtime, forget_runtime, get_runtime
+from .runtime import (
+    Array,
+    CompileProgress,
+    DeviceUnusable,
+    OpenCLEnvironmentError,
+    Runtime,
+    forget_runtime,
+    get_runtime,
+)
 
 # Macros whose cpu-kind forms the device kind's prefix defines first (``policy``): FT_STREAM_STORE, a
 # store past the caches for elementwise kernels whose data exceed them (see planner._streaming; the cpu kind:
@@ -107,6 +115,7 @@ class HostExecutable:
         lines = [f"device: {self.rt.name} ({self.rt.kind} kind)",
                  "kernel launches per call: 0 (every step a host step: run as one numpy program, no device buffers)",
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
+        lines += [f"  program {self.plan.note}"] if self.plan.note else []
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)
@@ -198,9 +207,16 @@ class OpenCLExecutable:
         self._progress.start()
         try:
             self.plan = plan_program(closed, rt)
-            body = "\n".join(self.plan.sources)
-            self.source = PREAMBLE + f32_helpers(body) + "\n" + body
-            self.program = rt.program(self.source) if self.plan.sources else None
+            try:
+                self._build()
+            except (DeviceUnusable, OpenCLEnvironmentError):
+                raise
+            except Exception as e:  # a program compiled whole the driver would not build: its plan's steps
+                if not isinstance(self.plan.steps[0], ProgramStep):
+                    raise
+                self.plan = plan_program(closed, rt, whole=False)
+                self.plan.note = f"not compiled whole: the driver did not build its kernel ({str(e).strip()[:200]})"
+                self._build()
         finally:
             self._progress.stop()
         self.kernels = {name: rt.kernel(self.program, name) for step in self.plan.steps
@@ -231,6 +247,11 @@ class OpenCLExecutable:
         self._on_host: HostExecutable | None = None
         self._on_host_why = ""
         self._placements_pinned = config.opencl_host_step_elements is not None  # (when planned)
+
+    def _build(self) -> None:
+        body = "\n".join(self.plan.sources)
+        self.source = PREAMBLE + f32_helpers(body) + "\n" + body
+        self.program = self.rt.program(self.source) if self.plan.sources else None
 
     @property
     def num_kernel_launches(self) -> int:
@@ -465,6 +486,7 @@ class OpenCLExecutable:
                  f"host steps per call: {self.num_host_steps}", f"peak live intermediate bytes: {self.peak_bytes}"]
         if self._on_host is not None:
             lines[1] += f" ({self._on_host_why})"
+        lines += [f"  program {self.plan.note}"] if self.plan.note else []
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)

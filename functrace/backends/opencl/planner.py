@@ -260,6 +260,7 @@ class Plan:
     views: dict = field(default_factory=dict)  # var -> the View of another buffer it is
     view_eqns: dict = field(default_factory=dict)  # view var -> the equation defining it
     kernel_of_source: dict = field(default_factory=dict)  # source with its name blanked -> name
+    note: str = ""  # why the program is not compiled whole though it could be (for the report)
 
     def add_lowered(self, lowered) -> None:
         """Add a hand-written lowering's source and its shared kernels, each once (a shared kernel's
@@ -284,17 +285,18 @@ def _is_view(eqn) -> bool:
     return eqn.out_vars[0].aval.dtype in CTYPE
 
 
-def plan_program(closed: ClosedJaxpr, rt=None) -> Plan:
+def plan_program(closed: ClosedJaxpr, rt=None, whole: bool = True) -> Plan:
     """Partition equations into fused elementwise kernels, reductions (absorbing their producers),
     views and host steps, in an order that respects every dependency.  Work is O(N log N) in the
-    number of equations (a deep chain's gradient has tens of thousands)."""
+    number of equations (a deep chain's gradient has tens of thousands).  First (``whole``): the
+    whole program as one work-group's kernel, where ``group_loops.program_kernel`` takes it."""
     jaxpr = closed.jaxpr
     plan = Plan()
     inputs = list(jaxpr.in_vars) + list(jaxpr.const_vars)
-    whole = program_kernel(closed, rt, inputs) if rt is not None else None
-    if isinstance(whole, Lowered):  # a small program holding loops: one work-group's kernel (group_loops.py)
-        plan.add_lowered(whole)
-        plan.steps = [ProgramStep(inputs, program_outputs(closed), whole)]
+    lowered = program_kernel(closed, rt, inputs) if rt is not None and whole else None
+    if isinstance(lowered, Lowered):  # a small program holding loops: one work-group's kernel (group_loops.py)
+        plan.add_lowered(lowered)
+        plan.steps = [ProgramStep(inputs, program_outputs(closed), lowered)]
         return plan
     position = {e: i for i, e in enumerate(jaxpr.eqns)}
     order, group_of = _partition(jaxpr, rt, plan)
