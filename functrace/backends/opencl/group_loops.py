@@ -135,8 +135,10 @@ def _work_group(rt, eqns: list) -> int:
     """Work-items of the work-group: one on the cpu kind, on the gpu kind one per element of the
     largest value up to ``GROUP_ITEMS`` (and the device's limits) -- but one on PoCL's CPU device
     whatever the kind: its compiler aborted the process forming parallel regions for a nest of
-    loops with barriers (the gradient of a scan holding a fori_loop), and one core gains nothing
-    from more work-items.  (Oclgrind runs the work-group form in the tests.)"""
+    loops with barriers (the gradient of a scan holding a fori_loop), and miscompiled kernels that
+    Oclgrind runs clean (argmax and integer reductions wrong from 6 or 49 work-items, right with
+    -cl-opt-disable: ../shared/repros/group_loop_pocl_*.py); one core gains nothing from more
+    work-items.  (Oclgrind runs the work-group form in the tests.)"""
     device = rt.device
     if rt.policy.device_vector_widths or ("Portable Computing Language" in device.platform.name
                                            and device.type & rt.cl.device_type.CPU):
