@@ -12,7 +12,7 @@ from test_opencl_loops_whole import _check, _compile, _loop_lines, kind  # noqa:
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import group_loops
+from functrace.backends.opencl import group_loops, loops
 from functrace.backends.opencl import runtime as cl_runtime
 from functrace.test_util import check_grads
 
@@ -157,3 +157,16 @@ def test_work_group_sources_compile_for_gpu_targets(monkeypatch):
     for target in sorted(test_opencl_sources.TARGETS):
         errors = [test_opencl_sources._clang(src, opts, test_opencl_sources.TARGETS[target]) for src, opts in sources]
         assert not any(errors), f"{target}: " + "\n".join(e for e in errors if e)
+
+
+def test_a_program_whose_scan_outlasts_one_launch_keeps_its_chunked_loop(monkeypatch):
+    """A program whose loops run more than one launch's work (``loops.CHUNK_WORK``) is not one
+    kernel: its scan runs alone, in chunks of steps (Ctrl-C lands between them, no GPU watchdog
+    fires), with the numpy backend's values."""
+    monkeypatch.setattr(loops, "CHUNK_WORK", 200)
+    w = RNG.standard_normal((5, 5)) * 0.4
+
+    def f(x):
+        return fnp.cos(lax.scan(lambda c, _: (fnp.tanh(w @ c), fnp.sum(c)), x * 2.0, None, length=40)[0])
+    compiled = _check(f, (RNG.standard_normal(5),), whole=1)
+    assert not _program_line(compiled) and "launches (" in compiled.report(), compiled.report()

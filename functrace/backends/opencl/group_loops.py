@@ -30,8 +30,17 @@ from ...core import Literal
 from ...primitives import control, random_bits
 from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
+from . import loops
 from .fusion import CTYPE, ExprWriter, compute_type, contiguous_strides, fusable, reduce_combine, reduce_init
-from .loops import KernelParams, describe_loop, lane_loop, lane_shape, launch_chunks, loop_dtype_reason, scan_chunks
+from .loops import (
+    KernelParams,
+    describe_loop,
+    lane_loop,
+    lane_shape,
+    launch_chunks,
+    loop_dtype_reason,
+    scan_chunks,
+)
 from .lowerings import Lowered, device_group, kernel_source
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
@@ -117,6 +126,20 @@ def _work(eqns: list) -> tuple[int, int]:
     return largest, work
 
 
+def _run_work(eqns: list) -> int:
+    """Elements' work of running ``eqns`` once: a scan's body times its length (a while's once:
+    its trip count is not known), nested to any depth."""
+    work = 0
+    for e in eqns:
+        if e.primitive in _LOOPS:
+            work += _run_work(_sub_equations(e)) * max(1, e.params.get("length") or 1)
+        elif _branches(e):
+            work += max(_run_work(b.jaxpr.eqns) for b in _branches(e))
+        else:
+            work += _work([e])[1]
+    return work
+
+
 def _fits(eqns: list, rt) -> str | None:
     """Why ``eqns`` are not one work-group's to run, or None: an equation without a group form,
     a value over ``GROUP_ELEMENTS``, a pass over ``GROUP_WORK``."""
@@ -174,7 +197,7 @@ def group_loop(eqn, rt) -> Lowered | str:
     writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))))
     sources = [s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s)) for s in writer.sources]
     carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
-    steps, starts, chunk = scan_chunks(loop, _work([eqn])[1])
+    steps, starts, chunk = scan_chunks(loop, _run_work(loop.cond + loop.eqns))
     name = out["name"]
 
     def run(ctx, inputs):
@@ -207,15 +230,18 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
     loop over ``SPREAD_LANES`` lanes or more (those spread over the device's compute units).  A
     program that is one loop is left to the loop's lowering (a lane loop spreads over the device)."""
     eqns = closed.jaxpr.eqns
-    loops = [e for e in eqns if e.primitive in _LOOPS]
-    if not loops:
+    loop_eqns = [e for e in eqns if e.primitive in _LOOPS]
+    if not loop_eqns:
         return "it has no loop"
     if len(eqns) == 1:
         return "it is one loop: the loop's own lowering is one launch too"
     why = _fits(eqns, rt) or _dtype_reason_of(inputs + program_outputs(closed), rt)
     if why is not None:
         return why
-    for e in loops:
+    work = _run_work(eqns)
+    if work > loops.CHUNK_WORK:  # (a scan alone launches in chunks: Ctrl-C lands between them, no watchdog fires)
+        return f"its loops run {work} elements' work, over one launch's {loops.CHUNK_WORK}"
+    for e in loop_eqns:
         lanes = lane_shape(describe_loop(e))
         if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
             return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
@@ -235,7 +261,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         return outs
 
     return Lowered(out["source"], [name], run, 1,
-                   f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loops)} loops')}")
+                   f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loop_eqns)} loops')}")
 
 
 def _dtype_reason_of(values: list, rt) -> str | None:
