@@ -36,18 +36,21 @@ from .loops import (
     KernelParams,
     describe_loop,
     lane_loop,
+    lane_predicate,
     lane_shape,
     launch_chunks,
     loop_dtype_reason,
     scan_chunks,
 )
 from .lowerings import Lowered, device_group, kernel_source
+from .placement import compute_units
 
 # the largest value (elements) a work-group loop holds: one work-group (one core on a CPU) runs the
 # loop, which pays for bodies of small values; larger ones keep the designs that spread over cores
 GROUP_ELEMENTS = 1 << 14
 GROUP_WORK = 1 << 18  # ... and the most elements' work of one pass over its equations (one iteration)
 SPREAD_LANES = 512  # a program whose loop is a lane loop over this many lanes is not run by one work-group
+ROWS_WORK = 1 << 12  # a batched loop doing this many elements' work a pass runs a work-group per member (rows)
 GROUP_ITEMS = 256  # the gpu kind's work-group: up to this many work-items, one per element of the largest value
 LOCAL_RESERVE = 1024  # bytes of the device's local memory left to the driver
 
@@ -154,7 +157,7 @@ def _fits(eqns: list, rt) -> str | None:
     return None
 
 
-def _work_group(rt, eqns: list) -> int:
+def _work_group(rt, eqns: list, groups: int = 1) -> int:
     """Work-items of the work-group: one on the cpu kind, on the gpu kind one per element of the
     largest value up to ``GROUP_ITEMS`` (and the device's limits) -- but one on PoCL's CPU device
     whatever the kind: its compiler aborted the process forming parallel regions for a nest of
@@ -166,54 +169,161 @@ def _work_group(rt, eqns: list) -> int:
     if rt.policy.device_vector_widths or ("Portable Computing Language" in device.platform.name
                                            and device.type & rt.cl.device_type.CPU):
         return 1
-    return device_group(rt, min(GROUP_ITEMS, 1 << (_work(eqns)[0] - 1).bit_length()))
+    per_group = max(1, -(-_work(eqns)[0] // groups))
+    return device_group(rt, min(GROUP_ITEMS, 1 << (per_group - 1).bit_length()))
 
 
-def _build(rt, group: int, write) -> _Writer:
+def _build(rt, group: int, write, spread: tuple | None = None) -> _Writer | str:
     """A writer that ``write(writer)`` filled, its values in local memory where they fit in the
-    device's, else in global scratch buffers."""
-    writer = _Writer(group)
+    device's, else in global scratch buffers (``spread``: a work-group per row, whose batched values
+    are in global scratch, each work-group writing its rows, and the rest in local memory)."""
+    local = int(getattr(rt.device, "local_mem_size", 0) or 0) - LOCAL_RESERVE
+    writer = _Writer(group, spread=spread)
     write(writer)
-    if writer.local_bytes > int(getattr(rt.device, "local_mem_size", 0) or 0) - LOCAL_RESERVE:
+    if writer.local_bytes > local:
+        if spread is not None:
+            return "its values besides the rows' do not fit in local memory"
         writer = _Writer(group, scratch=True)
         write(writer)
     return writer
 
 
-def _label(writer: _Writer, launches: str, what: str) -> str:
+def _label(writer: _Writer, launches: str, what: str, groups: int = 1) -> str:
     where = "global scratch" if writer.use_scratch else "local memory"
     items = f"{writer.group} work-item{'s' if writer.group > 1 else ''}"
+    if groups > 1:
+        return (f"{launches} of {groups} work-groups of {items}, each running its rows of the {writer.rows} members "
+                f"(rows in global scratch, the rest in local memory, {writer.local_bytes} bytes), {what}")
     return f"{launches} of one work-group of {items} (values in {where}, {writer.local_bytes} bytes) running {what}"
 
 
+def _row_axis(e, batched: dict, rows: int):
+    """The axis of ``e``'s output along which its rows (of ``rows``) lie, when each row reads only
+    the same row of its ``batched`` operands (var -> their rows' axis) and any part of the others;
+    else None.  The rules of the layouts ``vmap`` makes."""
+    ins = {k: batched[a] for k, a in enumerate(e.inputs) if type(a) is not Literal and a in batched}
+    out, prim, p = e.out_vars[0], e.primitive, e.params
+    shape, axes = tuple(out.aval.shape), set(ins.values())
+    if len(axes) != 1 or len(e.out_vars) != 1 and prim is not random_bits.threefry2x32_p:
+        return None
+    k = axes.pop()
+    found = None
+    if fusable(e) or prim is random_bits.threefry2x32_p:
+        found = k if all(len(e.inputs[j].aval.shape) == len(shape) for j in ins) else None
+    elif prim in _REDUCTIONS or prim in (P.argmax_p, P.argmin_p):
+        gone = tuple(p["axes"]) if "axes" in p else (p["axis"],)
+        found = None if k in gone else k - sum(d < k for d in gone)
+    elif prim in (P.cumsum_p, P.cumprod_p, P.rev_p, P.pad_p, P.slice_p, P.concatenate_p):
+        x = e.inputs[0]
+        same = {P.cumsum_p: lambda: p["axis"] != k, P.cumprod_p: lambda: p["axis"] != k,
+                P.rev_p: lambda: k not in p["dimensions"], P.concatenate_p: lambda: p["dimension"] != k,
+                P.pad_p: lambda: tuple(p["padding_config"][k]) == (0, 0, 0),
+                P.slice_p: lambda: (p["start_indices"][k], p["limit_indices"][k],
+                                    (p["strides"] or (1,) * len(shape))[k]) == (0, x.aval.shape[k], 1)}[prim]()
+        found = k if same else None
+    elif prim is P.broadcast_in_dim_p:
+        found = p["broadcast_dimensions"][k]
+    elif prim is P.transpose_p:
+        found = list(p["permutation"]).index(k)
+    elif prim in _VIEWS:  # the same elements in order: the axis whose outer and inner extents agree
+        before = shape_size(e.inputs[0].aval.shape[:k])
+        found = next((j for j in range(len(shape)) if shape[j] == rows and shape_size(shape[:j]) == before), None)
+    elif prim is P.dot_general_p:
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        lf = [d for d in range(len(e.inputs[0].aval.shape)) if d not in lc and d not in lb]
+        rf = [d for d in range(len(e.inputs[1].aval.shape)) if d not in rc and d not in rb]
+        if set(ins) == {0, 1}:
+            found = lb.index(ins[0]) if ins[0] in lb and rb[lb.index(ins[0])] == ins[1] else None
+        elif 0 in ins:
+            found = len(lb) + lf.index(k) if k in lf else None
+        else:
+            found = len(lb) + len(lf) + rf.index(k) if k in rf else None
+    elif prim is P.take_p:
+        nidx = len(e.inputs[1].aval.shape)
+        if set(ins) == {0}:
+            found = None if k == p["axis"] else k if k < p["axis"] else k + nidx - 1
+        elif set(ins) == {1}:
+            found = p["axis"] + k
+    elif prim is P.scatter_add_p and 1 not in ins and ins.get(0, k) == k != p["axis"]:
+        nidx = len(e.inputs[1].aval.shape)
+        found = k if ins.get(2, k if k < p["axis"] else k + nidx - 1) == (k if k < p["axis"] else k + nidx - 1) else None
+    if found is None or found >= len(shape) or shape[found] != rows:
+        return None
+    return found
+
+
+def _rows_form(eqn) -> tuple | str:
+    """(rows, the batched values, the guarded predicate or None) of a loop that runs a work-group
+    per row -- per member of a ``vmap`` -- or why not: every carry has ``rows`` along axis 0, each
+    equation reading a carry's rows is ``_separable`` (its output batched in turn), a while's
+    predicate is uniform or ``vmap``'s form (``any`` of a per-row predicate its body guards)."""
+    loop = describe_loop(eqn)
+    leading = {v.aval.shape[0] if v.aval.shape else None for _, inner, _ in loop.carries for v in inner}
+    leading |= {v.aval.shape[0] if v.aval.shape else None for v in loop.ys}
+    if len(leading) != 1 or None in leading or next(iter(leading)) < 2:
+        return "its carries do not share a leading axis"
+    rows = next(iter(leading))
+    batched = {v: 0 for _, inner, _ in loop.carries for v in inner}
+    guard = lane_predicate(eqn, loop, (rows,)) if loop.pred is not None else None
+    if isinstance(guard, str):
+        return guard
+    cond = loop.cond[:-1] if guard is not None else loop.cond
+    for e in cond + loop.eqns:
+        if any(type(a) is not Literal and a in batched for a in e.inputs):
+            axis = _row_axis(e, batched, rows)
+            if axis is None:
+                return f"its {e.primitive.name} reads across rows"
+            batched.update((v, axis) for v in e.out_vars)
+    if loop.pred is not None and guard is None and loop.pred in batched:
+        return "its predicate reads across rows"
+    return rows, batched, guard
+
+
+def _rows_launch(rt, eqn) -> tuple | None:
+    """(rows, batched values, guard, work-groups) when the loop ``eqn`` runs a work-group per row
+    (member): a batched loop whose rows do ``ROWS_WORK`` a pass or more, on a device with more
+    than one compute unit (the gpu kind: a work-group per row; the cpu kind: per compute unit)."""
+    form = _rows_form(eqn)
+    if isinstance(form, str) or _run_work(_sub_equations(eqn)) < ROWS_WORK:
+        return None
+    rows = form[0]
+    groups = min(rows, compute_units(rt)) if rt.policy.device_vector_widths else rows
+    return (*form, groups) if groups > 1 else None
+
+
 def group_loop(eqn, rt) -> Lowered | str:
-    """The loop ``eqn`` compiled whole as one work-group's loop on ``rt``'s device, or why not."""
+    """The loop ``eqn`` compiled whole as one work-group's loop on ``rt``'s device (or, batched,
+    one work-group per row: ``_rows_launch``), or why not."""
     why = _fits([eqn], rt)
     if why is not None:
         return why
     loop = describe_loop(eqn)
-    group = _work_group(rt, [eqn])
+    spread = _rows_launch(rt, eqn)
+    group = _work_group(rt, [eqn], spread[3] if spread else 1)
     out: dict = {}
-    writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))))
+    writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))), spread)
+    if isinstance(writer, str):
+        return writer
     sources = [s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s)) for s in writer.sources]
     carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
     steps, starts, chunk = scan_chunks(loop, _run_work(loop.cond + loop.eqns))
-    name = out["name"]
+    name, groups = out["name"], spread[3] if spread else 1
 
     def run(ctx, inputs):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
         scratch = [ctx.alloc((n,), d) for d, n in writer.scratch]
         buffers = [inputs[s] if isinstance(s, int) else s for s in sources]
         launch_chunks(ctx, ctx.kernels[name], buffers, carried, outs[:len(loop.carries)],
-                      outs[len(loop.carries):] + scratch, loop, starts, chunk, (group,), (group,))
+                      outs[len(loop.carries):] + scratch, loop, starts, chunk, (group * groups,), (group,))
         for a in scratch:
             ctx.release(a)
         return outs
 
-    what = f"{steps} steps" if loop.length is not None else "until the predicate is false"
+    what = f"{steps} steps" if loop.length is not None else \
+        "each until its rows' predicates are false" if spread and spread[2] is not None else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
     return Lowered(out["source"], [name], run, len(starts),
-                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what)}")
+                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what, groups)}")
 
 
 def program_outputs(closed) -> list:
@@ -227,7 +337,8 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
     then const-vars; outputs: ``program_outputs``), or why not: it must hold a loop (a program
     without one is the planner's: fused kernels across the device), every equation must have a
     group form (loops nested to any depth), its values fit ``_fits``, and no loop may be a lane
-    loop over ``SPREAD_LANES`` lanes or more (those spread over the device's compute units).  A
+    loop over ``SPREAD_LANES`` lanes or more or run a work-group per member (``_rows_launch``):
+    those spread over the device's compute units.  A
     program that is one loop is left to the loop's lowering (a lane loop spreads over the device)."""
     eqns = closed.jaxpr.eqns
     loop_eqns = [e for e in eqns if e.primitive in _LOOPS]
@@ -245,6 +356,8 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         lanes = lane_shape(describe_loop(e))
         if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
             return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
+        if _rows_launch(rt, e) is not None:
+            return f"its {e.primitive.name} runs a work-group per member"
     out: dict = {}
     writer = _build(rt, _work_group(rt, eqns), lambda w: out.update(zip(("source", "name"), w.program_source(closed, inputs))))
     outputs = program_outputs(closed)
@@ -278,8 +391,11 @@ class _Writer(KernelParams):
     private C variables named in ``names``; arrays have a storage ``slot``: the C expression of
     their first element's pointer, read as ``slot[index]``."""
 
-    def __init__(self, group: int, scratch: bool = False):
+    def __init__(self, group: int, scratch: bool = False, spread: tuple | None = None):
         self.group, self.use_scratch = group, scratch
+        # a work-group per row: (rows, the batched values, the guarded predicate, work-groups)
+        self.rows, self.batched, self.guard, groups = spread if spread is not None else (None, {}, None, 1)
+        self.per_group = -(-self.rows // groups) if spread is not None else 0
         self.names: dict = {}   # scalar var -> C expression
         self.slots: dict = {}   # array var -> C pointer expression
         self.owner: dict = {}   # array var -> the storage it lives in (views share it), for barriers
@@ -308,11 +424,12 @@ class _Writer(KernelParams):
         self.lines.append(f"{self.ctype(dtype)} {name} = {expr};")
         return name
 
-    def allocate(self, n: int, dtype) -> str:
-        """A new slot of ``n`` elements: a local array, or a region of its dtype's scratch buffer."""
+    def allocate(self, n: int, dtype, rows: bool = False) -> str:
+        """A new slot of ``n`` elements: a local array, or a region of its dtype's scratch buffer
+        (``rows``: a batched value, whose rows the work-groups share)."""
         dtype = np.dtype(dtype)
-        self.local_bytes += n * dtype.itemsize
-        if not self.use_scratch:
+        if not (self.use_scratch or rows):
+            self.local_bytes += n * dtype.itemsize
             name = f"v{len(self.decls)}"
             self.decls.append(f"__local {CTYPE[dtype]} {name}[{max(n, 1)}];")  # (C has no empty arrays)
             return name
@@ -325,7 +442,7 @@ class _Writer(KernelParams):
 
     def storage(self, var) -> str:
         """A new slot holding array ``var``."""
-        slot = self.allocate(shape_size(var.aval.shape), var.aval.dtype)
+        slot = self.allocate(shape_size(var.aval.shape), var.aval.dtype, self.is_rows(var))
         self.slots[var] = self.owner[var] = slot
         return slot
 
@@ -353,11 +470,28 @@ class _Writer(KernelParams):
             self.dirty.clear()
             self.scattered.clear()
 
-    def for_each(self, n: int, body: list) -> None:
-        """``body`` for this work-item's elements e of an array of ``n``."""
+    def is_rows(self, var) -> bool:
+        """Is ``var`` a batched value (a work-group computes its own rows of it)?"""
+        return self.rows is not None and type(var) is not Literal and var in self.batched
+
+    def for_each(self, n: int, body: list, var=None, force: bool = False) -> None:
+        """``body`` for this work-item's elements e of an array of ``n``: of the work-group's own
+        rows only where ``var`` is batched (or, ``force``, a loop output split by rows at axis 0)."""
         g = self.group
-        head = "for (long e = lid; e < " + str(n) + "; e += " + str(g) + ") {" if g > 1 else \
-            f"for (long e = 0; e < {n}; e++) {{"
+        axis = self.batched.get(var, 0 if force else None) if self.rows is not None and var is not None \
+            and type(var) is not Literal else None
+        if axis is not None:
+            shape = tuple(var.aval.shape)
+            inner, outer = shape_size(shape[axis + 1:]), shape_size(shape[:axis])
+            if outer > 1:  # rows along an inner axis: t_ counts this work-group's elements
+                span = f"(hi - lo) * {inner}"
+                self.lines += [f"for (long t_ = lid; t_ < {outer} * {span}; t_ += {g}) {{",
+                               f"    const long e = (t_ / ({span})) * {self.rows * inner} + lo * {inner} + t_ % ({span});"]
+                self.lines += ["    " + line for line in body] + ["}"]
+                return
+        start, stop = (f"lo * {inner}", f"hi * {inner}") if axis is not None else ("0", str(n))
+        head = f"for (long e = {start} + lid; e < {stop}; e += {g}) {{" if g > 1 else \
+            f"for (long e = {start}; e < {stop}; e++) {{"
         self.lines += [head] + ["    " + line for line in body] + ["}"]
 
     # ------------------------------------------------------------------ equations
@@ -370,7 +504,8 @@ class _Writer(KernelParams):
         for e in eqns:
             out = e.out_vars[0]
             if out.aval.shape != () and _aligned(e):
-                if current is None or current[0].out_vars[0].aval.shape != out.aval.shape:
+                if current is None or current[0].out_vars[0].aval.shape != out.aval.shape \
+                        or self.batched.get(current[0].out_vars[0]) != self.batched.get(out):
                     current = []
                     runs.append(current)
                 current.append(e)
@@ -394,6 +529,9 @@ class _Writer(KernelParams):
 
     def emit_run(self, run: list, needed: set) -> None:
         self.sync([a for e in run for a in e.inputs], aligned=True)
+        if self.rows is not None:  # a batched run reads the others at its rows, an unbatched one all of them
+            rows = self.is_rows(run[0].out_vars[0])
+            self.sync([a for e in run for a in e.inputs if self.is_rows(a) != rows])
         w = ExprWriter(False, {}, {}, 1, segment=1)
         w.count = self.count
         for e in run:
@@ -409,7 +547,7 @@ class _Writer(KernelParams):
                 self.storage(out)
                 stores.append(self.store(out, "e", w.names[out]))
                 self.dirty.add(self.owner[out])
-        self.for_each(shape_size(run[0].out_vars[0].aval.shape), w.lines + stores)
+        self.for_each(shape_size(run[0].out_vars[0].aval.shape), w.lines + stores, run[0].out_vars[0])
 
     def emit_one(self, e) -> None:
         if e.primitive in _LOOPS:
@@ -441,7 +579,7 @@ class _Writer(KernelParams):
         value = self.element(e, "e")
         inner, self.lines = self.lines, outer
         self.storage(out)
-        self.for_each(shape_size(out.aval.shape), inner + [self.store(out, "e", value)])
+        self.for_each(shape_size(out.aval.shape), inner + [self.store(out, "e", value)], out)
         self.dirty.add(self.owner[out])
 
     def element(self, e, index: str) -> str:
@@ -712,7 +850,8 @@ class _Writer(KernelParams):
             self.storage(v)
             self.dirty.add(self.owner[v])
         self.for_each(shape_size(shape), [f"const uint2 y_ = ft_threefry2x32({args});",
-                                          self.store(e.out_vars[0], "e", "y_.x"), self.store(e.out_vars[1], "e", "y_.y")])
+                                          self.store(e.out_vars[0], "e", "y_.x"), self.store(e.out_vars[1], "e", "y_.y")],
+                      e.out_vars[0])
 
     # ------------------------------------------------------------------ loops and kernels
 
@@ -738,6 +877,8 @@ class _Writer(KernelParams):
         (``outs``: the output parameters, carries then ys): ys rows written to their parameters,
         the steps those of the launch (``s0`` .. ``s1``), the final carries left in storage."""
         loop = describe_loop(eqn)
+        if outs is not None and self.guard is not None:  # rows: each work-group tests its own rows
+            loop.cond, loop.pred = loop.cond[:-1], self.guard
         operand = lambda o: Literal(np.asarray(o)) if isinstance(o, np.ndarray) and o.shape == () else \
             o if isinstance(o, np.ndarray) else eqn.inputs[o]
         for outer, inner in loop.consts:
@@ -761,7 +902,7 @@ class _Writer(KernelParams):
             carry_slots.add(slot)
             for u in inner:
                 self.slots[u], self.owner[u] = slot, slot
-            self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(a))])
+            self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(a))], v)
         i = f"i{self.count}"
         self.count += 1
         ys = outs[len(loop.carries):] if outs is not None else [
@@ -783,7 +924,7 @@ class _Writer(KernelParams):
         self.count += 1
         if at_end:
             self.emit_all(loop.cond, keep)
-            self.lines.append(f"int {go} = {self.read(loop.pred)};")
+            self.lines.append(f"int {go} = {self.predicate(loop.pred)};")
         entry = set(self.dirty)
         if loop.length is None:
             self.lines.append(f"while ({go}) {{" if at_end else "for (;;) {")
@@ -800,18 +941,18 @@ class _Writer(KernelParams):
                 self.lines.append(f"const {self.ctype(v.aval.dtype)} {self.names[v]} = {self.read(eqn.inputs[outer], i)};")
         if loop.pred is not None and not at_end:
             self.emit_all(loop.cond, keep)
-            self.lines.append(f"if (!({self.read(loop.pred)})) break;")
+            self.lines.append(f"if (!({self.predicate(loop.pred)})) break;")
         self.emit_all(loop.eqns, keep)
         for y, v in zip(ys, loop.ys):  # row i of each ys
             n = shape_size(v.aval.shape)
             if v.aval.shape == ():
                 self.lines.append(f"if (lid == 0) {self.write_global(y, v, i, self.read(v))}")
             else:
-                self.for_each(n, [self.write_global(y, v, f"{i} * {n} + e", self.read(v))])
+                self.for_each(n, [self.write_global(y, v, f"{i} * {n} + e", self.read(v))], v, force=True)
         self.update_carries(loop, carry_slots)
         if at_end:
             self.emit_all(loop.cond, keep)
-            self.lines.append(f"{go} = {self.read(loop.pred)};")
+            self.lines.append(f"{go} = {self.predicate(loop.pred)};")
         body, self.lines = self.lines, outer_lines
         self.lines += ["    " + line for line in body] + ["}"]
         self.after_block(entry)
@@ -856,19 +997,37 @@ class _Writer(KernelParams):
             if v.aval.shape == ():
                 self.lines.append(f"if (lid == 0) {self.write_global(ptr, v, '0', self.read(v))}")
             else:
-                self.for_each(shape_size(v.aval.shape), [self.write_global(ptr, v, "e", self.read(v))])
+                self.for_each(shape_size(v.aval.shape), [self.write_global(ptr, v, "e", self.read(v))], v, force=True)
 
     def kernel(self, kind: str, what: str, bounds: list) -> tuple[str, str]:
         params = self.params + [f"__global {CTYPE[d]}* restrict g{k}" for k, (d, _) in enumerate(self.scratch)]
         lines = lambda ls: "\n    ".join(ls)
         text = "".join(sorted(self.helpers)) + f"""
 __kernel void @({', '.join(params + bounds)}) {{
-    const long lid = {"get_local_id(0)" if self.group > 1 else "0"};
+    const long lid = {"get_local_id(0)" if self.group > 1 else "0"};{self.rows_header()}
     {lines(self.decls)}
     {lines(self.lines)}
 }}"""
         name = f"group_{what}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
         return "\n" + text.replace("__kernel void @(", f"__kernel void {name}("), name
+
+    def predicate(self, pred) -> str:
+        """A while's predicate: its value, or for a batched (guarded) one whether any of this
+        work-group's rows holds it (a row whose predicate is false keeps its carry: it may stop)."""
+        if not self.is_rows(pred):
+            return self.read(pred)
+        self.sync([pred])
+        name = f"any{self.count}"
+        self.count += 1
+        self.lines += [f"int {name} = 0;", f"for (long r_ = lo; r_ < hi; r_++) {name} |= {self.read(pred, 'r_')};"]
+        return name
+
+    def rows_header(self) -> str:
+        """A work-group per row: the rows ``lo`` .. ``hi`` - 1 that this one computes."""
+        if self.rows is None:
+            return ""
+        return (f"\n    const long lo = get_group_id(0) * {self.per_group}, "
+                f"hi = min(lo + {self.per_group}, {self.rows}L);")
 
     def read_global(self, ptr: str, var, index: str) -> str:
         raw = f"{ptr}[{index}]"
@@ -893,17 +1052,17 @@ __kernel void @({', '.join(params + bounds)}) {{
                 news.append(self.fresh(v.aval.dtype, self.read(new)))
             elif type(new) is not Literal and self.owner.get(new) in carry_slots and self.owner.get(new) != self.owner[v]:
                 n = shape_size(v.aval.shape)
-                staged[k] = self.allocate(n, v.aval.dtype)
-                self.for_each(n, [f"{staged[k]}[e] = {self.read(new)};"])
+                staged[k] = self.allocate(n, v.aval.dtype, self.is_rows(v))
+                self.for_each(n, [f"{staged[k]}[e] = {self.read(new)};"], v)
         scalars = iter(news)
         for k, (_, inner, new) in enumerate(loop.carries):
             v = inner[0]
             if v.aval.shape == ():
                 self.lines.append(f"{self.names[v]} = {next(scalars)};")
             elif k in staged:
-                self.for_each(shape_size(v.aval.shape), [self.store(v, "e", f"{staged[k]}[e]")])
+                self.for_each(shape_size(v.aval.shape), [self.store(v, "e", f"{staged[k]}[e]")], v)
             elif type(new) is Literal or self.owner.get(new) != self.owner[v]:
-                self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(new))])
+                self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(new))], v)
         self.dirty |= carry_slots
 
 

@@ -160,15 +160,16 @@ def _literal_key(a) -> tuple:
 def _keys(eqns: list, leaves: dict, ids: dict) -> dict:
     """A number per value, equal for values computed by the same equations from the same leaves
     (``leaves``: var -> key; ``ids`` numbers the structures, shared between calls).  Reshapes that
-    keep the shape are seen through."""
+    keep the shape, or add trailing axes of 1 (vmap's guard), are seen through."""
     key = dict(leaves)
 
     def of(a):
         return _literal_key(a) if type(a) is Literal else key.get(a, ("unknown", id(a)))
 
     for e in eqns:
-        if e.primitive is P.reshape_p and e.inputs[0].aval.shape == e.out_vars[0].aval.shape:
-            key[e.out_vars[0]] = of(e.inputs[0])
+        before, after = tuple(e.inputs[0].aval.shape), tuple(e.out_vars[0].aval.shape)
+        if e.primitive is P.reshape_p and after[:len(before)] == before and set(after[len(before):]) <= {1}:
+            key[e.out_vars[0]] = of(e.inputs[0])  # (the same shape, or trailing axes of 1: vmap's guard)
             continue
         node = (e.primitive.name, repr(sorted(e.params.items())), tuple(of(a) for a in e.inputs))
         for k, v in enumerate(e.out_vars):
@@ -176,7 +177,7 @@ def _keys(eqns: list, leaves: dict, ids: dict) -> dict:
     return key
 
 
-def _lane_predicate(eqn, loop: _Loop, lanes: tuple):
+def lane_predicate(eqn, loop: _Loop, lanes: tuple):
     """For a while whose condition is ``any`` (reduce_max) of a lane predicate p: p, when the body
     keeps every carry where p is false (the form vmap makes: see the module's docstring), else why
     not; None for any other condition."""
@@ -307,7 +308,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
     tables = _tables(loop, lanes)
     if isinstance(tables, str):
         return tables
-    guard = _lane_predicate(eqn, loop, lanes) if loop.pred is not None else None
+    guard = lane_predicate(eqn, loop, lanes) if loop.pred is not None else None
     if isinstance(guard, str):
         return guard
     if guard is not None:  # the lane predicate replaces its any(): each lane stops on its own
