@@ -590,3 +590,42 @@ def test_work_group_loops_run_clean_on_oclgrind(kind, case, uninitialized):  # n
                      timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
     assert not run.reports, "\n\n".join(run.reports[:3])
+
+
+_OCLGRIND_ROWS = """
+import sys
+import numpy as np, functrace as ft, functrace.numpy as fnp
+from functrace.backends.opencl import group_loops
+group_loops.ROWS_WORK = 1
+lax = ft.lax
+rng = np.random.default_rng(1)
+w = rng.standard_normal((19, 19)).astype(np.float32) * 0.3
+def rnn(h0, xs):
+    return lax.scan(lambda h, x: (fnp.tanh(w @ h + x), fnp.max(h)), h0, xs)
+def newton(a):
+    return lax.while_loop(lambda c: (fnp.max(fnp.abs(c[0] * c[0] - a)) > 1e-4 * fnp.max(a)) & (c[1] < 30),
+                          lambda c: (c[0] - (c[0] * c[0] - a) / (2.0 * c[0]), c[1] + 1), (a + 1.0, 0))
+cases = [(ft.vmap(rnn), (rng.standard_normal((5, 19)).astype(np.float32), rng.standard_normal((5, 3, 19)).astype(np.float32))),
+         (ft.vmap(newton), (rng.uniform(1, 4, (5, 19)).astype(np.float32) * np.float32([[1], [10], [100], [1e3], [1e4]]),))]
+g, args = cases[int(sys.argv[1])]
+c = ft.jit(g).lower(*args).compile()
+assert "5 work-groups of 8 work-items" in c.report(), c.report()
+for x, y in zip(ft.tree_util.tree_leaves(c(*args)), ft.tree_util.tree_leaves(ft.jit(g, backend="numpy")(*args))):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+print("OK")
+"""
+
+
+@requires_oclgrind
+@pytest.mark.parametrize("kind", ["gpu"], indirect=True)
+@pytest.mark.parametrize("case", ["vmapped matvec scan", "vmapped while"])
+@pytest.mark.parametrize("uninitialized", [False, True], ids=["races", "uninitialized"])
+def test_a_work_group_per_member_runs_clean_on_oclgrind(kind, case, uninitialized):  # noqa: F811
+    """vmap of work-group loops as a work-group per member (5 work-groups of 8 work-items, each its
+    member's rows in the shared global scratch, a while's work-groups stopping on their own): no race
+    within or across work-groups, no access out of bounds, no uninitialized read, numpy's values."""
+    index = str(["vmapped matvec scan", "vmapped while"].index(case))
+    run = run_python(_OCLGRIND_ROWS, index, kind="gpu", max_work_group_size=8, uninitialized=uninitialized,
+                     timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
+    assert not run.reports, "\n\n".join(run.reports[:3])

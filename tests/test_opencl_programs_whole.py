@@ -170,3 +170,54 @@ def test_a_program_whose_scan_outlasts_one_launch_keeps_its_chunked_loop(monkeyp
         return fnp.cos(lax.scan(lambda c, _: (fnp.tanh(w @ c), fnp.sum(c)), x * 2.0, None, length=40)[0])
     compiled = _check(f, (RNG.standard_normal(5),), whole=1)
     assert not _program_line(compiled) and "launches (" in compiled.report(), compiled.report()
+
+
+# --------------------------------------------------------------------------- a work-group per member
+
+def _rows_lines(compiled) -> list:
+    return [line for line in _loop_lines(compiled) if "work-groups of" in line]
+
+
+@pytest.fixture
+def small_rows(monkeypatch):
+    """Batched loops of a few elements' work run a work-group per member too (the tests' sizes)."""
+    monkeypatch.setattr(group_loops, "ROWS_WORK", 1)
+
+
+def _batched_rnn(h0, xs, w):
+    return lax.scan(lambda h, x: (fnp.tanh(w @ h + x), fnp.sum(h * h)), h0, xs)
+
+
+def test_vmap_of_a_matvec_scan_runs_a_work_group_per_member(small_rows):
+    """vmap of an RNN over 37 sequences: one launch of several work-groups, each its members' rows
+    (the cpu kind: one per compute unit; the gpu kind: one per member), numpy's values; and its
+    gradient's reverse scan (outer products of batched vectors) the same way."""
+    w = RNG.standard_normal((5, 5)) * 0.4
+    h0, xs = RNG.standard_normal((37, 5)), RNG.standard_normal((37, 6, 5))
+    compiled = _check(ft.vmap(lambda h, x: _batched_rnn(h, x, w)), (h0, xs), whole=1, atol=1e-13)
+    assert len(_rows_lines(compiled)) == 1, compiled.report()
+    loss = lambda w, h, x: fnp.sum(_batched_rnn(h, x, w)[0] ** 2)  # noqa: E731
+    compiled = _check(ft.vmap(ft.grad(loss), in_axes=(None, 0, 0)), (w, h0, xs), whole=2, atol=1e-13)
+    assert len(_rows_lines(compiled)) == 2, compiled.report()
+
+
+def test_vmap_of_a_while_stops_each_members_rows_on_their_own(small_rows):
+    """vmap of Newton's method whose predicate reduces the member's values: each work-group runs
+    until its own members are done (vmap's guard keeps a finished member's carry): numpy's bits and
+    trip counts."""
+    def newton(a):
+        return lax.while_loop(lambda c: (fnp.max(fnp.abs(c[0] * c[0] - a)) > 1e-12 * fnp.max(a)) & (c[1] < 60),
+                              lambda c: (c[0] - (c[0] * c[0] - a) / (2.0 * c[0]), c[1] + 1), (a + 1.0, 0))
+    a = RNG.uniform(1.0, 10.0, (23, 7)) * 10.0 ** (np.arange(23) % 12 - 6)[:, None]  # members' scales differ
+    compiled = _check(ft.vmap(newton), (a,), whole=1, exact=True)
+    assert any("each until its rows' predicates are false" in line for line in _rows_lines(compiled)), \
+        compiled.report()
+    assert len(set(np.asarray(compiled(a)[1]).tolist())) > 1  # the members' trip counts differ
+
+
+def test_a_batched_loop_reading_across_members_keeps_one_work_group(small_rows):
+    """A body that centres the batch (a mean over the members) reads across rows: one work-group."""
+    def f(h0):
+        return lax.scan(lambda h, _: (fnp.tanh(h - fnp.mean(h, axis=0)), None), h0, None, length=4)[0]
+    compiled = _check(f, (RNG.standard_normal((9, 4)),), whole=1)
+    assert not _rows_lines(compiled) and "one work-group" in compiled.report(), compiled.report()

@@ -232,11 +232,14 @@ def _row_axis(e, batched: dict, rows: int):
         (lc, rc), (lb, rb) = p["dimension_numbers"]
         lf = [d for d in range(len(e.inputs[0].aval.shape)) if d not in lc and d not in lb]
         rf = [d for d in range(len(e.inputs[1].aval.shape)) if d not in rc and d not in rb]
-        if set(ins) == {0, 1}:
-            found = lb.index(ins[0]) if ins[0] in lb and rb[lb.index(ins[0])] == ins[1] else None
-        elif 0 in ins:
+        if 0 in ins and ins[0] in lb:  # a batch dimension of the product (the other operand's row too)
+            pos = lb.index(ins[0])
+            found = pos if ins.get(1, rb[pos]) == rb[pos] else None
+        elif 1 in ins and ins[1] in rb and 0 not in ins:
+            found = rb.index(ins[1])
+        elif set(ins) == {0}:
             found = len(lb) + lf.index(k) if k in lf else None
-        else:
+        elif set(ins) == {1}:
             found = len(lb) + len(lf) + rf.index(k) if k in rf else None
     elif prim is P.take_p:
         nidx = len(e.inputs[1].aval.shape)
