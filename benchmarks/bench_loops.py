@@ -8,6 +8,8 @@ jit (when installed), first call and steady state, ratios in the same run.
   (1,000 lanes spread over the device);
 * a tanh RNN, T=50, H=16, ``value_and_grad`` of an MSE (float32): a matrix-vector product per step;
   the program compiled whole;
+* the same RNN's per-sequence ``value_and_grad`` under ``vmap`` over 256 sequences: each scan a
+  work-group per member (the cpu kind: a work-group per compute unit, each its members' rows);
 * an unadjusted Langevin sampler, 1,000 steps of ``x + eps*grad(logp)(x) + sqrt(2 eps)*noise[i]`` in
   ``fori_loop``, 10-d standard normal (float32): a lane loop reading the noise table at the counter;
 * Newton's method on 64 values (float64): in ``while_loop`` with the issue's max-reduction predicate,
@@ -64,6 +66,9 @@ def programs(np_mod, lax, grad, value_and_grad, vmap):
         h = lax.scan(lambda h, x: (np_mod.tanh(w @ h + u * x), None), np_mod.zeros(16, np.float32), xs)[0]
         return np_mod.mean((h - target) ** 2)
 
+    def rnn_batch_loss(w, u, xs, targets):  # per-sequence gradients of a batch: a work-group per member
+        return vmap(value_and_grad(rnn_loss), in_axes=(None, None, 0, 0))(w, u, xs, targets)
+
     def langevin(x0, noise):
         eps = np.float32(0.01)
         grad_logp = grad(lambda x: -0.5 * np_mod.sum(x * x))
@@ -99,6 +104,8 @@ def programs(np_mod, lax, grad, value_and_grad, vmap):
                                                          (params, rng.uniform(-1, 1, 1000).astype(np.float32)), 1e-4),
         "tanh RNN T=50 H=16, value_and_grad (f32)": (value_and_grad(rnn_loss), (f32(16, 16) * 0.3, f32(16), f32(50),
                                                                                   f32(16)), 1e-4),
+        "tanh RNN, per-sequence value_and_grad, vmap over 256 (f32)": (rnn_batch_loss, (
+            f32(16, 16) * 0.3, f32(16), f32(256, 50), f32(256, 16)), 1e-4),
         "Langevin, 1,000 steps in fori_loop, 10-d (f32)": (langevin, (f32(10), f32(1000, 10)), 1e-4),
         "Newton, while_loop, max-reduction predicate, 64 (f64)": (newton_while, (a,), 1e-12),
         "Newton, fori_loop, 30 steps, 64 (f64)": (newton_fori, (a,), 1e-12),
@@ -117,7 +124,9 @@ def loops_line(compiled) -> str:
             out.append(f"program whole ({line.rsplit(', ', 1)[1].rstrip(')')}, one work-group)")
         elif len(words) > 1 and words[1].rstrip(":") in ("scan", "while"):
             if "compiled whole:" in line and "not compiled whole" not in line:
-                out.append(f"{words[1].rstrip(':')} whole")
+                how = " (a work-group per member)" if "work-groups of" in line else \
+                    " (one work-group)" if "one work-group" in line else " (lane loop)"
+                out.append(f"{words[1].rstrip(':')} whole{how}")
             else:
                 why = line.split("not compiled whole: ")[-1].rstrip(")") if "not compiled whole" in line else "?"
                 out.append(f"{words[1].rstrip(':')} not whole ({why})")

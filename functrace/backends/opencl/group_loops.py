@@ -143,13 +143,14 @@ def _run_work(eqns: list) -> int:
     return work
 
 
-def _fits(eqns: list, rt) -> str | None:
+def _fits(eqns: list, rt, members: int = 1) -> str | None:
     """Why ``eqns`` are not one work-group's to run, or None: an equation without a group form,
-    a value over ``GROUP_ELEMENTS``, a pass over ``GROUP_WORK``."""
+    a value over ``GROUP_ELEMENTS``, a pass over ``GROUP_WORK`` (per member of ``members``, for
+    a loop running a work-group per member)."""
     why = _reason(eqns, rt)
     if why is not None:
         return why
-    largest, work = _work(eqns)
+    largest, work = (-(-n // members) for n in _work(eqns))
     if largest > GROUP_ELEMENTS:
         return f"a value of {largest} elements is over a work-group loop's {GROUP_ELEMENTS}"
     if work > GROUP_WORK:
@@ -297,11 +298,14 @@ def _rows_launch(rt, eqn) -> tuple | None:
 def group_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` compiled whole as one work-group's loop on ``rt``'s device (or, batched,
     one work-group per row: ``_rows_launch``), or why not."""
-    why = _fits([eqn], rt)
+    why = _reason([eqn], rt)
+    if why is not None:
+        return why
+    spread = _rows_launch(rt, eqn)
+    why = _fits([eqn], rt, spread[0] if spread else 1)
     if why is not None:
         return why
     loop = describe_loop(eqn)
-    spread = _rows_launch(rt, eqn)
     group = _work_group(rt, [eqn], spread[3] if spread else 1)
     out: dict = {}
     writer = _build(rt, group, lambda w: out.update(zip(("source", "name"), w.loop_source(eqn))), spread)
