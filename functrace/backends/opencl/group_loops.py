@@ -477,6 +477,32 @@ class _Writer(KernelParams):
             self.dirty.clear()
             self.scattered.clear()
 
+    def nested(self, shape: tuple, body: list, axis: int | None) -> None:
+        """``body`` for every element ``e`` of an array of ``shape`` on one work-item: a loop per
+        axis (counters ``q0``, ``q1``, ... as ``coords`` names them; the rows ``lo`` .. ``hi`` - 1
+        along a batched ``axis``), ``e`` the flat index."""
+        heads, depth = [], 0
+        for k, n in enumerate(shape):
+            if n == 1:
+                continue
+            lo, hi = ("lo", "hi") if k == axis else ("0", str(n))
+            heads.append("    " * depth + f"for (long q{k} = {lo}; q{k} < {hi}; q{k}++) {{")
+            depth += 1
+        if depth == 0:  # (one element: a block of its own, for its own e)
+            heads, depth = ["{"], 1
+        flat = _flat([f"q{k}" for k in range(len(shape))], shape)
+        inner = "    " * depth
+        self.lines += heads + [f"{inner}const long e = {flat};"] + [inner + line for line in body]
+        self.lines += ["    " * d + "}" for d in range(depth - 1, -1, -1)]
+
+    def coords(self, index: str, shape: tuple) -> list:
+        """C expressions of the coordinates of flat ``index`` in ``shape``: on one work-item, of
+        the element ``e`` of a loop over an array, the loop's own counters (``for_each`` nests a
+        loop per axis: no division per element, and an innermost loop the compiler vectorizes)."""
+        if self.group == 1 and index == "e":
+            return ["0" if n == 1 else f"q{k}" for k, n in enumerate(shape)]
+        return _coords(index, shape)
+
     def is_rows(self, var) -> bool:
         """Is ``var`` a batched value (a work-group computes its own rows of it)?"""
         return self.rows is not None and type(var) is not Literal and var in self.batched
@@ -487,6 +513,9 @@ class _Writer(KernelParams):
         g = self.group
         axis = self.batched.get(var, 0 if force else None) if self.rows is not None and var is not None \
             and type(var) is not Literal else None
+        if g == 1 and var is not None and type(var) is not Literal and shape_size(var.aval.shape) == n:
+            self.nested(tuple(var.aval.shape), body, axis)
+            return
         if axis is not None:
             shape = tuple(var.aval.shape)
             inner, outer = shape_size(shape[axis + 1:]), shape_size(shape[:axis])
@@ -593,7 +622,7 @@ class _Writer(KernelParams):
         """C lines (appended to ``self.lines``) and the expression of ``e``'s output at flat ``index``."""
         prim, p, out = e.primitive, e.params, e.out_vars[0]
         shape = tuple(out.aval.shape)
-        c = _coords(index, shape)
+        c = self.coords(index, shape)
         x = e.inputs[0] if e.inputs else None
         if prim in _VIEWS:
             return self.read(x, index if x.aval.shape != () else "0")
@@ -851,7 +880,7 @@ class _Writer(KernelParams):
                 self.names[v] = f"{y}.{part}"
             return
         self.sync(e.inputs)
-        c = _coords("e", shape)
+        c = self.coords("e", shape)
         args = ", ".join(self.read(a, _broadcast_index(c, shape, tuple(a.aval.shape))) for a in e.inputs)
         for v in e.out_vars:
             self.storage(v)
