@@ -124,7 +124,7 @@ def loops_line(compiled) -> str:
             out.append(f"program whole ({line.rsplit(', ', 1)[1].rstrip(')')}, one work-group)")
         elif len(words) > 1 and words[1].rstrip(":") in ("scan", "while"):
             if "compiled whole:" in line and "not compiled whole" not in line:
-                how = " (a work-group per member)" if "work-groups of" in line else \
+                how = " (a work-group per member)" if "running its rows" in line else \
                     " (one work-group)" if "one work-group" in line else " (lane loop)"
                 out.append(f"{words[1].rstrip(':')} whole{how}")
             else:

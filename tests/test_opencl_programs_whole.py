@@ -175,7 +175,7 @@ def test_a_program_whose_scan_outlasts_one_launch_keeps_its_chunked_loop(monkeyp
 # --------------------------------------------------------------------------- a work-group per member
 
 def _rows_lines(compiled) -> list:
-    return [line for line in _loop_lines(compiled) if "work-groups of" in line]
+    return [line for line in _loop_lines(compiled) if "running its rows" in line]
 
 
 @pytest.fixture

@@ -192,8 +192,9 @@ def _build(rt, group: int, write, spread: tuple | None = None) -> _Writer | str:
 def _label(writer: _Writer, launches: str, what: str, groups: int = 1) -> str:
     where = "global scratch" if writer.use_scratch else "local memory"
     items = f"{writer.group} work-item{'s' if writer.group > 1 else ''}"
-    if groups > 1:
-        return (f"{launches} of {groups} work-groups of {items}, each running its rows of the {writer.rows} members "
+    if writer.rows is not None:
+        return (f"{launches} of {groups} work-group{'s' if groups > 1 else ''} of {items}, each running its rows "
+                f"of the {writer.rows} members "
                 f"(rows in global scratch, the rest in local memory, {writer.local_bytes} bytes), {what}")
     return f"{launches} of one work-group of {items} (values in {where}, {writer.local_bytes} bytes) running {what}"
 
@@ -285,14 +286,14 @@ def _rows_form(eqn) -> tuple | str:
 
 def _rows_launch(rt, eqn) -> tuple | None:
     """(rows, batched values, guard, work-groups) when the loop ``eqn`` runs a work-group per row
-    (member): a batched loop whose rows do ``ROWS_WORK`` a pass or more, on a device with more
-    than one compute unit (the gpu kind: a work-group per row; the cpu kind: per compute unit)."""
+    (member): a batched loop whose rows do ``ROWS_WORK`` a pass or more (the gpu kind: a
+    work-group per row; the cpu kind: one per compute unit -- one work-group for all rows on a
+    device of one, bounded per member all the same)."""
     form = _rows_form(eqn)
     if isinstance(form, str) or _run_work(_sub_equations(eqn)) < ROWS_WORK:
         return None
     rows = form[0]
-    groups = min(rows, compute_units(rt)) if rt.policy.device_vector_widths else rows
-    return (*form, groups) if groups > 1 else None
+    return (*form, min(rows, compute_units(rt)) if rt.policy.device_vector_widths else rows)
 
 
 def group_loop(eqn, rt) -> Lowered | str:
@@ -363,7 +364,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         lanes = lane_shape(describe_loop(e))
         if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
             return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
-        if _rows_launch(rt, e) is not None:
+        if (_rows_launch(rt, e) or (0,) * 4)[3] > 1:
             return f"its {e.primitive.name} runs a work-group per member"
     out: dict = {}
     writer = _build(rt, _work_group(rt, eqns), lambda w: out.update(zip(("source", "name"), w.program_source(closed, inputs))))
