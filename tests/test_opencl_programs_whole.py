@@ -12,7 +12,7 @@ from test_opencl_loops_whole import _check, _compile, _loop_lines, kind  # noqa:
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import group_loops, loops
+from functrace.backends.opencl import group_loops, group_writer, loops
 from functrace.backends.opencl import runtime as cl_runtime
 from functrace.test_util import check_grads
 
@@ -117,12 +117,12 @@ def test_derivatives_of_order_two_through_nested_loops():
 def test_a_kernel_the_driver_will_not_build_falls_back_to_the_plan(monkeypatch):
     """A program kernel the driver rejects: the program runs as its per-equation plan (here its
     loops as work-group loops), the report says why, the values are right."""
-    writer_kernel = group_loops._Writer.kernel
+    writer_kernel = group_writer.GroupWriter.kernel
 
     def broken(self, form, what, bounds):
         source, name = writer_kernel(self, form, what, bounds)
         return (source.replace("const long lid", "not C; const long lid") if form == "program" else source), name
-    monkeypatch.setattr(group_loops._Writer, "kernel", broken)
+    monkeypatch.setattr(group_writer.GroupWriter, "kernel", broken)
     compiled = _check(ft.value_and_grad(_rnn_loss), _rnn_args(np.float64), whole=2)
     assert "not compiled whole: the driver did not build its kernel" in compiled.report()
     assert not _program_line(compiled)

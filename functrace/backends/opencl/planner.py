@@ -41,7 +41,8 @@ from .fusion import (
     tree_reduction_kernel,
     view_after,
 )
-from .group_loops import program_kernel, program_outputs
+from .group_loops import program_kernel
+from .group_writer import program_outputs
 from .layout import LAYOUT_PRIMS, layout_inputs, layout_kernel, run_length
 from .lowerings import LOWERINGS, SMALL_ON_HOST, Lowered, OnHost, device_group
 from .matmul import lower_with_epilogue
