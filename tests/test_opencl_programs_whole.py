@@ -221,3 +221,16 @@ def test_a_batched_loop_reading_across_members_keeps_one_work_group(small_rows):
         return lax.scan(lambda h, _: (fnp.tanh(h - fnp.mean(h, axis=0)), None), h0, None, length=4)[0]
     compiled = _check(f, (RNG.standard_normal((9, 4)),), whole=1)
     assert not _rows_lines(compiled) and "one work-group" in compiled.report(), compiled.report()
+
+
+def test_a_kernel_allowing_fewer_work_items_gets_fewer():
+    """A work-group kernel runs with any work-group size (it reads its own): where the driver allows
+    a kernel fewer work-items than the design asked (a large kernel's registers), the launch uses
+    the largest power of two it allows."""
+    import types
+    rt = cl_runtime.get_runtime()
+    made = types.SimpleNamespace(get_work_group_info=lambda what, device: 100)
+    ctx = types.SimpleNamespace(rt=rt, kernels={"k": types.SimpleNamespace(make=lambda: made)})
+    assert group_loops.launch_items(ctx, "k", 256) == 64
+    assert group_loops.launch_items(ctx, "k", 32) == 32
+    assert group_loops.launch_items(ctx, "k", 1) == 1

@@ -265,6 +265,17 @@ def _rows_launch(rt, eqn) -> tuple | None:
     return (*form, min(rows, compute_units(rt)) if rt.policy.device_vector_widths else rows)
 
 
+def launch_items(ctx, name: str, group: int) -> int:
+    """Work-items of a work-group of kernel ``name``: ``group``, or fewer where the driver allows
+    this kernel fewer (CL_KERNEL_WORK_GROUP_SIZE: a large kernel's registers); the kernels read
+    their work-group's size, so any size runs them."""
+    if group == 1:
+        return 1
+    cl = ctx.rt.cl
+    allowed = ctx.kernels[name].make().get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, ctx.rt.device)
+    return 1 << (min(group, int(allowed)).bit_length() - 1)
+
+
 def group_loop(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` compiled whole as one work-group's loop on ``rt``'s device (or, batched,
     one work-group per row: ``_rows_launch``), or why not."""
@@ -285,13 +296,16 @@ def group_loop(eqn, rt) -> Lowered | str:
     carried = slice(writer.carries_at, writer.carries_at + len(loop.carries))
     steps, starts, chunk = scan_chunks(loop, _run_work(loop.cond + loop.eqns))
     name, groups = out["name"], spread[3] if spread else 1
+    sized: list = []  # the work-group's size, asked of the driver at the first launch
 
     def run(ctx, inputs):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in eqn.out_vars]
         scratch = [ctx.alloc((n,), d) for d, n in writer.scratch]
         buffers = [inputs[s] if isinstance(s, int) else s for s in sources]
+        if not sized:
+            sized.append(launch_items(ctx, name, group))
         launch_chunks(ctx, ctx.kernels[name], buffers, carried, outs[:len(loop.carries)],
-                      outs[len(loop.carries):] + scratch, loop, starts, chunk, (group * groups,), (group,))
+                      outs[len(loop.carries):] + scratch, loop, starts, chunk, (sized[0] * groups,), (sized[0],))
         for a in scratch:
             ctx.release(a)
         return outs
@@ -334,12 +348,15 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
     outputs = program_outputs(closed)
     name, group = out["name"], writer.group
     sources = [s if isinstance(s, int) else rt.to_device(np.ascontiguousarray(s)) for s in writer.sources]
+    sized: list = []  # the work-group's size, asked of the driver at the first launch
 
     def run(ctx, args):
         outs = [ctx.alloc(v.aval.shape, v.aval.dtype) for v in outputs]
         scratch = [ctx.alloc((n,), d) for d, n in writer.scratch]
         buffers = [args[s] if isinstance(s, int) else s for s in sources]
-        ctx.kernels[name](ctx.queue, (group,), (group,), *[a.buffer for a in buffers + outs + scratch])
+        if not sized:
+            sized.append(launch_items(ctx, name, group))
+        ctx.kernels[name](ctx.queue, (sized[0],), (sized[0],), *[a.buffer for a in buffers + outs + scratch])
         for a in scratch:
             ctx.release(a)
         return outs

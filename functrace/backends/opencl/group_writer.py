@@ -178,12 +178,12 @@ class GroupWriter(KernelParams):
             inner, outer = shape_size(shape[axis + 1:]), shape_size(shape[:axis])
             if outer > 1:  # rows along an inner axis: t_ counts this work-group's elements
                 span = f"(hi - lo) * {inner}"
-                self.lines += [f"for (long t_ = lid; t_ < {outer} * {span}; t_ += {g}) {{",
+                self.lines += [f"for (long t_ = lid; t_ < {outer} * {span}; t_ += items) {{",
                                f"    const long e = (t_ / ({span})) * {self.rows * inner} + lo * {inner} + t_ % ({span});"]
                 self.lines += ["    " + line for line in body] + ["}"]
                 return
         start, stop = (f"lo * {inner}", f"hi * {inner}") if axis is not None else ("0", str(n))
-        head = f"for (long e = {start} + lid; e < {stop}; e += {g}) {{" if g > 1 else \
+        head = f"for (long e = {start} + lid; e < {stop}; e += items) {{" if g > 1 else \
             f"for (long e = {start}; e < {stop}; e++) {{"
         self.lines += [head] + ["    " + line for line in body] + ["}"]
 
@@ -697,7 +697,7 @@ class GroupWriter(KernelParams):
         lines = lambda ls: "\n    ".join(ls)
         text = "".join(sorted(self.helpers)) + f"""
 __kernel void @({', '.join(params + bounds)}) {{
-    const long lid = {"get_local_id(0)" if self.group > 1 else "0"};{self.rows_header()}
+    const long lid = {"get_local_id(0), items = get_local_size(0)" if self.group > 1 else "0"};{self.rows_header()}
     {lines(self.decls)}
     {lines(self.lines)}
 }}"""
