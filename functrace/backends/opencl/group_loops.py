@@ -22,10 +22,11 @@ from ...core import Literal
 from ...primitives import random_bits
 from ...transforms.optimize import shape_size
 from . import loops
-from .fusion import CTYPE, fusable
+from .fusion import fusable
 from .group_writer import INDEXED, LOOPS, REDUCTIONS, VIEWS, GroupWriter, branches, program_outputs
 from .loops import (
     describe_loop,
+    dtypes_reason,
     lane_loop,
     lane_predicate,
     lane_shape,
@@ -60,7 +61,7 @@ def _reason(eqns: list, rt) -> str | None:
             why = loop_dtype_reason(e, rt) or _reason(_sub_equations(e), rt)
         elif branches(e):
             inner = [eq for b in branches(e) for eq in b.jaxpr.eqns]
-            why = _dtype_reason_of([v for eq in inner for v in eq.out_vars] + list(e.out_vars), rt) or _reason(inner, rt)
+            why = dtypes_reason([v.aval.dtype for v in [v for eq in inner for v in eq.out_vars] + list(e.out_vars)], rt) or _reason(inner, rt)
         elif e.primitive is random_bits.threefry2x32_p:
             why = None
         elif len(e.out_vars) != 1 or e.primitive.effectful or not (e.primitive in INDEXED or fusable(e)):
@@ -331,7 +332,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         return "it has no loop"
     if len(eqns) == 1:
         return "it is one loop: the loop's own lowering is one launch too"
-    why = _fits(eqns, rt) or _dtype_reason_of(inputs + program_outputs(closed), rt)
+    why = _fits(eqns, rt) or dtypes_reason([v.aval.dtype for v in inputs + program_outputs(closed)], rt)
     if why is not None:
         return why
     work = _run_work(eqns)
@@ -363,12 +364,3 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
 
     return Lowered(out["source"], [name], run, 1,
                    f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loop_eqns)} loops')}")
-
-
-def _dtype_reason_of(values: list, rt) -> str | None:
-    for d in dict.fromkeys(np.dtype(v.aval.dtype) for v in values):
-        if d not in CTYPE or d == np.dtype(np.float16):
-            return f"it has {d.name} values"
-        if d == np.dtype(np.float64) and not rt.supports_fp64:
-            return "it has float64 values on a device without cl_khr_fp64"
-    return None

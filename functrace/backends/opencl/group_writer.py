@@ -116,12 +116,21 @@ class GroupWriter(KernelParams):
             return self.names[a]
         if type(a) is Literal:
             return ExprWriter(False, {}, {}, 1, segment=1).atom(a, compute_type(CTYPE[np.dtype(a.aval.dtype)]), "")
-        raw = f"{self.slots[a]}[{index}]"
-        return f"((int){raw})" if a.aval.dtype == np.dtype(bool) else raw
+        return self.read_at(self.slots[a], a, index)
 
     def store(self, var, index: str, value: str) -> str:
+        return self.write_at(self.slots[var], var, index, value)
+
+    def read_at(self, ptr: str, var, index: str) -> str:
+        """Element ``index`` of ``ptr`` holding values of ``var``'s dtype, as a private value
+        (bools stored as uchar 0 / 1, computed as int, as ExprWriter's)."""
+        raw = f"{ptr}[{index}]"
+        return f"((int){raw})" if var.aval.dtype == np.dtype(bool) else raw
+
+    def write_at(self, ptr: str, var, index: str, value: str) -> str:
+        """C storing private ``value`` (of ``var``'s dtype) at element ``index`` of ``ptr``."""
         value = f"(uchar)({value} != 0)" if var.aval.dtype == np.dtype(bool) else value
-        return f"{self.slots[var]}[{index}] = {value};"
+        return f"{ptr}[{index}] = {value};"
 
     def sync(self, reads, aligned: bool = False) -> None:
         """A barrier before reading ``reads`` if another work-item may have written one since the
@@ -553,7 +562,7 @@ class GroupWriter(KernelParams):
         an array uploaded once): a scalar loaded once, an array read in place (never written)."""
         ptr = self.param(var.aval.dtype, source)
         if var.aval.shape == ():
-            self.names[var] = self.fresh(var.aval.dtype, self.read_global(ptr, var, "0"))
+            self.names[var] = self.fresh(var.aval.dtype, self.read_at(ptr, var, "0"))
         else:
             self.slots[var], self.owner[var] = ptr, None
 
@@ -639,9 +648,9 @@ class GroupWriter(KernelParams):
         for y, v in zip(ys, loop.ys):  # row i of each ys
             n = shape_size(v.aval.shape)
             if v.aval.shape == ():
-                self.lines.append(f"if (lid == 0) {self.write_global(y, v, i, self.read(v))}")
+                self.lines.append(f"if (lid == 0) {self.write_at(y, v, i, self.read(v))}")
             else:
-                self.for_each(n, [self.write_global(y, v, f"{i} * {n} + e", self.read(v))], v, force=True)
+                self.for_each(n, [self.write_at(y, v, f"{i} * {n} + e", self.read(v))], v, force=True)
         self.update_carries(loop, carry_slots)
         if at_end:
             self.emit_all(loop.cond, keep)
@@ -688,9 +697,9 @@ class GroupWriter(KernelParams):
         self.sync([v for v in values if v.aval.shape != ()], aligned=True)
         for v, ptr in zip(values, ptrs):
             if v.aval.shape == ():
-                self.lines.append(f"if (lid == 0) {self.write_global(ptr, v, '0', self.read(v))}")
+                self.lines.append(f"if (lid == 0) {self.write_at(ptr, v, '0', self.read(v))}")
             else:
-                self.for_each(shape_size(v.aval.shape), [self.write_global(ptr, v, "e", self.read(v))], v, force=True)
+                self.for_each(shape_size(v.aval.shape), [self.write_at(ptr, v, "e", self.read(v))], v, force=True)
 
     def kernel(self, kind: str, what: str, bounds: list) -> tuple[str, str]:
         params = self.params + [f"__global {CTYPE[d]}* restrict g{k}" for k, (d, _) in enumerate(self.scratch)]
@@ -721,14 +730,6 @@ __kernel void @({', '.join(params + bounds)}) {{
             return ""
         return (f"\n    const long lo = get_group_id(0) * {self.per_group}, "
                 f"hi = min(lo + {self.per_group}, {self.rows}L);")
-
-    def read_global(self, ptr: str, var, index: str) -> str:
-        raw = f"{ptr}[{index}]"
-        return f"((int){raw})" if var.aval.dtype == np.dtype(bool) else raw
-
-    def write_global(self, ptr: str, var, index: str, value: str) -> str:
-        value = f"(uchar)({value} != 0)" if var.aval.dtype == np.dtype(bool) else value
-        return f"{ptr}[{index}] = {value};"
 
     def update_carries(self, loop, carry_slots: set) -> None:
         """The carries' new values into their storage.  Every work-item has finished reading this

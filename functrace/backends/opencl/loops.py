@@ -145,9 +145,16 @@ def loop_dtype_reason(eqn, rt) -> str | None:
     p = eqn.params
     subs = [p["jaxpr"]] if eqn.primitive is control.scan_p else [p["cond_jaxpr"], p["body_jaxpr"]]
     dtypes = [v.aval.dtype for v in list(eqn.inputs) + [v for s in subs for e in s.jaxpr.eqns for v in e.out_vars]]
-    for d in dict.fromkeys(dtypes + [np.asarray(c).dtype for s in subs for c in s.consts]):
+    return dtypes_reason(dtypes + [np.asarray(c).dtype for s in subs for c in s.consts], rt,
+                         " (lanes are float32, float64, integers or bools)")
+
+
+def dtypes_reason(dtypes, rt, remark: str = "") -> str | None:
+    """Why values of ``dtypes`` cannot be a whole loop's (float16, a dtype without a C type,
+    float64 without cl_khr_fp64), or None; ``remark`` follows the dtype's name."""
+    for d in dict.fromkeys(np.dtype(d) for d in dtypes):
         if d not in CTYPE or d == np.dtype(np.float16):
-            return f"it has {d.name} values (lanes are float32, float64, integers or bools)"
+            return f"it has {d.name} values{remark}"
         if d == np.dtype(np.float64) and not rt.supports_fp64:
             return "it has float64 values on a device without cl_khr_fp64"
     return None
