@@ -1,7 +1,8 @@
 """OpenCL lowerings of structured control flow: ``cond``, ``while`` and ``scan``.
 
-A loop whose body is elementwise over one lane shape is compiled whole, as one launch that runs
-every iteration (``loops.lane_loop``, which says why when a loop is not).  Otherwise every
+A loop over small values is compiled whole, as one launch that runs every iteration: a lane loop
+where its body is elementwise over one lane shape (``loops.lane_loop``), else one work-group's loop
+(``group_loops.group_loop``), each saying why when it is not (``_whole``).  Otherwise every
 sub-program (a branch, a loop's condition or body) is compiled once as its own executable --
 OpenCL kernels, or on a CPU device the host when it is small -- and the host drives it: the
 carry stays in device arrays from one iteration to the next, a scan's per-step slices of ``xs``
@@ -72,9 +73,12 @@ def _runs_kernels(exe) -> bool:
 def _whole(eqn, rt) -> Lowered | str:
     """The loop ``eqn`` compiled whole -- a lane loop (many work-items, each running every
     iteration over its own lanes) where the body is elementwise over one lane shape, else one
-    work-group's loop (``group_loops``) -- or why neither: the one place that decides."""
+    work-group's loop (``group_loops``) -- or why neither, for the report: the one place that decides."""
     lanes = lane_loop(eqn, rt)
-    return lanes if isinstance(lanes, Lowered) else group_loop(eqn, rt)
+    if isinstance(lanes, Lowered):
+        return lanes
+    group = group_loop(eqn, rt)
+    return group if isinstance(group, Lowered) else f"not compiled whole: {group}"
 
 
 def _loop_on_host(rt, eqn, programs: list, copies: int, why_not: str) -> OnHost | None:
@@ -130,7 +134,7 @@ def lower_while(eqn, rt) -> Lowered:
     whole = _whole(eqn, rt)
     if isinstance(whole, Lowered):
         return whole
-    why_not = f"not compiled whole: {whole}"
+    why_not = whole
     p = eqn.params
     cond, body = _compile(p["cond_jaxpr"]), _compile(p["body_jaxpr"])
     on_host = _loop_on_host(rt, eqn, [cond, body], 0, why_not)
@@ -155,7 +159,7 @@ def lower_scan(eqn, rt) -> Lowered:
     whole = _whole(eqn, rt)
     if isinstance(whole, Lowered):
         return whole
-    why_not = f"not compiled whole: {whole}"
+    why_not = whole
     p = eqn.params
     body = _compile(p["jaxpr"])
     n_consts, n_carry, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
