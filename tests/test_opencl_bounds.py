@@ -102,12 +102,12 @@ def test_a_pooled_buffer_reused_in_canary_mode_is_refilled(unified, monkeypatch)
     from functrace.backends.opencl.executable import _pooled_alloc
     monkeypatch.setattr(rt, "unified", rt.unified and unified)
     pool = {}
-    a = _pooled_alloc(rt, pool, (5,), np.float32)
+    a = _pooled_alloc(rt, rt.queue, pool, (5,), np.float32)
     rt.write(a, np.arange(5.0))
     assert np.asarray(a).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     buffer = a.buffer
     del a  # back to the pool
-    b = _pooled_alloc(rt, pool, (5,), np.float32)
+    b = _pooled_alloc(rt, rt.queue, pool, (5,), np.float32)
     assert b.buffer is buffer and np.isnan(np.asarray(b)).all()
 
 

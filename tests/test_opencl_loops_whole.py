@@ -13,7 +13,7 @@ from oclgrind_util import requires_oclgrind, run_python
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import group_loops, loops
+from functrace.backends.opencl import loops
 from functrace.backends.opencl import runtime as cl_runtime
 from functrace.test_util import check_grads
 
@@ -31,7 +31,7 @@ def kind(request, monkeypatch):
 def lane_loops_spread(monkeypatch):
     """This file's programs keep their lane loops: a program holding a loop with a lane form runs
     as its plan, not as one work-group's kernel (that is ``test_opencl_group_loops.py``'s)."""
-    monkeypatch.setattr(group_loops, "SPREAD_LANES", 1)
+    monkeypatch.setattr(loops, "SPREAD_LANES", 1)
 
 
 def _compile(f, *args):
@@ -413,7 +413,7 @@ def test_lane_loop_sources_compile_for_gpu_targets(kind, monkeypatch):
     sums, vmap's while, a uniform while; float32 and float64) compile with clang-16 for NVIDIA's and
     AMD's OpenCL targets, as every other source does (``test_opencl_sources.py``)."""
     recorded = []
-    monkeypatch.setattr(cl_runtime.Runtime, "program", lambda self, source, options="": recorded.append(
+    monkeypatch.setattr(cl_runtime.Runtime, "program", lambda self, source, options="", in_thread=False: recorded.append(
         (self.policy.program_source(source), " ".join(filter(None, (self.policy.build_options, options))))))
     rng = np.random.default_rng(11)
     for dtype in (np.float32, np.float64):

@@ -53,7 +53,7 @@ def test_which_programs_are_compiled_whole_and_why_not_the_others(monkeypatch):
     assert not _program_line(_check(one_loop, (x,), whole=1))
     assert _program_line(_check(glue, (x,), whole=1))
     assert not _program_line(_compile(lambda x: fnp.tanh(x) * 2.0, x))
-    wide = RNG.standard_normal(group_loops.SPREAD_LANES)
+    wide = RNG.standard_normal(loops.SPREAD_LANES)
     lanes = lambda x: fnp.cos(lax.scan(lambda c, _: (c * 0.5 + 1.0, None), x, None, length=3)[0])  # noqa: E731
     compiled = _check(lanes, (wide,), whole=1)
     assert not _program_line(compiled) and "lane shape" in compiled.report()
@@ -134,7 +134,7 @@ def test_work_group_sources_compile_for_gpu_targets(monkeypatch):
     reduced predicate, nested loops, a switch, threefry; float32 and float64) compile with clang-16
     for NVIDIA's and AMD's OpenCL targets, as every other source does (``test_opencl_sources.py``)."""
     recorded = []
-    monkeypatch.setattr(cl_runtime.Runtime, "program", lambda self, source, options="": recorded.append(
+    monkeypatch.setattr(cl_runtime.Runtime, "program", lambda self, source, options="", in_thread=False: recorded.append(
         (self.policy.program_source(source), " ".join(filter(None, (self.policy.build_options, options))))))
     for dtype in (np.float32, np.float64):
         a = RNG.uniform(1, 9, 6).astype(dtype)
@@ -230,7 +230,7 @@ def test_a_kernel_allowing_fewer_work_items_gets_fewer():
     import types
     rt = cl_runtime.get_runtime()
     made = types.SimpleNamespace(get_work_group_info=lambda what, device: 100)
-    ctx = types.SimpleNamespace(rt=rt, kernels={"k": types.SimpleNamespace(make=lambda: made)})
+    ctx = types.SimpleNamespace(rt=rt, queue=rt.queue, kernels={"k": types.SimpleNamespace(make=lambda: made)})
     assert group_loops.launch_items(ctx, "k", 256) == 64
     assert group_loops.launch_items(ctx, "k", 32) == 32
     assert group_loops.launch_items(ctx, "k", 1) == 1

@@ -100,7 +100,7 @@ def _sources_of(kind: str, monkeypatch) -> list:
     under ``kind``, without building any (the recorder hands back no program)."""
     recorded: list = []
 
-    def record(self, source, options=""):
+    def record(self, source, options="", in_thread=False):
         recorded.append((self.policy.program_source(source),
                          " ".join(filter(None, (self.policy.build_options, options)))))
 

@@ -40,6 +40,12 @@ class Config:
                  # the OpenCL backend's device kind: its placement policy and kernel designs ("auto":
                  # "cpu" on a CPU device, "gpu" elsewhere; forcing "gpu" runs the GPU designs on PoCL)
                  "opencl_device_kind": "auto",
+                 # on PoCL's CPU device, also open PoCL's ``basic`` device (hidden from ft.devices())
+                 # and run programs whose launches are each one work-group (loops, programs compiled
+                 # whole) on it, in the calling thread: no worker thread to wake (a launch ~3 us
+                 # instead of 45-90 us).  Read when PoCL loads (the first OpenCL use) and when a
+                 # program compiles (see backends/opencl/in_thread)
+                 "opencl_in_thread_device": True,
                  # print one line to stderr when a compile is still running after a second
                  # (an OpenCL program build), so a long first call does not look like a hang
                  "verbose": True,

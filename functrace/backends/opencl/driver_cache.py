@@ -446,10 +446,11 @@ class CacheGuard:
                         and self._check(entry, "new"):
                     self._flush(entry)
 
-    def build(self, key: str, program, options: str = ""):
-        """``program.build(options=options)``, its cache entry checked before and recorded after."""
+    def build(self, key: str, program, options: str, device):
+        """``program.build(options=options)`` for ``device``, its cache entry checked before and
+        recorded after."""
         seen = self.before(key)
-        program.build(options=options)
+        program.build(options=options, devices=[device])
         self.after(key, seen, program)
         return program
 

@@ -171,21 +171,22 @@ def runs_only_on_host(plan: Plan) -> bool:
     return bool(plan.steps) and all(isinstance(s, HostSegment) for s in plan.steps)
 
 
-def _pooled_alloc(rt: Runtime, pool: dict, shape, dtype) -> Array:
+def _pooled_alloc(rt: Runtime, queue, pool: dict, shape, dtype) -> Array:
     """An array for ``shape``/``dtype``: a buffer of ``pool`` when one is free (reusing memory that
     is already mapped avoids page faults on large outputs), else a new one.  When the array
     object dies, its buffer returns to the pool (outputs the caller dropped are reused).  Pooled
     per canary mode: an unguarded array's buffer is made lazily, and in canary mode that makes a
     guarded copy of its host memory, which kernels would write while readers see the original.
-    In canary mode a reused buffer is filled with canaries again (after the kernels queued before:
-    the queue is in order), so an element no kernel writes shows in this use too."""
+    In canary mode a reused buffer is filled with canaries again (after the kernels queued before
+    on ``queue``, the executable's: it is in order), so an element no kernel writes shows in this
+    use too."""
     key = (tuple(shape), np.dtype(dtype), config.opencl_debug_canaries)
     free = pool.get(key)
     if free:
         buffer, host = free.pop()
         canaries = getattr(buffer, "ft_canaries", None)
         if canaries is not None:
-            rt.cl.enqueue_fill_buffer(rt.queue, buffer, np.uint8(canaries.fill), 0, buffer.size)
+            rt.cl.enqueue_fill_buffer(queue, buffer, np.uint8(canaries.fill), 0, buffer.size)
         arr = Array(rt, buffer, shape, dtype, host)
     else:
         arr = rt.empty(shape, dtype)
@@ -224,14 +225,15 @@ class OpenCLExecutable:
         self.peak_bytes = analyze(closed).peak_bytes
         self._pool: dict = {}
         # (not a bound method: no reference cycle, so a dropped executable frees its program at once)
-        self._alloc = functools.partial(_pooled_alloc, rt, self._pool)
+        queue = rt.in_thread_queue if self.in_thread else rt.queue
+        self._alloc = functools.partial(_pooled_alloc, rt, queue, self._pool)
         self._calls = 0
         self._device_consts: list | None = None
         self._release_after = self._plan_releases()
         # each batch's private values: the in-order queue runs one call's batch after the last's
         self._scratch = {s.name: rt.empty((s.scratch,), np.uint8) for s in self.plan.steps
                          if getattr(s, "scratch", 0)}
-        self._launch_ctx = LaunchContext(rt, rt.queue, self.kernels, self._alloc, Array.recycle)
+        self._launch_ctx = LaunchContext(rt, queue, self.kernels, self._alloc, Array.recycle)
         # One call at a time launches: a cl.Kernel keeps the arguments set for its next launch
         # (another thread's arguments would interleave: wrong results, or a launch naming a freed
         # buffer, which aborts PoCL), and the pool and batch scratch serve one call's launches.
@@ -251,7 +253,16 @@ class OpenCLExecutable:
     def _build(self) -> None:
         body = "\n".join(self.plan.sources)
         self.source = PREAMBLE + f32_helpers(body) + "\n" + body
-        self.program = self.rt.program(self.source) if self.plan.sources else None
+        self.in_thread = self._runs_in_thread()
+        self.program = self.rt.program(self.source, in_thread=self.in_thread) if self.plan.sources else None
+
+    def _runs_in_thread(self) -> bool:
+        """Does the program run on the runtime's in-thread device (see ``in_thread``): there is one
+        (and ``config.opencl_in_thread_device``), and each launch of each step is one work-group,
+        for which a worker thread's wake-up would cost more than the work's spread over cores gains."""
+        launching = [s for s in self.plan.steps if s.launches]
+        return (self.rt.in_thread_queue is not None and config.opencl_in_thread_device and bool(launching)
+                and all(s.one_unit for s in launching))
 
     @property
     def num_kernel_launches(self) -> int:
@@ -440,6 +451,8 @@ class OpenCLExecutable:
 
     def _launch_steps(self, env: dict, args) -> list:
         jaxpr = self.closed.jaxpr
+        if self.in_thread:  # (its inputs may be the results of kernels still queued on the other queue)
+            self.rt.queue.finish()
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
                                    for c in self.closed.consts]
@@ -461,7 +474,10 @@ class OpenCLExecutable:
                 if env[v]._recycle is not None:
                     env.pop(v).recycle()
         outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
-        self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
+        if self.in_thread:  # (ran as it was enqueued: later users on the other queue need no wait)
+            self._launch_ctx.queue.finish()
+        else:
+            self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
         return outs
 
     def _check_nans(self, args, outs) -> None:
@@ -487,6 +503,9 @@ class OpenCLExecutable:
         if self._on_host is not None:
             lines[1] += f" ({self._on_host_why})"
         lines += [f"  program {self.plan.note}"] if self.plan.note else []
+        if self.in_thread and self._on_host is None:
+            lines.append(f"  runs in the calling thread on {self.rt.in_thread_queue.device.name} (each launch one "
+                         f"work-group: no worker thread to wake)")
         for step in self.plan.steps:
             lines.extend(step.describe())
         return "\n".join(lines)

@@ -41,7 +41,6 @@ from .placement import compute_units
 # loop, which pays for bodies of small values; larger ones keep the designs that spread over cores
 GROUP_ELEMENTS = 1 << 14
 GROUP_WORK = 1 << 18  # ... and the most elements' work of one pass over its equations (one iteration)
-SPREAD_LANES = 512  # a program whose loop is a lane loop over this many lanes is not run by one work-group
 ROWS_WORK = 1 << 12  # a batched loop doing this many elements' work a pass runs a work-group per member (rows)
 GROUP_ITEMS = 256  # the gpu kind's work-group: up to this many work-items, one per element of the largest value
 LOCAL_RESERVE = 1024  # bytes of the device's local memory left to the driver
@@ -273,7 +272,7 @@ def launch_items(ctx, name: str, group: int) -> int:
     if group == 1:
         return 1
     cl = ctx.rt.cl
-    allowed = ctx.kernels[name].make().get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, ctx.rt.device)
+    allowed = ctx.kernels[name].make().get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, ctx.queue.device)
     return 1 << (min(group, int(allowed)).bit_length() - 1)
 
 
@@ -315,7 +314,7 @@ def group_loop(eqn, rt) -> Lowered | str:
         "each until its rows' predicates are false" if spread and spread[2] is not None else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
     return Lowered(out["source"], [name], run, len(starts),
-                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what, groups)}")
+                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what, groups)}", one_unit=groups == 1)
 
 
 def program_kernel(closed, rt, inputs: list) -> Lowered | str:
@@ -323,7 +322,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
     then const-vars; outputs: ``program_outputs``), or why not: it must hold a loop (a program
     without one is the planner's: fused kernels across the device), every equation must have a
     group form (loops nested to any depth), its values fit ``_fits``, and no loop may be a lane
-    loop over ``SPREAD_LANES`` lanes or more or run a work-group per member (``_rows_launch``):
+    loop over ``loops.SPREAD_LANES`` lanes or more or run a work-group per member (``_rows_launch``):
     those spread over the device's compute units.  A
     program that is one loop is left to the loop's lowering (a lane loop spreads over the device)."""
     eqns = closed.jaxpr.eqns
@@ -340,7 +339,7 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         return f"its loops run {work} elements' work, over one launch's {loops.CHUNK_WORK}"
     for e in loop_eqns:
         lanes = lane_shape(describe_loop(e))
-        if not isinstance(lanes, str) and shape_size(lanes) >= SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
+        if not isinstance(lanes, str) and shape_size(lanes) >= loops.SPREAD_LANES and isinstance(lane_loop(e, rt), Lowered):
             return f"its {e.primitive.name} is a lane loop over {shape_size(lanes)} lanes"
         if (_rows_launch(rt, e) or (0,) * 4)[3] > 1:
             return f"its {e.primitive.name} runs a work-group per member"
@@ -363,4 +362,5 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
         return outs
 
     return Lowered(out["source"], [name], run, 1,
-                   f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loop_eqns)} loops')}")
+                   f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loop_eqns)} loops')}",
+                   one_unit=True)

@@ -49,6 +49,9 @@ from .lowerings import Lowered
 # scan is several launches over consecutive steps (~10-50 ms each on a CPU device), at most two in
 # flight, so Ctrl-C stops it within a launch or two, and no launch outlasts a GPU's watchdog.
 CHUNK_WORK = 1 << 26
+# A lane loop over fewer lanes than this is one compute unit's work (``Lowered.one_unit``: it runs
+# on the in-thread device, and inside a program compiled whole); one over more spreads over the cores.
+SPREAD_LANES = 512
 
 # equations whose output is their operand's value in every lane (a broadcast of a uniform value to
 # the lane shape, or a broadcast / reshape keeping the shape)
@@ -369,7 +372,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
     summed = f"; {len(sums)} carries summed over the lanes by one more launch" if sums else ""
     return Lowered(source, [name] + [sum_name] * bool(sums), run, len(starts) + bool(sums),
                    f"{eqn.primitive.name} compiled whole: {launches} of {items} work-item{'s' if items > 1 else ''}"
-                   f"{per} (lane shape {lanes}) running {what}{summed}")
+                   f"{per} (lane shape {lanes}) running {what}{summed}", one_unit=n < SPREAD_LANES)
 
 
 class KernelParams:

@@ -108,6 +108,8 @@ class Lowered:
     extra: dict = field(default_factory=dict)
     shared: dict = field(default_factory=dict)  # {name: source} of generated kernels that other
     #                                             equations may need too: in the program once per name
+    one_unit: bool = False      # each launch is one work-group (one compute unit's work): as fast
+    #                             on a device running kernels in the calling thread (see in_thread)
 
 
 @dataclass

@@ -173,7 +173,7 @@ def _measure_launch(rt) -> LaunchCosts:
     kernel = rt.cl.Kernel(rt.program(_LAUNCH_PROBE), "ft_launch_probe")
     buf = rt.cl.Buffer(rt.context, rt.cl.mem_flags.READ_WRITE | rt.cl.mem_flags.COPY_HOST_PTR,
                        hostbuf=np.zeros(64, np.float32))
-    queue = rt.cl.CommandQueue(rt.context)
+    queue = rt.cl.CommandQueue(rt.context, rt.device)
 
     def timed(launches: int) -> float:
         pause = time.perf_counter() + 1e-3

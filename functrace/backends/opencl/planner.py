@@ -67,6 +67,7 @@ class Step:
     kernel_names: list = []
     launches = 1
     host_equations = 0
+    one_unit = False  # is each launch one work-group (``Lowered.one_unit``)?
 
     def _eqn_names(self) -> str:
         return ", ".join(e.primitive.name for e in self.eqns)
@@ -225,6 +226,7 @@ class LoweredStep(Step):
     writes = property(lambda self: list(self.eqn.out_vars))
     kernel_names = property(lambda self: self.lowered.kernel_names)
     launches = property(lambda self: self.lowered.launches)
+    one_unit = property(lambda self: self.lowered.one_unit)
 
     def run(self, exe, env, get) -> None:
         outs = self.lowered.run(exe._launch_ctx, [None if type(a) is Literal else get(a) for a in self.eqn.inputs])
@@ -246,6 +248,7 @@ class ProgramStep(Step):
     writes = property(lambda self: list(self.outputs))
     kernel_names = property(lambda self: self.lowered.kernel_names)
     launches = property(lambda self: self.lowered.launches)
+    one_unit = property(lambda self: self.lowered.one_unit)
 
     def run(self, exe, env, get) -> None:
         env.update(zip(self.outputs, self.lowered.run(exe._launch_ctx, [get(a) for a in self.inputs])))

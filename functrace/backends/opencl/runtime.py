@@ -47,7 +47,7 @@ from ...core.config import config
 from ...core.eager import EagerArray, as_eager
 from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
-from . import driver_cache, pyopencl_cache
+from . import driver_cache, in_thread, pyopencl_cache
 from .disk_cache import cache_dir, discard, read_entry, write_entry
 from .policy import NATIVE_TRIG_BOUND, NATIVE_TRIG_ERROR, choose_policy, device_kind
 
@@ -58,6 +58,7 @@ _lock = threading.Lock()
 def _cl():
     if "root" not in _pocl_cache:
         _choose_pocl_cache()
+        in_thread.request(driver_cache.driver_loaded())
     if not _pyopencl_caches_checked:
         _check_pyopencl_caches()
     try:
@@ -88,6 +89,7 @@ def devices() -> list:
             found += p.get_devices()
         except Exception:  # (pyopencl raises for a platform without devices)
             pass
+    found = in_thread.listed(found)  # (PoCL's in-thread device kept aside: see in_thread)
     if not found:
         _state["no_devices"] = f"the OpenCL platforms {[p.name for p in platforms]} list no device"
     return found
@@ -184,12 +186,13 @@ def _driver_cache(device):
 
 
 def _build_checked(device, program, options: str, key: str | None):
-    """``program.build(options=options)``; on PoCL with the program's entry in PoCL's kernel cache
-    checked first (a truncated file there aborts the process) and recorded after."""
+    """``program.build(options=options)`` for ``device`` alone (a context may hold two: see
+    ``in_thread``); on PoCL with the program's entry in PoCL's kernel cache checked first (a
+    truncated file there aborts the process) and recorded after."""
     guard = _driver_cache(device) if key is not None else None
     if guard is None:
-        return program.build(options=options)
-    return guard.build(key, program, options)
+        return program.build(options=options, devices=[device])
+    return guard.build(key, program, options, device)
 
 
 def _pocl_cache_problem() -> str | None:
@@ -552,16 +555,19 @@ class CompileProgress:
 
 
 class Runtime:
-    """The chosen device with its context and in-order queue."""
+    """The chosen device with its context and in-order queue (and, beside PoCL's CPU device with
+    host memory, PoCL's in-thread device in the same context with its own queue: ``in_thread``)."""
 
     def __init__(self, device):
         cl = _cl()
         self.cl = cl
         self.device = device
-        self.context = cl.Context([device])
-        self.queue = cl.CommandQueue(self.context)
         # the device kind's choices (placement, kernel designs, build options): made here, once
         self.policy = choose_policy(device, config.opencl_device_kind)
+        beside = in_thread.companion(device) if self.policy.wraps_host_memory else None
+        self.context = cl.Context([device] + [beside] * (beside is not None))
+        self.queue = cl.CommandQueue(self.context, device)
+        self.in_thread_queue = None if beside is None else cl.CommandQueue(self.context, beside)
         self._native_trig: bool | None = None  # measured at the first cpu-kind program using sin / cos
         self.kind = self.policy.kind
         self.unified = self.policy.wraps_host_memory
@@ -588,17 +594,19 @@ class Runtime:
 
     # ------------------------------------------------------------------ programs
 
-    def program(self, source: str, options: str = ""):
+    def program(self, source: str, options: str = "", in_thread: bool = False):
         """A built program for ``source`` (with the device kind's prefix and build options): from
-        memory, else from the disk cache, else compiled."""
+        memory, else from the disk cache, else compiled; for the in-thread device (its queue:
+        ``in_thread_queue``) with ``in_thread``, else for the runtime's device."""
         source = self.policy.program_source(source, self.kind == "cpu" and "FT_" in source
                                             and _USES_TRIG.search(source) is not None and self.native_trig())
         options = " ".join(filter(None, (self.policy.build_options, options)))
-        key = hashlib.sha256(f"{self.fingerprint}\n{options}\n{source}".encode()).hexdigest()
+        device = self.in_thread_queue.device if in_thread else self.device
+        key = hashlib.sha256(f"{_fingerprint(device)}\n{options}\n{source}".encode()).hexdigest()
         with self._program_lock:
             prog = self._programs.get(key)
             if prog is None:
-                prog = self._load_or_build(key, source, options)
+                prog = self._load_or_build(key, source, options, device)
                 self._programs[key] = prog
                 self._key_of[prog] = key
             self._recent[key] = prog
@@ -607,18 +615,18 @@ class Runtime:
                 self._recent.popitem(last=False)
         return prog
 
-    def _load_or_build(self, key: str, source: str, options: str):
+    def _load_or_build(self, key: str, source: str, options: str, device):
         cl = self.cl
         path = self._binary_path(key)
         binary = read_entry(path, key)  # verified against its checksum before the driver sees it
         if binary is not None:
             try:  # (PoCL, if it is the driver, keeps what it makes of the binary under another entry)
-                return _build_checked(self.device, cl.Program(self.context, [self.device], [binary]), options,
+                return _build_checked(device, cl.Program(self.context, [device], [binary]), options,
                                       hashlib.sha256(b"binary\n" + key.encode()).hexdigest())
             except Exception as e:
-                _raise_for_environment(self.device, str(e))  # (the entry may be sound)
+                _raise_for_environment(device, str(e))  # (the entry may be sound)
                 discard(path)  # a binary the driver no longer takes: rebuilt below
-        prog = self._build(cl.Program(self.context, source), options, key)
+        prog = self._build(cl.Program(self.context, source), options, key, device)
         if config.opencl_binary_cache and not self.driver_caches_programs:  # elsewhere the binary is cheap
             self._save_binary(key, prog)
         return prog
@@ -633,26 +641,27 @@ class Runtime:
         except Exception:
             pass  # a cache we cannot write only costs compile time
 
-    def _build(self, program, options: str, key: str | None = None):
-        """Build ``program`` (``key``: its key in the program cache, for checking PoCL's cache
-        entry first), trying twice (``_BUILD_ATTEMPTS``); a failure caused by the
+    def _build(self, program, options: str, key: str | None = None, device=None):
+        """Build ``program`` for ``device`` (None: the runtime's; ``key``: its key in the program
+        cache, for checking PoCL's cache entry first), trying twice (``_BUILD_ATTEMPTS``); a failure caused by the
         environment is ``OpenCLEnvironmentError`` (saying what to fix), one on a device that
         cannot even build the probe kernel is ``DeviceUnusable`` (the device is dropped), any other
         failure is re-raised."""
+        device = self.device if device is None else device
         for _ in range(_BUILD_ATTEMPTS):
             try:
-                _build_checked(self.device, program, options, key)
+                _build_checked(device, program, options, key)
                 break
             except Exception as e:
                 failure = e
         else:
-            _raise_for_environment(self.device, str(failure))
-            if not usable(self.device):
-                raise DeviceUnusable(f"OpenCL device {self.name!r} cannot build programs (its compiler "
+            _raise_for_environment(device, str(failure))
+            if not usable(device):
+                raise DeviceUnusable(f"OpenCL device {device.name!r} cannot build programs (its compiler "
                                      f"fails even on a one-line probe kernel)") from None
             raise failure
-        if _state.get(("usable", self.device.int_ptr)) is not True:
-            _mark_usable(self.device)
+        if _state.get(("usable", device.int_ptr)) is not True:
+            _mark_usable(device)
         return program
 
     def kernel(self, program, name: str) -> "Kernel":
@@ -666,6 +675,8 @@ class Runtime:
         held, self._in_flight = self._in_flight, []
         try:
             self.queue.finish()
+            if self.in_thread_queue is not None:
+                self.in_thread_queue.finish()
         except BaseException:  # (a Ctrl-C before the wait): the commands may still run
             self._in_flight += held
             raise
