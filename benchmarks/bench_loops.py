@@ -18,10 +18,15 @@ jit (when installed), first call and steady state, ratios in the same run.
   (float32): the forward scan is a lane loop, and so is the reverse one, which sums the rate's
   cotangent over the lanes every step (held per lane, one more launch adds the lanes' totals).
 
+At the defaults on PoCL the rows whose every launch is one work-group (all but the vmap over 1,000,
+the vmap over 256 and the moving average) run on PoCL's in-thread ``basic`` device beside
+``pthread`` (``backends/opencl/in_thread.py``); pinned, ``basic`` is the only device.
+
 Each row: how functrace runs the program's loops (from the compile report), the first call (trace,
 compile, run, on numpy inputs; the driver's disk cache warm after the first run of the script), the
 median of the steady-state calls on inputs put on the device (``device_put``: a loop passing its
-state), and the same for JAX; values checked equal first.
+state), and the same for JAX, the two contenders' calls timed in turns (``steady_medians``); values
+checked equal first.
 Run: ``python benchmarks/bench_loops.py`` (the defaults, then pinned to one thread: see _common.py).
 """
 import os
@@ -39,6 +44,7 @@ import functrace as ft
 import functrace.numpy as fnp
 
 CALLS = 50  # steady-state calls per program and contender (a program's median over these)
+ROUNDS = 5  # ... timed in this many rounds, the contenders in turn (see steady_medians)
 
 
 def programs(np_mod, lax, grad, value_and_grad, vmap):
@@ -133,15 +139,26 @@ def loops_line(compiled) -> str:
     return "; ".join(out)
 
 
-def first_and_steady(make, args, block, put):
+def first_call(make, args, block, put):
     """(seconds of the first call of a freshly made jitted function on the host arrays ``args``,
-    median of the steady-state calls on them put on the device, as a loop passes its state)."""
+    a steady-state call on them put on the device, as a loop passes its state)."""
     fn = make()
     t0 = time.perf_counter()
     block(fn(*args))
     first = time.perf_counter() - t0
     args = put(args)
-    return first, median(call_times(lambda: block(fn(*args)), repeat=CALLS, warmup=3))
+    return first, lambda: block(fn(*args))
+
+
+def steady_medians(calls: list) -> list:
+    """The median seconds of each steady-state call in ``calls``, interleaved: ``ROUNDS`` rounds of
+    ``CALLS // ROUNDS`` timed calls of each in turn (after 2 untimed), so that what one contender
+    leaves behind (JAX's spinning thread pool, PoCL's workers) weighs on each the same."""
+    times: list = [[] for _ in calls]
+    for _ in range(ROUNDS):
+        for k, call in enumerate(calls):
+            times[k] += call_times(call, repeat=CALLS // ROUNDS, warmup=2)
+    return [median(t) for t in times]
 
 
 def main():
@@ -162,20 +179,22 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name, (f, args, rtol) in ft_programs.items():
         compiled = ft.jit(f).lower(*args).compile()
-        ft_first, ft_steady = first_and_steady(lambda f=f: ft.jit(f), args, ft.block_until_ready, ft.device_put)
+        ft_first, ft_call = first_call(lambda f=f: ft.jit(f), args, ft.block_until_ready, ft.device_put)
         want = [np.asarray(x) for x in ft.tree_util.tree_leaves(ft.jit(f, backend="numpy")(*args))]
         got = [np.asarray(x) for x in ft.tree_util.tree_leaves(ft.jit(f)(*args))]
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
-        row = f"| {name} | {loops_line(compiled)} | {ft_first * 1e3:.1f} | {ft_steady * 1e3:.3f} |"
         if name in jax_programs:
             jf, jargs, _ = jax_programs[name]
-            j_first, j_steady = first_and_steady(lambda jf=jf: jax.jit(jf), jargs, jax_block, jax.device_put)
+            j_first, j_call = first_call(lambda jf=jf: jax.jit(jf), jargs, jax_block, jax.device_put)
             for g, w in zip(got, [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(jf)(*jargs))]):
                 np.testing.assert_allclose(g, w, rtol=rtol * 10, atol=rtol * 10)
+            ft_steady, j_steady = steady_medians([ft_call, j_call])
+            row = f"| {name} | {loops_line(compiled)} | {ft_first * 1e3:.1f} | {ft_steady * 1e3:.3f} |"
             row += f" {j_first * 1e3:.1f} | {j_steady * 1e3:.3f} | {ft_steady / j_steady:.2f}x |"
         else:
-            row += " - | - | - |"
+            [ft_steady] = steady_medians([ft_call])
+            row = f"| {name} | {loops_line(compiled)} | {ft_first * 1e3:.1f} | {ft_steady * 1e3:.3f} | - | - | - |"
         print(row, flush=True)
 
 
