@@ -277,6 +277,9 @@ class GroupWriter(KernelParams):
                 self.count += 1
             self.names[out] = self.fresh(out.aval.dtype, value)
             return
+        if e.primitive is P.dot_general_p and self.group == 1 and out.aval.dtype.kind in "fiu":
+            self.emit_dot_by_terms(e)
+            return
         outer, self.lines = self.lines, []
         value = self.element(e, "e")
         inner, self.lines = self.lines, outer
@@ -417,29 +420,49 @@ class GroupWriter(KernelParams):
         return acc
 
     def dot(self, e, c: list) -> str:
+        x = e.inputs[0]
+        ct = self.ctype(e.out_vars[0].aval.dtype)
+        acc = f"a{self.count}"
+        self.count += 1
+        self.lines.append(f"{ct} {acc} = 0;")
+        self.loop_over([x.aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
+                       lambda kc: self.lines.append(f"{acc} += {self.product_term(e, c, kc)};"))
+        return acc
+
+    def product_term(self, e, c: list, kc: list) -> str:
+        """The term of ``dot_general`` ``e`` for its output at coordinates ``c`` and its
+        contraction at coordinates ``kc``: the product of the two operands' elements there."""
         x, y = e.inputs
         (lc, rc), (lb, rb) = e.params["dimension_numbers"]
         lf = [d for d in range(len(x.aval.shape)) if d not in lc and d not in lb]
         rf = [d for d in range(len(y.aval.shape)) if d not in rc and d not in rb]
         nb = len(lb)
-        ct = self.ctype(e.out_vars[0].aval.dtype)
-        acc = f"a{self.count}"
-        self.count += 1
-        self.lines.append(f"{ct} {acc} = 0;")
+        xi, yi = [None] * len(x.aval.shape), [None] * len(y.aval.shape)
+        for k, (dl, dr) in enumerate(zip(lb, rb)):
+            xi[dl], yi[dr] = c[k], c[k]
+        for k, d in enumerate(lf):
+            xi[d] = c[nb + k]
+        for k, d in enumerate(rf):
+            yi[d] = c[nb + len(lf) + k]
+        for k, (dl, dr) in enumerate(zip(lc, rc)):
+            xi[dl], yi[dr] = kc[k], kc[k]
+        return f"{self.read(x, _flat(xi, x.aval.shape))} * {self.read(y, _flat(yi, y.aval.shape))}"
 
-        def term(kc):
-            xi, yi = [None] * len(x.aval.shape), [None] * len(y.aval.shape)
-            for k, (dl, dr) in enumerate(zip(lb, rb)):
-                xi[dl], yi[dr] = c[k], c[k]
-            for k, d in enumerate(lf):
-                xi[d] = c[nb + k]
-            for k, d in enumerate(rf):
-                yi[d] = c[nb + len(lf) + k]
-            for k, (dl, dr) in enumerate(zip(lc, rc)):
-                xi[dl], yi[dr] = kc[k], kc[k]
-            self.lines.append(f"{acc} += {self.read(x, _flat(xi, x.aval.shape))} * {self.read(y, _flat(yi, y.aval.shape))};")
-        self.loop_over([x.aval.shape[d] for d in lc], term)
-        return acc
+    def emit_dot_by_terms(self, e) -> None:
+        """On one work-item, a product of more than one output element: the contraction's loop
+        outside, the outputs' loop inside, each output adding its terms in the contraction's
+        row-major order as ``dot`` does (the same sums), in an innermost loop over the outputs that
+        the compiler vectorizes instead of one dependent chain of adds per output."""
+        out = e.out_vars[0]
+        shape = tuple(out.aval.shape)
+        n = shape_size(shape)
+        self.storage(out)
+        self.for_each(n, [self.store(out, "e", "0")], out)
+        c = self.coords("e", shape)
+        self.loop_over([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
+                       lambda kc: self.for_each(n, [self.store(out, "e", f"{self.read(out)} + {self.product_term(e, c, kc)}")],
+                                                out))
+        self.dirty.add(self.owner[out])
 
     def running(self, e, c: list) -> str:
         x = e.inputs[0]
