@@ -493,6 +493,75 @@ def test_vmap_of_a_scan_with_a_reduction():
     _check_group(ft.vmap(f), (h0, xs), has={"reduce_sum", "reduce_max"}, **F64)
 
 
+# --------------------------------------------------------------------------- products and carries on one work-item
+
+# (w's shape, h's shape, the product, the form one work-item writes it in: group_writer's
+# emit_dot_by_terms, emit_dot_blocked, or a private accumulator per output)
+PRODUCTS = [
+    ("matvec 16", (16, 16), (16,), lambda w, h: w @ h, "blocked"),
+    ("vecmat 16", (16, 16), (16,), lambda w, h: h @ w, "terms"),
+    ("matvec 12x5", (12, 5), (5,), lambda w, h: w @ h, "blocked"),  # 12: blocks of 4
+    ("matvec 7x5 (odd)", (7, 5), (5,), lambda w, h: w @ h, "plain"),
+    ("matmul 6x5 by 5x3", (6, 5), (5, 3), lambda w, h: w @ h, "terms"),  # 3 along h's last axis
+    ("6x5 by 3x5 over their last axes", (6, 5), (3, 5),  # 3 along h's first axis; along the 6: blocks of 2
+     lambda w, h: lax.dot_general(w, h, (((1,), (1,)), ((), ()))), "blocked"),
+    ("matmul 5x4 by 4x9", (5, 4), (4, 9), lambda w, h: w @ h, "terms"),  # 9 along h's last axis
+    ("batched 3x4x5 by 3x5x2", (3, 4, 5), (3, 5, 2), lambda w, h: w @ h, "terms"),
+    ("outer 7 by 9 (one term)", (7,), (9,), lambda w, h: w[:, None] * h[None, :] + fnp.outer(w, h), "plain"),
+]
+_FORMS = {"blocked": "_0 = 0;", "terms": "[e] = 0;"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", [c[0] for c in PRODUCTS])
+def test_products_in_a_body_in_each_form_one_work_item_writes(case, dtype, kind):  # noqa: F811
+    """Each product form a work-item writes (terms outside outputs where the outputs' axis is
+    contiguous; a block of outputs each in its own accumulator; one accumulator per output) sums
+    its terms in the same order: numpy's values (integers exactly), the same bits on every call,
+    alone and under vmap (the form along the members' rows); the cpu kind writes the form named."""
+    _, ws, hs, product, form = next(c for c in PRODUCTS if c[0] == case)
+    rng = _rng(41)
+    as_dtype = (lambda a: (a * 4).astype(dtype)) if np.dtype(dtype).kind == "i" else (lambda a: a.astype(dtype))
+    w, h0, xs = (as_dtype(rng.standard_normal(s) * 0.5) for s in (ws, hs, (4,) + hs))
+
+    def f(w, h0, xs):
+        def step(h, x):
+            y = product(w, h)
+            return h + x * 2 - x, fnp.sum(y) + y.ravel()[0]
+        return lax.scan(step, h0, xs)
+    tolerances = {"exact": True} if np.dtype(dtype).kind == "i" else _tol(dtype)
+    compiled = _check_group(f, (w, h0, xs), has={"dot_general"} if ws[-1] != 1 and len(ws) > 1 else (), **tolerances)
+    if kind == "cpu":
+        source = compiled.as_text()
+        for name, mark in _FORMS.items():
+            assert (mark in source) == (name == form), (name, source[source.find("__kernel"):])
+    _check_group(ft.vmap(f, in_axes=(None, 0, 0)), (w, np.stack([h0, h0 * 3]), np.stack([xs, xs[::-1]])),
+                 **tolerances)
+
+
+def test_carries_updated_in_place_and_carries_that_must_not_be():
+    """On one work-item a carry's new value from an elementwise run is written in the carry's own
+    storage when nothing reads the old value after it; a carry read after its new value is made
+    (here as a ys value, by a later product, or as another carry's new value) keeps its copy."""
+    rng = _rng(43)
+    a0, b0, c0, w, xs = (rng.standard_normal(s) for s in ((6,), (6,), (6,), (6, 6), (5, 6)))
+
+    def f(a0, b0, c0, w, xs):
+        def step(carry, x):
+            a, b, c = carry
+            a_new = a * 0.5 + x          # in place: nothing reads a after this
+            c_new = c + 1.0              # not in place: the product below reads the old c
+            d = w @ c
+            return (a_new, a + b * 0.25, c_new + d), (b, fnp.sum(d))   # b's old value is a ys
+        return lax.scan(step, (a0, b0, c0), xs)
+    _check_group(f, (a0, b0, c0, w, xs), **F64)
+
+    def swap(a0, b0, xs):  # a new value that is another carry's old one: copied out first
+        return lax.scan(lambda c, x: ((c[1], c[0] + c[1] * 0.5 + x + fnp.max(c[0])), c[0]), (a0, b0), xs)
+    _check_group(swap, (a0, b0, xs), **F64)
+    _check_group(ft.vmap(swap), (np.stack([a0, b0]), np.stack([b0, a0]), np.stack([xs, xs * 2])), **F64)
+
+
 # --------------------------------------------------------------------------- fallbacks and storage
 
 def _matvec_scan(w, h0, xs):

@@ -237,20 +237,36 @@ def _rows_form(eqn) -> tuple | str:
     if len(leading) != 1 or None in leading or next(iter(leading)) < 2:
         return "its carries do not share a leading axis"
     rows = next(iter(leading))
-    batched = {v: 0 for _, inner, _ in loop.carries for v in inner}
     guard = lane_predicate(eqn, loop, (rows,)) if loop.pred is not None else None
     if isinstance(guard, str):
         return guard
     cond = loop.cond[:-1] if guard is not None else loop.cond
-    for e in cond + loop.eqns:
+    carries = {v: 0 for _, inner, _ in loop.carries for v in inner}
+    # the xs with rows along axis 0 batched too, where every equation reading them keeps to its rows
+    # (a gradient's reverse scan reads its residuals per member: each work-group then computes only
+    # its members' values from them, not all of them); else the carries' rows alone
+    with_xs = {**{v: 0 for _, v in loop.xs if v.aval.shape and v.aval.shape[0] == rows}, **carries}
+    batched = _rows_from(cond + loop.eqns, with_xs, rows)
+    if isinstance(batched, str):
+        batched = _rows_from(cond + loop.eqns, carries, rows)
+        if isinstance(batched, str):
+            return batched
+    if loop.pred is not None and guard is None and loop.pred in batched:
+        return "its predicate reads across rows"
+    return rows, batched, guard
+
+
+def _rows_from(eqns: list, seeds: dict, rows: int) -> dict | str:
+    """The batched values of ``eqns`` (var -> their rows' axis) from the ``seeds``: each equation
+    reading batched values must keep to their rows (``_row_axis``), else why not."""
+    batched = dict(seeds)
+    for e in eqns:
         if any(type(a) is not Literal and a in batched for a in e.inputs):
             axis = _row_axis(e, batched, rows)
             if axis is None:
                 return f"its {e.primitive.name} reads across rows"
             batched.update((v, axis) for v in e.out_vars)
-    if loop.pred is not None and guard is None and loop.pred in batched:
-        return "its predicate reads across rows"
-    return rows, batched, guard
+    return batched
 
 
 def _rows_launch(rt, eqn) -> tuple | None:

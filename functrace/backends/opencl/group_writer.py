@@ -63,6 +63,7 @@ class GroupWriter(KernelParams):
         self.names: dict = {}   # scalar var -> C expression
         self.slots: dict = {}   # array var -> C pointer expression
         self.owner: dict = {}   # array var -> the storage it lives in (views share it), for barriers
+        self.in_place: dict = {}  # a carry's new value -> the carry, when it is written in its storage
         super().__init__()
         self.carries_at = 0
         self.decls: list = []    # local arrays
@@ -246,7 +247,10 @@ class GroupWriter(KernelParams):
         for e in run:
             out = e.out_vars[0]
             if out in needed:
-                self.storage(out)
+                if out in self.in_place:  # (this element of the carry was read above: it is the run's)
+                    self.slots[out] = self.owner[out] = self.slots[self.in_place[out]]
+                else:
+                    self.storage(out)
                 stores.append(self.store(out, "e", w.names[out]))
                 self.dirty.add(self.owner[out])
         self.for_each(shape_size(run[0].out_vars[0].aval.shape), w.lines + stores, run[0].out_vars[0])
@@ -278,8 +282,13 @@ class GroupWriter(KernelParams):
             self.names[out] = self.fresh(out.aval.dtype, value)
             return
         if e.primitive is P.dot_general_p and self.group == 1 and out.aval.dtype.kind in "fiu":
-            self.emit_dot_by_terms(e)
-            return
+            if _by_terms(e):
+                self.emit_dot_by_terms(e)
+                return
+            blocked = self.dot_block(e)
+            if blocked is not None:
+                self.emit_dot_blocked(e, *blocked)
+                return
         outer, self.lines = self.lines, []
         value = self.element(e, "e")
         inner, self.lines = self.lines, outer
@@ -429,6 +438,49 @@ class GroupWriter(KernelParams):
                        lambda kc: self.lines.append(f"{acc} += {self.product_term(e, c, kc)};"))
         return acc
 
+    def dot_block(self, e) -> tuple | None:
+        """(axis, outputs) of ``emit_dot_blocked`` for the product ``e`` on one work-item: its
+        innermost output axis that is not the batched one and that ``_DOT_BLOCKS`` divides, and
+        that number; None for a product of one term per output or without such an axis."""
+        if shape_size([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]]) < 2:
+            return None
+        out = e.out_vars[0]
+        rows_axis = self.batched.get(out) if self.is_rows(out) else None
+        for k in reversed(range(len(out.aval.shape))):
+            n = out.aval.shape[k]
+            block = next((b for b in _DOT_BLOCKS if n % b == 0), None)
+            if k != rows_axis and n > 1 and block is not None:
+                return k, block
+        return None
+
+    def emit_dot_blocked(self, e, axis: int, block: int) -> None:
+        """On one work-item, ``block`` consecutive outputs of the product ``e`` along ``axis`` at
+        once, each in its own private accumulator adding its terms in the contraction's
+        row-major order (``dot``'s sums): ``block`` independent chains of adds where one output's
+        was a chain the processor waits on at every add.  The other axes loop outside, a batched
+        one over the work-group's rows."""
+        out = e.out_vars[0]
+        shape = tuple(out.aval.shape)
+        rows_axis = self.batched.get(out) if self.is_rows(out) else None
+        self.storage(out)
+        ct = self.ctype(out.aval.dtype)
+        heads = [f"for (long q{k} = {'lo' if k == rows_axis else 0}; q{k} < {'hi' if k == rows_axis else n}; q{k}++) {{"
+                 for k, n in enumerate(shape) if n > 1 and k != axis]
+        heads.append(f"for (long q{axis} = 0; q{axis} < {shape[axis]}; q{axis} += {block}) {{")
+        coords = [[(f"(q{k} + {b})" if k == axis else "0" if n == 1 else f"q{k}") for k, n in enumerate(shape)]
+                  for b in range(block)]
+        acc = f"a{self.count}"
+        self.count += 1
+        outer, self.lines = self.lines, [f"{ct} {acc}_{b} = 0;" for b in range(block)]
+        self.loop_over([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
+                       lambda kc: self.lines.extend(f"{acc}_{b} += {self.product_term(e, c, kc)};"
+                                                   for b, c in enumerate(coords)))
+        body = self.lines + [self.store(out, _flat(c, shape), f"{acc}_{b}") for b, c in enumerate(coords)]
+        depth = len(heads)
+        self.lines = outer + ["    " * d + h for d, h in enumerate(heads)] + ["    " * depth + line for line in body] \
+            + ["    " * d + "}" for d in reversed(range(depth))]
+        self.dirty.add(self.owner[out])
+
     def product_term(self, e, c: list, kc: list) -> str:
         """The term of ``dot_general`` ``e`` for its output at coordinates ``c`` and its
         contraction at coordinates ``kc``: the product of the two operands' elements there."""
@@ -449,10 +501,10 @@ class GroupWriter(KernelParams):
         return f"{self.read(x, _flat(xi, x.aval.shape))} * {self.read(y, _flat(yi, y.aval.shape))}"
 
     def emit_dot_by_terms(self, e) -> None:
-        """On one work-item, a product of more than one output element: the contraction's loop
-        outside, the outputs' loop inside, each output adding its terms in the contraction's
-        row-major order as ``dot`` does (the same sums), in an innermost loop over the outputs that
-        the compiler vectorizes instead of one dependent chain of adds per output."""
+        """On one work-item, a product ``_by_terms`` takes: the contraction's loop outside, the
+        outputs' loop inside, each output adding its terms in the contraction's row-major order as
+        ``dot`` does (the same sums), in an innermost loop over the outputs that the compiler
+        vectorizes instead of one dependent chain of adds per output."""
         out = e.out_vars[0]
         shape = tuple(out.aval.shape)
         n = shape_size(shape)
@@ -667,6 +719,7 @@ class GroupWriter(KernelParams):
         if loop.pred is not None and not at_end:
             self.emit_all(loop.cond, keep)
             self.lines.append(f"if (!({self.predicate(loop.pred)})) break;")
+        self.in_place.update(self.updated_in_place(loop))
         self.emit_all(loop.eqns, keep)
         for y, v in zip(ys, loop.ys):  # row i of each ys
             n = shape_size(v.aval.shape)
@@ -686,6 +739,26 @@ class GroupWriter(KernelParams):
                 self.alias(v, inner[0])
             for v, y in zip(eqn.out_vars[len(loop.carries):], ys):
                 self.slots[v] = self.owner[v] = y
+
+    def updated_in_place(self, loop) -> dict:
+        """{new value: carry} for the array carries whose new value a run of elementwise equations
+        can write into the carry's own storage, on one work-item: a run reads its operands at the
+        element it writes, and no equation after the one making the new value reads the old one
+        (nor is it a ys value or another carry's new value).  No copy of the carry per iteration."""
+        if self.group > 1:
+            return {}
+        last_read = {a: k for k, e in enumerate(loop.eqns) for a in e.inputs if type(a) is not Literal}
+        made = {e.out_vars[0]: k for k, e in enumerate(loop.eqns) if len(e.out_vars) == 1 and aligned(e)}
+        news = [new for _, _, new in loop.carries]
+        found = {}
+        for _, inner, new in loop.carries:
+            v = inner[0]
+            if (v.aval.shape != () and new in made and new not in found and new.aval.shape == v.aval.shape
+                    and all(last_read.get(u, -1) <= made[new] for u in inner)
+                    and not any(u in loop.ys or u in news for u in inner)
+                    and self.batched.get(new) == self.batched.get(v)):
+                found[new] = v
+        return found
 
     def loop_source(self, eqn) -> tuple[str, str]:
         """(the source, the name) of the kernel running the loop ``eqn``: its inputs by position
@@ -781,6 +854,33 @@ __kernel void @({', '.join(params + bounds)}) {{
             elif type(new) is Literal or self.owner.get(new) != self.owner[v]:
                 self.for_each(shape_size(v.aval.shape), [self.store(v, "e", self.read(new))], v)
         self.dirty |= carry_slots
+
+
+_DOT_BLOCKS = (8, 4, 2)  # outputs a work-item sums at once in ``emit_dot_blocked`` (the first dividing the axis)
+
+
+def _by_terms(e) -> bool:
+    """Does the product ``e`` run faster by terms (``GroupWriter.emit_dot_by_terms``) on one
+    work-item: it has more than one term per output, and its operands' elements along the
+    output's innermost axis lie next to each other (that axis is the last of each operand it
+    indexes), so the loop over it vectorizes.  Else each output sums in a private accumulator."""
+    x, y = e.inputs
+    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+    if shape_size([x.aval.shape[d] for d in lc]) < 2:
+        return False
+    shape = e.out_vars[0].aval.shape
+    inner = max((k for k, n in enumerate(shape) if n > 1), default=None)
+    if inner is None:
+        return False
+    lf = [d for d in range(len(x.aval.shape)) if d not in lc and d not in lb]
+    rf = [d for d in range(len(y.aval.shape)) if d not in rc and d not in rb]
+    if inner < len(lb):
+        dims = [(x, lb[inner]), (y, rb[inner])]
+    elif inner < len(lb) + len(lf):
+        dims = [(x, lf[inner - len(lb)])]
+    else:
+        dims = [(y, rf[inner - len(lb) - len(lf)])]
+    return all(all(n == 1 for n in a.aval.shape[d + 1:]) for a, d in dims)
 
 
 def _threefry_function() -> str:
