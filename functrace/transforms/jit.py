@@ -204,18 +204,22 @@ class _Entry:
         return exe
 
 
-_disable_jit_depth = threading.local()
+class _DisabledDepth(threading.local):
+    n = 0  # the ``disable_jit`` blocks open in this thread (a class default: no failed lookup per call)
+
+
+_disable_jit_depth = _DisabledDepth()
 
 
 def _jit_disabled() -> bool:
-    return getattr(_disable_jit_depth, "n", 0) > 0
+    return _disable_jit_depth.n > 0
 
 
 @contextlib.contextmanager
 def disable_jit(disable: bool = True):
     """``with ft.disable_jit():`` jitted functions run as plain Python in this thread (prints and
     breakpoints see concrete values), as ``jax.disable_jit``; ``disable=False`` is a no-op."""
-    n = getattr(_disable_jit_depth, "n", 0)
+    n = _disable_jit_depth.n
     _disable_jit_depth.n = n + 1 if disable else n
     try:
         yield

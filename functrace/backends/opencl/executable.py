@@ -180,12 +180,13 @@ def _pooled_alloc(rt: Runtime, queue, pool: dict, shape, dtype) -> Array:
     In canary mode a reused buffer is filled with canaries again (after the kernels queued before
     on ``queue``, the executable's: it is in order), so an element no kernel writes shows in this
     use too."""
-    key = (tuple(shape), np.dtype(dtype), config.opencl_debug_canaries)
+    canary_mode = config.opencl_debug_canaries
+    key = (tuple(shape), np.dtype(dtype), canary_mode)
     free = pool.get(key)
     if free:
         buffer, host = free.pop()
-        canaries = getattr(buffer, "ft_canaries", None)
-        if canaries is not None:
+        if canary_mode:
+            canaries = buffer.ft_canaries
             rt.cl.enqueue_fill_buffer(queue, buffer, np.uint8(canaries.fill), 0, buffer.size)
         arr = Array(rt, buffer, shape, dtype, host)
     else:

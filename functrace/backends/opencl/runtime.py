@@ -1042,6 +1042,9 @@ def device_put(tree):
 def block_until_ready(tree):
     """Wait until every ``ft.Array`` in ``tree`` is computed (like ``jax.block_until_ready``):
     one wait per runtime, however many arrays.  Returns ``tree``."""
+    if type(tree) is Array:  # (the common case, one result: no walk)
+        tree.runtime.finish()
+        return tree
     for rt in {id(a.runtime): a.runtime for a in tree_leaves(tree) if isinstance(a, Array)}.values():
         rt.finish()
     return tree
