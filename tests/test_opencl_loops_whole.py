@@ -34,6 +34,24 @@ def lane_loops_spread(monkeypatch):
     monkeypatch.setattr(loops, "SPREAD_LANES", 1)
 
 
+@pytest.fixture(params=[False, True], ids=["spread", "interleaved"])
+def interleave(request, monkeypatch):
+    """Both forms of a lane scan: each vector a work-item (the lanes spread over the device), and,
+    on the cpu kind, a work-item running ``loops.INTERLEAVE`` vectors at once (a loop of fewer than
+    ``SPREAD_LANES`` lanes: one compute unit's work, raised here past every shape these tests use)."""
+    if request.param:
+        monkeypatch.setattr(loops, "SPREAD_LANES", 1 << 20)
+    return request.param
+
+
+def _interleaved(compiled, kind: str, interleave: bool, lanes: int) -> None:
+    """On the cpu kind a lane scan over more than one vector of lanes interleaves them, where asked
+    (a program with glue around its loop runs whole as one work-group's kernel instead)."""
+    report = compiled.report()
+    if kind == "cpu" and interleave and lanes > 16 and "lane shape" in report:
+        assert "interleaved" in report, report
+
+
 def _compile(f, *args):
     return ft.jit(f, backend="opencl").lower(*args).compile()
 
@@ -102,7 +120,7 @@ SCANS = [((), np.float32, False, 6), ((), np.float64, True, 0), ((1,), np.float6
 
 
 @pytest.mark.parametrize("shape, dtype, reverse, length", SCANS, ids=str)
-def test_scan_of_arithmetic_is_one_launch_with_numpys_bits(shape, dtype, reverse, length):
+def test_scan_of_arithmetic_is_one_launch_with_numpys_bits(shape, dtype, reverse, length, kind, interleave):
     """Carries of the lane shape and uniform ones, a carry passed through, two swapped, a lane
     const and a uniform one, lane and uniform xs, lane and uniform ys and a y that is a carry:
     + - * / and selects are correctly rounded, so numpy's bits."""
@@ -122,7 +140,7 @@ def test_scan_of_arithmetic_is_one_launch_with_numpys_bits(shape, dtype, reverse
             return (h, s, kept, q, p), (h, s, p * xl, q)
         init = (a, b * 0.25, a + 1.0, a * 2.0, a - 3.0)
         return lax.scan(step, init, (xs, us), length=length, reverse=reverse)
-    _check(f, (a, b, xs, us), whole=1, exact=True)
+    _interleaved(_check(f, (a, b, xs, us), whole=1, exact=True), kind, interleave, int(np.prod(shape)))
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -161,7 +179,7 @@ def test_transcendentals_within_rounding(dtype):
     _check(f, (x,), whole=1, rtol=tol, atol=tol)
 
 
-def test_integers_and_bools_as_lanes():
+def test_integers_and_bools_as_lanes(kind, interleave):
     """int32 / int64 lanes with numpy's % and //, a bool carry, an int counter (uniform), and a
     conversion back to float: exact."""
     rng = np.random.default_rng(4)
@@ -178,10 +196,10 @@ def test_integers_and_bools_as_lanes():
             z = z + fnp.where(m, 1.0, -0.5) * y.astype(np.float64)
             return (i + 1, x, y, m, z), m
         return lax.scan(step, (np.int32(0), a, b, flag, np.zeros(13)), None, length=9)
-    _check(f, (a, b, flag), whole=1, exact=True)
+    _interleaved(_check(f, (a, b, flag), whole=1, exact=True), kind, interleave, 13)
 
 
-def test_fori_loop_reads_a_table_at_the_step():
+def test_fori_loop_reads_a_table_at_the_step(interleave):
     """``noise[i]`` in a fori_loop (a take of a closed-over (steps, 10) array at the counter) and a
     uniform table of step sizes: still one launch."""
     rng = np.random.default_rng(5)
@@ -328,6 +346,24 @@ def test_value_and_grad_of_an_integrator_is_two_lane_loops(dtype):
     assert len(_loop_lines(compiled)) == 2
 
 
+def test_a_uniform_carry_summing_the_lanes_each_step(kind, interleave):
+    """A uniform carry adding a sum over the lanes every step: each lane (vector) adds up its own
+    terms, one more launch adds the lanes' totals; 37 lanes (vectors of 4 or 8, a second
+    work-item's vectors repeating the last one where interleaved) and a reverse scan."""
+    rng = np.random.default_rng(8)
+    x0, xs = rng.standard_normal(37), rng.standard_normal((12, 37))
+
+    def f(x0, xs):
+        def step(c, x):
+            h, total = c
+            h = h * 0.75 + x
+            return (h, total + fnp.sum(h * h)), h * 2.0
+        return lax.scan(step, (x0, 0.0), xs, reverse=True)
+    compiled = _check(f, (x0, xs), whole=1, rtol=1e-12, atol=1e-12)
+    assert "carries summed over the lanes by one more launch" in compiled.report()
+    assert kind != "cpu" or ("interleaved" in compiled.report()) == interleave, compiled.report()
+
+
 def test_moving_average_grad_sums_the_rates_cotangent_over_the_lanes():
     """The rate's cotangent sums over the lanes every step: in the reverse scan each lane adds up
     its own terms, and one more launch adds the lanes' totals (within rounding of numpy's order)."""
@@ -452,11 +488,15 @@ def newton(a):
     return lax.while_loop(lambda c: (fnp.abs(c * c - a) > 1e-6 * a), lambda c: c - (c * c - a) / (2.0 * c), a + 1.0)
 def average(rate, xs):
     return fnp.mean(lax.scan(lambda m, x: ((1 - rate) * m + rate * x, m), xs[0], xs)[1] ** 2)
+def alone(a, xs):  # one scan, nothing around it: a lane loop (on the cpu kind its vectors interleaved)
+    return lax.scan(lambda h, x: (fnp.where(h > 1.0, h * 0.5, h * 1.25) + x / (1.5 + x * x), h), a, xs)
 rng = np.random.default_rng(0)
 a, xs = rng.uniform(0.1, 2, 19).astype(np.float32), rng.standard_normal((5, 19)).astype(np.float32)
-cases = ((f, (a, xs)), (ft.vmap(newton), (a,)), (ft.grad(average), (np.float32(0.3), xs)))
+b, bs = rng.uniform(0.1, 2, 37).astype(np.float32), rng.standard_normal((5, 37)).astype(np.float32)
+cases = ((f, (a, xs)), (ft.vmap(newton), (a,)), (ft.grad(average), (np.float32(0.3), xs)), (alone, (b, bs)))
 for g, args in [cases[int(sys.argv[1])]]:
     c = ft.jit(g).lower(*args).compile()
+    print(c.report())
     assert "compiled whole" in c.report() and "not compiled whole" not in c.report(), c.report()
     got = ft.tree_util.tree_leaves(c(*args))
     want = ft.tree_util.tree_leaves(ft.jit(g, backend="numpy")(*args))
@@ -467,15 +507,18 @@ print("OK")
 
 
 @requires_oclgrind
-@pytest.mark.parametrize("case", ["scan", "vmapped while", "lane sums"])
+@pytest.mark.parametrize("case", ["scan", "vmapped while", "lane sums", "a scan alone"])
 @pytest.mark.parametrize("uninitialized", [False, True], ids=["races", "uninitialized"])
 def test_lane_loops_run_clean_on_oclgrind(kind, case, uninitialized):
-    """A scan, a vmapped while and a gradient's lane sums as lane loops on Oclgrind's device (of
-    each kind: one lane per work-item, or vectors of them): no race, no access out of bounds, no API
-    error, no read of an uninitialized value, numpy's values.  One case per process (Oclgrind's
-    uninitialized-value plugin flags buffers of a program run after another's were released)."""
-    index = str(["scan", "vmapped while", "lane sums"].index(case))
+    """A scan, a vmapped while, a gradient's lane sums and a scan alone (on the cpu kind, a
+    work-item's vectors interleaved, a second work-item's surplus repeating the last vector) as lane
+    loops on Oclgrind's device (of each kind: one lane per work-item, or vectors of them): no race,
+    no access out of bounds, no API error, no read of an uninitialized value, numpy's values.  One
+    case per process (Oclgrind's uninitialized-value plugin flags buffers of a program run after
+    another's were released)."""
+    index = str(["scan", "vmapped while", "lane sums", "a scan alone"].index(case))
     run = run_python(_OCLGRIND_PROGRAM, index, kind=kind, max_work_group_size=64, uninitialized=uninitialized,
                      timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
+    assert case != "a scan alone" or ("interleaved" in run.stdout) == (kind == "cpu"), run.stdout
     assert not run.reports, "\n\n".join(run.reports[:3])

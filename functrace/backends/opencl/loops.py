@@ -52,6 +52,10 @@ CHUNK_WORK = 1 << 26
 # A lane loop over fewer lanes than this is one compute unit's work (``Lowered.one_unit``: it runs
 # on the in-thread device, and inside a program compiled whole); one over more spreads over the cores.
 SPREAD_LANES = 512
+# ... and such a scan's work-item runs up to this many vectors of lanes, interleaved in each step: one
+# core then has that many independent chains of arithmetic in flight, where vectors in work-items
+# of their own ran one after another, each a chain the processor waits on at every operation
+INTERLEAVE = 8
 
 # equations whose output is their operand's value in every lane (a broadcast of a uniform value to
 # the lane shape, or a broadcast / reshape keeping the shape)
@@ -336,7 +340,8 @@ def lane_loop(eqn, rt) -> Lowered | str:
         return why
     vec = _vector_width(rt, eqn, n)
     items = -(-n // vec)
-    writer = _Writer(loop, lanes, tables, vec, pred_lanes)
+    per = min(INTERLEAVE, items) if vec > 1 and n < SPREAD_LANES and loop.length is not None else 1
+    writer = _Writer(loop, lanes, tables, vec, pred_lanes, per)
     source, name = writer.source(eqn)
     # buffers: equation inputs by position; closed-over arrays, literal initial carries and the
     # summed carries' initial totals (zeros) uploaded once
@@ -356,7 +361,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
         totals = {k: ctx.alloc(lanes, outs[k].dtype) for k in sums}  # the summed carries' lane totals
         targets = [totals.get(k, o) for k, o in enumerate(outs[:len(loop.carries)])]
         launch_chunks(ctx, ctx.kernels[name], buffers, carried, targets, outs[len(targets):], loop, starts, chunk,
-                      (items,), None)
+                      (-(-items // per),), None)
         if sums:
             args = [a for k, i in zip(sums, sum_inits)
                     for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
@@ -368,11 +373,14 @@ def lane_loop(eqn, rt) -> Lowered | str:
     what = f"{steps} steps" if loop.length is not None else \
         "each until its lanes' predicates are false" if pred_lanes else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
-    per = f" of {vec} lanes" if vec > 1 else ""
+    work_items = -(-items // per)
+    each = f" of {vec} lanes" if vec > 1 else ""
+    if per > 1:
+        each = f" each running {per} vectors{each} interleaved"
     summed = f"; {len(sums)} carries summed over the lanes by one more launch" if sums else ""
     return Lowered(source, [name] + [sum_name] * bool(sums), run, len(starts) + bool(sums),
-                   f"{eqn.primitive.name} compiled whole: {launches} of {items} work-item{'s' if items > 1 else ''}"
-                   f"{per} (lane shape {lanes}) running {what}{summed}", one_unit=n < SPREAD_LANES)
+                   f"{eqn.primitive.name} compiled whole: {launches} of {work_items} work-item{'s' if work_items > 1 else ''}"
+                   f"{each} (lane shape {lanes}) running {what}{summed}", one_unit=n < SPREAD_LANES)
 
 
 class KernelParams:
@@ -394,12 +402,15 @@ class KernelParams:
 
 
 class _Writer(KernelParams):
-    """The OpenCL C of one lane loop.  Work-item g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
-    the last work-item's window may overlap its neighbour's (every read in bounds, every lane a real
-    one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on."""
+    """The OpenCL C of one lane loop.  Vector g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
+    the last vector's window may overlap its neighbour's (every read in bounds, every lane a real
+    one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on.  A
+    work-item runs ``per`` vectors, interleaved in each step (a scan's: ``INTERLEAVE``), the
+    carries of each in private arrays; the last work-item's surplus vectors repeat the last one."""
 
-    def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool):
+    def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool, per: int = 1):
         self.loop, self.lanes, self.tables, self.vec, self.pred_lanes = loop, lanes, tables, vec, pred_lanes
+        self.per = per
         self.n = shape_size(lanes)
         super().__init__()
         self.w = ExprWriter(vec > 1, {}, {}, vec, segment=1)
@@ -472,10 +483,34 @@ class _Writer(KernelParams):
         else:
             w.emit(e, "")
 
+    def interleaved(self, head: list, carried: list, header: str, tail: list) -> str:
+        """The kernel's parameters and body where a work-item runs ``per`` vectors: each step runs
+        the body once per vector (its window, consts and carries), the carries kept in arrays, the
+        loop over the vectors unrolled (the arrays then live in registers)."""
+        loop, w, per = self.loop, self.w, self.per
+        items = -(-self.n // self.vec)
+        window = ("#pragma unroll", f"for (int j = 0; j < {per}; j++) {{", f"    const long g = min(first + j, {items - 1}L), "
+                  f"l = min(g * {self.vec}, {self.n - self.vec}L);", f"    const int skip = (int)(g * {self.vec} - l);")
+        vtypes = [w.vtype(self.ctype(new.aval.dtype)) for _, _, new in loop.carries]
+        arrays = [f"{t} c{k}_[{per}];" for k, t in enumerate(vtypes)]
+        keep = [f"    c{k}_[j] = c{k};" for k in range(len(vtypes))]
+        fetch = [f"    {t} c{k} = c{k}_[j];" for k, t in enumerate(vtypes)]
+        inner = lambda ls: ["    " + line for line in ls]
+        body = [*window, *inner(head), *fetch, *inner(w.lines), *keep, "}"]
+        lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
+        return f"""({', '.join(self.params)}) {{
+    const long first = get_global_id(0) * {per};
+    {lines(arrays + [*window, *inner(head + carried), *keep, "}"], 4)}
+    {header}
+        {lines(body, 8)}
+    }}
+    {lines([*window, *fetch, *inner(tail), "}"], 4)}
+}}"""
+
     def source(self, eqn) -> tuple[str, str]:
         """(the kernel's source, its name)."""
         loop, w, n, vec = self.loop, self.w, self.n, self.vec
-        head = []
+        head, carried = [], []
         for k, (outer, inner) in enumerate(loop.consts):
             if inner[0] in self.tables:
                 w.names[inner[0]] = self.param(inner[0].aval.dtype, outer)
@@ -489,7 +524,7 @@ class _Writer(KernelParams):
             init = np.zeros(self.lanes, v.aval.dtype) if k in loop.sums else self.initial(eqn, outer, v)
             ptr = self.param(v.aval.dtype, init)
             value = self.load(ptr, v.aval.dtype, "0", self.lane(k))
-            head.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {value};")
+            carried.append(f"{w.vtype(self.ctype(v.aval.dtype))} c{k} = {value};")
             w.names.update((v, f"c{k}") for v in inner)
         for outer, v in loop.xs:  # row i of each xs
             lane = v.aval.shape != ()
@@ -521,17 +556,20 @@ class _Writer(KernelParams):
                       f"{f'{loop.length - 1} - s' if loop.reverse else 's'};")
         else:
             header = "for (;;) {"
-        window = "const long g = get_global_id(0), l = g;" if vec == 1 else \
-            (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
-             f"    const int skip = (int)(g * {vec} - l);")
         lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
-        text = f"""({', '.join(self.params)}) {{
+        if self.per == 1:
+            window = "const long g = get_global_id(0), l = g;" if vec == 1 else \
+                (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
+                 f"    const int skip = (int)(g * {vec} - l);")
+            text = f"""({', '.join(self.params)}) {{
     {window}
-    {lines(head, 4)}
+    {lines(head + carried, 4)}
     {header}
         {lines(w.lines, 8)}
     }}
     {lines(tail, 4)}
 }}"""
+        else:
+            text = self.interleaved(head, carried, header, tail)
         name = f"lane_{eqn.primitive.name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
         return f"\n__kernel void {name}{text}", name
