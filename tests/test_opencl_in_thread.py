@@ -110,16 +110,21 @@ def test_results_cross_between_the_two_queues_in_order():
 
 
 def test_threads_running_in_thread_programs_at_once():
+    """Four threads, two of them calling one program (its calls take turns) and two another, all
+    launching on the one in-thread queue at once: each result its own."""
     _runtime()
     a = [RNG.uniform(0.5, 100.0, 40) for _ in range(4)]
-    f = ft.jit(_newton)
-    want = [np.asarray(f(x)) for x in a]
+    newton = ft.jit(_newton)
+    halving = ft.jit(lambda x: ft.lax.fori_loop(0, 20, lambda i, c: c * 0.5 + 1.0, x))
+    fs = [newton, halving, newton, halving]
+    assert IN_THREAD_LINE in halving.lower(a[0]).compile().report()
+    want = [np.asarray(f(x)) for f, x in zip(fs, a)]
     errors = []
 
     def work(k):
         try:
             for _ in range(50):
-                np.testing.assert_array_equal(np.asarray(f(a[k])), want[k])
+                np.testing.assert_array_equal(np.asarray(fs[k](a[k])), want[k])
         except Exception as e:  # (reported below)
             errors.append(e)
 

@@ -60,7 +60,8 @@ def listed(found: list) -> list:
     the user's environment (PoCL has read it)."""
     if not _state.get("requested"):
         return found
-    os.environ.pop("POCL_DEVICES", None)
+    if os.environ.get("POCL_DEVICES") == " ".join(DRIVERS):  # (what request set: PoCL has read it)
+        del os.environ["POCL_DEVICES"]
     companions = _state.setdefault("companions", {})
     visible = []
     for d in found:
