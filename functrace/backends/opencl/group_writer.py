@@ -19,7 +19,7 @@ from ...primitives import scatter as S
 from ...transforms.optimize import shape_size
 from .fusion import CTYPE, ExprWriter, compute_type, contiguous_strides, fusable, reduce_combine, reduce_init
 from .loops import KernelParams, describe_loop
-from .lowerings import kernel_source
+from .lowerings import QUIET_LOOP_HINTS, kernel_source
 
 VIEWS = (P.reshape_p, P.squeeze_p, P.expand_dims_p)  # the operand's elements in the same order
 REDUCTIONS = (P.reduce_sum_p, P.reduce_prod_p, P.reduce_max_p, P.reduce_min_p)
@@ -157,6 +157,10 @@ class GroupWriter(KernelParams):
             depth += 1
         if depth == 0:  # (one element: a block of its own, for its own e)
             heads, depth = ["{"], 1
+        else:  # each element's work is its own (a work-group splits these loops over its work-items):
+            #    the innermost loop vectorizes though its reads and writes share a scratch buffer
+            heads.insert(-1, "    " * (depth - 1) + "#pragma clang loop vectorize(assume_safety)")
+            self.helpers.add(QUIET_LOOP_HINTS)
         flat = _flat([f"q{k}" for k in range(len(shape))], shape)
         inner = "    " * depth
         self.lines += heads + [f"{inner}const long e = {flat};"] + [inner + line for line in body]

@@ -43,7 +43,7 @@ from ...core import Literal
 from ...primitives import control
 from ...transforms.optimize import shape_size
 from .fusion import CTYPE, ExprWriter, compute_type, fusable
-from .lowerings import Lowered
+from .lowerings import QUIET_LOOP_HINTS, Lowered
 
 # A scan's launch runs at most this many lane-equations (lanes x steps x body equations): a longer
 # scan is several launches over consecutive steps (~10-50 ms each on a CPU device), at most two in
@@ -572,4 +572,4 @@ class _Writer(KernelParams):
         else:
             text = self.interleaved(head, carried, header, tail)
         name = f"lane_{eqn.primitive.name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-        return f"\n__kernel void {name}{text}", name
+        return f"\n{QUIET_LOOP_HINTS if self.per > 1 else ''}__kernel void {name}{text}", name

@@ -25,6 +25,9 @@ LOWERINGS: dict = {}  # Primitive -> its lowering
 # launch and a wait
 SMALL_ON_HOST: dict = {}
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"  # first line of every program
+# Before a kernel with loop hints (vectorize, unroll): clang's remark that it could not apply one is
+# about speed, not a fault, and the driver's build log would reach the user as a warning
+QUIET_LOOP_HINTS = '#ifdef __clang__\n#pragma clang diagnostic ignored "-Wpass-failed"\n#endif\n'
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The sources live in the repository's top-level ``cl_kernels/``; setup.py installs them as the
