@@ -52,9 +52,10 @@ CHUNK_WORK = 1 << 26
 # A lane loop over fewer lanes than this is one compute unit's work (``Lowered.one_unit``: it runs
 # on the in-thread device, and inside a program compiled whole); one over more spreads over the cores.
 SPREAD_LANES = 512
-# ... and such a scan's work-item runs up to this many vectors of lanes, interleaved in each step: one
-# core then has that many independent chains of arithmetic in flight, where vectors in work-items
-# of their own ran one after another, each a chain the processor waits on at every operation
+# ... and such a scan of at most this many vectors of lanes runs them all on one work-item, interleaved
+# in each step: one core then has that many independent chains of arithmetic in flight, where
+# vectors in work-items of their own ran one after another, each a chain the processor waits on at
+# every operation (more vectors keep a work-item each: the body copied per vector costs compile time)
 INTERLEAVE = 8
 
 # equations whose output is their operand's value in every lane (a broadcast of a uniform value to
@@ -340,7 +341,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
         return why
     vec = _vector_width(rt, eqn, n)
     items = -(-n // vec)
-    per = min(INTERLEAVE, items) if vec > 1 and n < SPREAD_LANES and loop.length is not None else 1
+    per = items if vec > 1 and n < SPREAD_LANES and loop.length is not None and items <= INTERLEAVE else 1
     writer = _Writer(loop, lanes, tables, vec, pred_lanes, per)
     source, name = writer.source(eqn)
     # buffers: equation inputs by position; closed-over arrays, literal initial carries and the
@@ -405,8 +406,8 @@ class _Writer(KernelParams):
     """The OpenCL C of one lane loop.  Vector g's lanes are l .. l + vec - 1, l = min(g vec, n - vec):
     the last vector's window may overlap its neighbour's (every read in bounds, every lane a real
     one, so a while's lanes all stop), and it stores only its own lanes, from ``skip`` on.  A
-    work-item runs ``per`` vectors, interleaved in each step (a scan's: ``INTERLEAVE``), the
-    carries of each in private arrays; the last work-item's surplus vectors repeat the last one."""
+    work-item runs ``per`` vectors, interleaved in each step (a scan's, up to ``INTERLEAVE``), the
+    carries of each in private arrays."""
 
     def __init__(self, loop: _Loop, lanes: tuple, tables: set, vec: int, pred_lanes: bool, per: int = 1):
         self.loop, self.lanes, self.tables, self.vec, self.pred_lanes = loop, lanes, tables, vec, pred_lanes
@@ -484,13 +485,14 @@ class _Writer(KernelParams):
             w.emit(e, "")
 
     def interleaved(self, head: list, carried: list, header: str, tail: list) -> str:
-        """The kernel's parameters and body where a work-item runs ``per`` vectors: each step runs
+        """The kernel's parameters and body where its one work-item runs all ``per`` vectors: each step runs
         the body once per vector (its window, consts and carries), the carries kept in arrays, the
         loop over the vectors unrolled (the arrays then live in registers)."""
         loop, w, per = self.loop, self.w, self.per
         items = -(-self.n // self.vec)
-        window = ("#pragma unroll", f"for (int j = 0; j < {per}; j++) {{", f"    const long g = min(first + j, {items - 1}L), "
-                  f"l = min(g * {self.vec}, {self.n - self.vec}L);", f"    const int skip = (int)(g * {self.vec} - l);")
+        window = ("#pragma unroll", f"for (int j = 0; j < {per}; j++) {{",
+                  f"    const long g = j, l = min(g * {self.vec}, {self.n - self.vec}L);",
+                  f"    const int skip = (int)(g * {self.vec} - l);")
         vtypes = [w.vtype(self.ctype(new.aval.dtype)) for _, _, new in loop.carries]
         arrays = [f"{t} c{k}_[{per}];" for k, t in enumerate(vtypes)]
         keep = [f"    c{k}_[j] = c{k};" for k in range(len(vtypes))]
@@ -499,7 +501,6 @@ class _Writer(KernelParams):
         body = [*window, *inner(head), *fetch, *inner(w.lines), *keep, "}"]
         lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
         return f"""({', '.join(self.params)}) {{
-    const long first = get_global_id(0) * {per};
     {lines(arrays + [*window, *inner(head + carried), *keep, "}"], 4)}
     {header}
         {lines(body, 8)}
