@@ -489,7 +489,6 @@ class _Writer(KernelParams):
         the body once per vector (its window, consts and carries), the carries kept in arrays, the
         loop over the vectors unrolled (the arrays then live in registers)."""
         loop, w, per = self.loop, self.w, self.per
-        items = -(-self.n // self.vec)
         window = ("#pragma unroll", f"for (int j = 0; j < {per}; j++) {{",
                   f"    const long g = j, l = min(g * {self.vec}, {self.n - self.vec}L);",
                   f"    const int skip = (int)(g * {self.vec} - l);")
