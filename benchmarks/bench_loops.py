@@ -23,7 +23,8 @@ the vmap over 256 and the moving average) run on PoCL's in-thread ``basic`` devi
 ``pthread`` (``backends/opencl/in_thread.py``); pinned, ``basic`` is the only device.
 
 Each row: how functrace runs the program's loops (from the compile report), the first call (trace,
-compile, run, on numpy inputs; the driver's disk cache warm after the first run of the script), the
+compile, run, on numpy inputs, before anything else of the row: the driver's disk cache warm after
+the first run of the script; the first row's also pays the process's first OpenCL use), the
 median of the steady-state calls on inputs put on the device (``device_put``: a loop passing its
 state), and the same for JAX, the two contenders' calls timed in turns (``steady_medians``); values
 checked equal first.
@@ -178,8 +179,8 @@ def main():
           "| steady ratio |")
     print("|---|---|---|---|---|---|---|")
     for name, (f, args, rtol) in ft_programs.items():
-        compiled = ft.jit(f).lower(*args).compile()
         ft_first, ft_call = first_call(lambda f=f: ft.jit(f), args, ft.block_until_ready, ft.device_put)
+        compiled = ft.jit(f).lower(*args).compile()  # (after the first call: its program is built by then)
         want = [np.asarray(x) for x in ft.tree_util.tree_leaves(ft.jit(f, backend="numpy")(*args))]
         got = [np.asarray(x) for x in ft.tree_util.tree_leaves(ft.jit(f)(*args))]
         for g, w in zip(got, want):
