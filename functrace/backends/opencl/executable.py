@@ -191,7 +191,8 @@ def _pooled_alloc(rt: Runtime, queue, pool: dict, shape, dtype) -> Array:
         arr = Array(rt, buffer, shape, dtype, host)
     else:
         arr = rt.empty(shape, dtype)
-    arr._recycle = pool.setdefault(key, [])
+        free = pool.setdefault(key, [])
+    arr._recycle = free
     return arr
 
 
