@@ -807,8 +807,7 @@ class GroupWriter(KernelParams):
         text = "".join(sorted(self.helpers)) + f"""
 __kernel void @({', '.join(params + bounds)}) {{
     const long lid = {"get_local_id(0), items = get_local_size(0)" if self.group > 1 else "0"};{self.rows_header()}
-    {lines(self.decls)}
-    {lines(self.lines)}
+    {lines(self.decls + self.lines)}
 }}"""
         name = f"group_{what}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
         return "\n" + text.replace("__kernel void @(", f"__kernel void {name}("), name
