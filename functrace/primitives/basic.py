@@ -847,7 +847,9 @@ concatenate_p.batch = _concat_batch
 dot_general_p = new_primitive("dot_general")
 
 
-def _dot_dims(lhs_ndim, rhs_ndim, dimension_numbers):
+def dot_dims(lhs_ndim, rhs_ndim, dimension_numbers):
+    """A product's (lhs contracting, rhs contracting, lhs batch, rhs batch, lhs free, rhs free)
+    dimensions: the output is batch, then lhs free, then rhs free."""
     (lc, rc), (lb, rb) = dimension_numbers
     lf = tuple(i for i in range(lhs_ndim) if i not in lc and i not in lb)
     rf = tuple(i for i in range(rhs_ndim) if i not in rc and i not in rb)
@@ -871,7 +873,7 @@ def _dot_plan(x_shape: tuple, y_shape: tuple, dimension_numbers) -> Callable:
             return (lambda x, y: np.dot(x.T, y.T)) if len(y_shape) == 2 and rc[0] == 1 else \
                 (lambda x, y: np.dot(x.T, y))
         return (lambda x, y: np.dot(x, y.T)) if len(y_shape) == 2 and rc[0] == 1 else np.dot
-    lc, rc, lb, rb, lf, rf = _dot_dims(len(x_shape), len(y_shape), dimension_numbers)
+    lc, rc, lb, rb, lf, rf = dot_dims(len(x_shape), len(y_shape), dimension_numbers)
     lfs = tuple(x_shape[i] for i in lf)
     rfs = tuple(y_shape[i] for i in rf)
     k = math.prod(x_shape[i] for i in lc)
@@ -897,7 +899,7 @@ def _as_matrix(order: tuple, shape: tuple) -> Callable:
 
 
 def _dot_abstract(a, b, *, dimension_numbers):
-    lc, rc, lb, rb, lf, rf = _dot_dims(len(a.shape), len(b.shape), dimension_numbers)
+    lc, rc, lb, rb, lf, rf = dot_dims(len(a.shape), len(b.shape), dimension_numbers)
     if a.dtype != b.dtype:
         raise DtypeError(f"dot_general: operand dtypes differ ({a.dtype.name} vs {b.dtype.name}) "
                          f"{user_frame_description()}")
@@ -912,7 +914,7 @@ def _dot_abstract(a, b, *, dimension_numbers):
 def _dot_transpose_lhs(g, ans, x, y, *, dimension_numbers):
     # d x = g (over rhs-free dims) . y ; result is (batch, lhs-free, rhs-contract sorted) -> x layout
     x_ndim, y_ndim = len(shape_of(x)), len(shape_of(y))
-    lc, rc, lb, rb, lf, rf = _dot_dims(x_ndim, y_ndim, dimension_numbers)
+    lc, rc, lb, rb, lf, rf = dot_dims(x_ndim, y_ndim, dimension_numbers)
     nb, nlf = len(lb), len(lf)
     g_rf = tuple(range(nb + nlf, nb + nlf + len(rf)))
     res = dot_general(g, y, ((g_rf, rf), (tuple(range(nb)), rb)))
@@ -931,7 +933,7 @@ def _dot_transpose_rhs(g, ans, x, y, *, dimension_numbers):
     # d y = x . g (over lhs-free dims); result is (batch, lhs-contract sorted, rhs-free) -> y layout,
     # which for the usual (K, N) weight is already y's layout (no transpose)
     x_ndim, y_ndim = len(shape_of(x)), len(shape_of(y))
-    lc, rc, lb, rb, lf, rf = _dot_dims(x_ndim, y_ndim, dimension_numbers)
+    lc, rc, lb, rb, lf, rf = dot_dims(x_ndim, y_ndim, dimension_numbers)
     nb, nlf, nlc = len(lb), len(lf), len(lc)
     g_lf = tuple(range(nb, nb + nlf))
     res = dot_general(x, g, ((lf, g_lf), (lb, tuple(range(nb)))))

@@ -23,7 +23,7 @@ from ...primitives import random_bits
 from ...transforms.optimize import shape_size
 from . import loops
 from .fusion import fusable
-from .group_writer import INDEXED, LOOPS, REDUCTIONS, VIEWS, GroupWriter, branches, program_outputs
+from .group_writer import INDEXED, LOOPS, REDUCTIONS, VIEWS, GroupWriter, branches, contraction, program_outputs
 from .loops import (
     describe_loop,
     dtypes_reason,
@@ -90,8 +90,7 @@ def _work(eqns: list) -> tuple[int, int]:
         n = shape_size(e.out_vars[0].aval.shape)
         largest = max(largest, n)
         if e.primitive is P.dot_general_p:
-            (lc, _), _ = e.params["dimension_numbers"]
-            n *= shape_size([e.inputs[0].aval.shape[d] for d in lc])
+            n *= shape_size(contraction(e))
         elif e.primitive in REDUCTIONS or e.primitive in (P.argmax_p, P.argmin_p):
             n = shape_size(e.inputs[0].aval.shape)
         work += n
@@ -200,9 +199,8 @@ def _row_axis(e, batched: dict, rows: int):
         before = shape_size(e.inputs[0].aval.shape[:k])
         found = next((j for j in range(len(shape)) if shape[j] == rows and shape_size(shape[:j]) == before), None)
     elif prim is P.dot_general_p:
-        (lc, rc), (lb, rb) = p["dimension_numbers"]
-        lf = [d for d in range(len(e.inputs[0].aval.shape)) if d not in lc and d not in lb]
-        rf = [d for d in range(len(e.inputs[1].aval.shape)) if d not in rc and d not in rb]
+        _, _, lb, rb, lf, rf = P.dot_dims(len(e.inputs[0].aval.shape), len(e.inputs[1].aval.shape),
+                                          p["dimension_numbers"])
         if 0 in ins and ins[0] in lb:  # a batch dimension of the product (the other operand's row too)
             pos = lb.index(ins[0])
             found = pos if ins.get(1, rb[pos]) == rb[pos] else None

@@ -178,6 +178,10 @@ class GroupWriter(KernelParams):
         """Is ``var`` a batched value (a work-group computes its own rows of it)?"""
         return self.rows is not None and type(var) is not Literal and var in self.batched
 
+    def rows_axis(self, var) -> int | None:
+        """The axis of batched ``var``'s rows (None: not batched)."""
+        return self.batched[var] if self.is_rows(var) else None
+
     def for_each(self, n: int, body: list, var=None, force: bool = False) -> None:
         """``body`` for this work-item's elements e of an array of ``n``: of the work-group's own
         rows only where ``var`` is batched (or, ``force``, a loop output split by rows at axis 0)."""
@@ -433,23 +437,21 @@ class GroupWriter(KernelParams):
         return acc
 
     def dot(self, e, c: list) -> str:
-        x = e.inputs[0]
         ct = self.ctype(e.out_vars[0].aval.dtype)
         acc = f"a{self.count}"
         self.count += 1
         self.lines.append(f"{ct} {acc} = 0;")
-        self.loop_over([x.aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
-                       lambda kc: self.lines.append(f"{acc} += {self.product_term(e, c, kc)};"))
+        self.loop_over(contraction(e), lambda kc: self.lines.append(f"{acc} += {self.product_term(e, c, kc)};"))
         return acc
 
     def dot_block(self, e) -> tuple | None:
         """(axis, outputs) of ``emit_dot_blocked`` for the product ``e`` on one work-item: its
         innermost output axis that is not the batched one and that ``_DOT_BLOCKS`` divides, and
         that number; None for a product of one term per output or without such an axis."""
-        if shape_size([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]]) < 2:
+        if shape_size(contraction(e)) < 2:
             return None
         out = e.out_vars[0]
-        rows_axis = self.batched.get(out) if self.is_rows(out) else None
+        rows_axis = self.rows_axis(out)
         for k in reversed(range(len(out.aval.shape))):
             n = out.aval.shape[k]
             block = next((b for b in _DOT_BLOCKS if n % b == 0), None)
@@ -465,7 +467,7 @@ class GroupWriter(KernelParams):
         one over the work-group's rows."""
         out = e.out_vars[0]
         shape = tuple(out.aval.shape)
-        rows_axis = self.batched.get(out) if self.is_rows(out) else None
+        rows_axis = self.rows_axis(out)
         self.storage(out)
         ct = self.ctype(out.aval.dtype)
         heads = [f"for (long q{k} = {'lo' if k == rows_axis else 0}; q{k} < {'hi' if k == rows_axis else n}; q{k}++) {{"
@@ -476,9 +478,8 @@ class GroupWriter(KernelParams):
         acc = f"a{self.count}"
         self.count += 1
         outer, self.lines = self.lines, [f"{ct} {acc}_{b} = 0;" for b in range(block)]
-        self.loop_over([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
-                       lambda kc: self.lines.extend(f"{acc}_{b} += {self.product_term(e, c, kc)};"
-                                                   for b, c in enumerate(coords)))
+        self.loop_over(contraction(e), lambda kc: self.lines.extend(f"{acc}_{b} += {self.product_term(e, c, kc)};"
+                                                                     for b, c in enumerate(coords)))
         body = self.lines + [self.store(out, _flat(c, shape), f"{acc}_{b}") for b, c in enumerate(coords)]
         depth = len(heads)
         self.lines = outer + ["    " * d + h for d, h in enumerate(heads)] + ["    " * depth + line for line in body] \
@@ -489,9 +490,7 @@ class GroupWriter(KernelParams):
         """The term of ``dot_general`` ``e`` for its output at coordinates ``c`` and its
         contraction at coordinates ``kc``: the product of the two operands' elements there."""
         x, y = e.inputs
-        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
-        lf = [d for d in range(len(x.aval.shape)) if d not in lc and d not in lb]
-        rf = [d for d in range(len(y.aval.shape)) if d not in rc and d not in rb]
+        lc, rc, lb, rb, lf, rf = P.dot_dims(len(x.aval.shape), len(y.aval.shape), e.params["dimension_numbers"])
         nb = len(lb)
         xi, yi = [None] * len(x.aval.shape), [None] * len(y.aval.shape)
         for k, (dl, dr) in enumerate(zip(lb, rb)):
@@ -515,9 +514,8 @@ class GroupWriter(KernelParams):
         self.storage(out)
         self.for_each(n, [self.store(out, "e", "0")], out)
         c = self.coords("e", shape)
-        self.loop_over([e.inputs[0].aval.shape[d] for d in e.params["dimension_numbers"][0][0]],
-                       lambda kc: self.for_each(n, [self.store(out, "e", f"{self.read(out)} + {self.product_term(e, c, kc)}")],
-                                                out))
+        self.loop_over(contraction(e), lambda kc: self.for_each(
+            n, [self.store(out, "e", f"{self.read(out)} + {self.product_term(e, c, kc)}")], out))
         self.dirty.add(self.owner[out])
 
     def running(self, e, c: list) -> str:
@@ -862,21 +860,25 @@ __kernel void @({', '.join(params + bounds)}) {{
 _DOT_BLOCKS = (8, 4, 2)  # outputs a work-item sums at once in ``emit_dot_blocked`` (the first dividing the axis)
 
 
+def contraction(e) -> list:
+    """The extents of the product ``e``'s contracting dimensions (its terms per output, as a shape)."""
+    x = e.inputs[0]
+    return [x.aval.shape[d] for d in e.params["dimension_numbers"][0][0]]
+
+
 def _by_terms(e) -> bool:
     """Does the product ``e`` run faster by terms (``GroupWriter.emit_dot_by_terms``) on one
     work-item: it has more than one term per output, and its operands' elements along the
     output's innermost axis lie next to each other (that axis is the last of each operand it
     indexes), so the loop over it vectorizes.  Else each output sums in a private accumulator."""
     x, y = e.inputs
-    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
-    if shape_size([x.aval.shape[d] for d in lc]) < 2:
+    if shape_size(contraction(e)) < 2:
         return False
     shape = e.out_vars[0].aval.shape
     inner = max((k for k, n in enumerate(shape) if n > 1), default=None)
     if inner is None:
         return False
-    lf = [d for d in range(len(x.aval.shape)) if d not in lc and d not in lb]
-    rf = [d for d in range(len(y.aval.shape)) if d not in rc and d not in rb]
+    _, _, lb, rb, lf, rf = P.dot_dims(len(x.aval.shape), len(y.aval.shape), e.params["dimension_numbers"])
     if inner < len(lb):
         dims = [(x, lb[inner]), (y, rb[inner])]
     elif inner < len(lb) + len(lf):
