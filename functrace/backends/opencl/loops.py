@@ -342,6 +342,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
     vec = _vector_width(rt, eqn, n)
     items = -(-n // vec)
     per = items if vec > 1 and n < SPREAD_LANES and loop.length is not None and items <= INTERLEAVE else 1
+    work_items = -(-items // per)
     writer = _Writer(loop, lanes, tables, vec, pred_lanes, per)
     source, name = writer.source(eqn)
     # buffers: equation inputs by position; closed-over arrays, literal initial carries and the
@@ -362,7 +363,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
         totals = {k: ctx.alloc(lanes, outs[k].dtype) for k in sums}  # the summed carries' lane totals
         targets = [totals.get(k, o) for k, o in enumerate(outs[:len(loop.carries)])]
         launch_chunks(ctx, ctx.kernels[name], buffers, carried, targets, outs[len(targets):], loop, starts, chunk,
-                      (-(-items // per),), None)
+                      (work_items,), None)
         if sums:
             args = [a for k, i in zip(sums, sum_inits)
                     for a in (inputs[i] if isinstance(i, int) else i, totals[k], outs[k])]
@@ -374,7 +375,6 @@ def lane_loop(eqn, rt) -> Lowered | str:
     what = f"{steps} steps" if loop.length is not None else \
         "each until its lanes' predicates are false" if pred_lanes else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
-    work_items = -(-items // per)
     each = f" of {vec} lanes" if vec > 1 else ""
     if per > 1:
         each = f" each running {per} vectors{each} interleaved"
@@ -484,19 +484,25 @@ class _Writer(KernelParams):
         else:
             w.emit(e, "")
 
+    def window(self, g: str) -> list:
+        """Lines naming vector ``g`` (C expression ``g``), its first lane ``l`` and, in vectors, its
+        first lane another vector does not store (``skip``)."""
+        if self.vec == 1:
+            return [f"const long g = {g}, l = g;"]
+        return [f"const long g = {g}, l = min(g * {self.vec}, {self.n - self.vec}L);",
+                f"const int skip = (int)(g * {self.vec} - l);"]
+
     def interleaved(self, head: list, carried: list, header: str, tail: list) -> str:
         """The kernel's parameters and body where its one work-item runs all ``per`` vectors: each step runs
         the body once per vector (its window, consts and carries), the carries kept in arrays, the
         loop over the vectors unrolled (the arrays then live in registers)."""
         loop, w, per = self.loop, self.w, self.per
-        window = ("#pragma unroll", f"for (int j = 0; j < {per}; j++) {{",
-                  f"    const long g = j, l = min(g * {self.vec}, {self.n - self.vec}L);",
-                  f"    const int skip = (int)(g * {self.vec} - l);")
+        inner = lambda ls: ["    " + line for line in ls]
+        window = ["#pragma unroll", f"for (int j = 0; j < {per}; j++) {{", *inner(self.window("j"))]
         vtypes = [w.vtype(self.ctype(new.aval.dtype)) for _, _, new in loop.carries]
         arrays = [f"{t} c{k}_[{per}];" for k, t in enumerate(vtypes)]
         keep = [f"    c{k}_[j] = c{k};" for k in range(len(vtypes))]
         fetch = [f"    {t} c{k} = c{k}_[j];" for k, t in enumerate(vtypes)]
-        inner = lambda ls: ["    " + line for line in ls]
         body = [*window, *inner(head), *fetch, *inner(w.lines), *keep, "}"]
         lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
         return f"""({', '.join(self.params)}) {{
@@ -558,12 +564,8 @@ class _Writer(KernelParams):
             header = "for (;;) {"
         lines = lambda ls, indent: ("\n" + " " * indent).join(ls)
         if self.per == 1:
-            window = "const long g = get_global_id(0), l = g;" if vec == 1 else \
-                (f"const long g = get_global_id(0), l = min(g * {vec}, {n - vec}L);\n"
-                 f"    const int skip = (int)(g * {vec} - l);")
             text = f"""({', '.join(self.params)}) {{
-    {window}
-    {lines(head + carried, 4)}
+    {lines(self.window("get_global_id(0)") + head + carried, 4)}
     {header}
         {lines(w.lines, 8)}
     }}
