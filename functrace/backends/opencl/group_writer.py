@@ -148,13 +148,8 @@ class GroupWriter(KernelParams):
         """``body`` for every element ``e`` of an array of ``shape`` on one work-item: a loop per
         axis (counters ``q0``, ``q1``, ... as ``coords`` names them; the rows ``lo`` .. ``hi`` - 1
         along a batched ``axis``), ``e`` the flat index."""
-        heads, depth = [], 0
-        for k, n in enumerate(shape):
-            if n == 1:
-                continue
-            lo, hi = ("lo", "hi") if k == axis else ("0", str(n))
-            heads.append("    " * depth + f"for (long q{k} = {lo}; q{k} < {hi}; q{k}++) {{")
-            depth += 1
+        heads = ["    " * d + h for d, h in enumerate(_axis_loops(shape, axis))]
+        depth = len(heads)
         if depth == 0:  # (one element: a block of its own, for its own e)
             heads, depth = ["{"], 1
         else:  # each element's work is its own (a work-group splits these loops over its work-items):
@@ -470,8 +465,7 @@ class GroupWriter(KernelParams):
         rows_axis = self.rows_axis(out)
         self.storage(out)
         ct = self.ctype(out.aval.dtype)
-        heads = [f"for (long q{k} = {'lo' if k == rows_axis else 0}; q{k} < {'hi' if k == rows_axis else n}; q{k}++) {{"
-                 for k, n in enumerate(shape) if n > 1 and k != axis]
+        heads = _axis_loops(shape, rows_axis, skip=axis)
         heads.append(f"for (long q{axis} = 0; q{axis} < {shape[axis]}; q{axis} += {block}) {{")
         coords = [[(f"(q{k} + {b})" if k == axis else "0" if n == 1 else f"q{k}") for k, n in enumerate(shape)]
                   for b in range(block)]
@@ -858,6 +852,14 @@ __kernel void @({', '.join(params + bounds)}) {{
 
 
 _DOT_BLOCKS = (8, 4, 2)  # outputs a work-item sums at once in ``emit_dot_blocked`` (the first dividing the axis)
+
+
+def _axis_loops(shape: tuple, rows_axis: int | None, skip: int | None = None) -> list:
+    """The heads of one loop per axis of ``shape`` but those of extent 1 (and ``skip``), counter
+    ``q<axis>``, outermost first; along ``rows_axis`` over the work-group's rows ``lo`` .. ``hi`` - 1
+    (an empty axis keeps its loop: its counter is named, the body never runs)."""
+    return [f"for (long q{k} = {'lo' if k == rows_axis else 0}; q{k} < {'hi' if k == rows_axis else n}; q{k}++) {{"
+            for k, n in enumerate(shape) if n != 1 and k != skip]
 
 
 def contraction(e) -> list:
