@@ -539,6 +539,16 @@ def test_products_in_a_body_in_each_form_one_work_item_writes(case, dtype, kind)
                  **tolerances)
 
 
+def test_a_blocked_product_with_an_empty_axis():
+    """A product written in blocks of outputs along one axis while another is empty (16 x 0): its
+    kernel builds (the empty axis's loop names its counter) and gives numpy's values."""
+    w, h0, xs = np.ones((16, 16)), np.ones((0, 16)), np.ones((3, 0, 16))
+
+    def f(w, h0, xs):
+        return lax.scan(lambda h, x: (h + x, fnp.sum(lax.dot_general(w, h, (((1,), (1,)), ((), ()))))), h0, xs)
+    _check_group(f, (w, h0, xs), has={"dot_general"}, exact=True)
+
+
 def test_carries_updated_in_place_and_carries_that_must_not_be():
     """On one work-item a carry's new value from an elementwise run is written in the carry's own
     storage when nothing reads the old value after it; a carry read after its new value is made
