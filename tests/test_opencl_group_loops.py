@@ -635,14 +635,22 @@ def extrema(m0, n0, xs):  # per-row argmax, a scalar argmin and integer reductio
         n = ((n * 3 + fnp.sum(n, axis=1, keepdims=True) - fnp.max(n, axis=0)) % 101 - 50).astype(np.int32)
         return (m, n), (fnp.argmax(m, axis=1), fnp.argmin(x), fnp.min(n, axis=1))
     return lax.scan(step, (m0, n0), xs)
+def products(w, h0, xs):  # one work-item's forms: a block of outputs (w @ h), by terms (h @ w), a carry in place
+    def step(c, x):
+        h, g = c
+        h = fnp.tanh(w @ h + x)
+        g = g * 0.5 + h @ w
+        return (h, g), fnp.sum(g)
+    return lax.scan(step, (h0, h0 * 2), xs)
 rng = np.random.default_rng(0)
 f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
 cases = ((matvec, (f32(19, 19) * 0.3, f32(19), f32(4, 19))), (newton, (rng.uniform(1, 4, 19).astype(np.float32),)),
          (indexed, (f32(19), f32(4, 5))), (ft.value_and_grad(loss), (f32(13, 13) * 0.3, f32(13), f32(4, 13))),
-         (extrema, (f32(5, 7), rng.integers(-20, 20, (5, 7)).astype(np.int32), f32(4, 5, 7))))
+         (extrema, (f32(5, 7), rng.integers(-20, 20, (5, 7)).astype(np.int32), f32(4, 5, 7))),
+         (products, (f32(16, 16) * 0.3, f32(16), f32(4, 16))))
 for g, args in [cases[int(sys.argv[1])]]:
     c = ft.jit(g).lower(*args).compile()
-    assert "one work-group of 8 work-items" in c.report() and "not compiled whole" not in c.report(), c.report()
+    assert f"one work-group of {sys.argv[2]}" in c.report() and "not compiled whole" not in c.report(), c.report()
     got = ft.tree_util.tree_leaves(c(*args))
     want = ft.tree_util.tree_leaves(ft.jit(g, backend="numpy")(*args))
     for x, y in zip(got, want):
@@ -652,21 +660,24 @@ print("OK")
 
 
 _OCLGRIND_CASES = ["matvec scan", "while of a reduced predicate", "take and scatter", "grad of a scalar-carry scan",
-                   "arg extrema and int reductions"]
+                   "arg extrema and int reductions", "products in blocks and by terms, a carry in place"]
 
 
 @requires_oclgrind
-@pytest.mark.parametrize("kind", ["gpu"], indirect=True)  # (the cpu kind's one work-item has no barriers to check)
+@pytest.mark.parametrize("kind", ["gpu", "cpu"], indirect=True)
 @pytest.mark.parametrize("case", _OCLGRIND_CASES)
 @pytest.mark.parametrize("uninitialized", [False, True], ids=["races", "uninitialized"])
 def test_work_group_loops_run_clean_on_oclgrind(kind, case, uninitialized):  # noqa: F811
-    """Work-group loops (and a program compiled whole around one) on Oclgrind's device, gpu kind,
-    work-groups of at most 8 work-items (several elements per work-item, barriers between them): no
-    race, no access out of bounds, no API error, no read of an uninitialized value, numpy's values.
-    One case per process (as test_opencl_loops_whole's), on the gpu kind only."""
+    """Work-group loops (and a program compiled whole around one) on Oclgrind's device: the gpu kind
+    with work-groups of at most 8 work-items (several elements per work-item, barriers between
+    them), the cpu kind with one work-item (products in blocks or by terms, carries in place, loops
+    marked safe to vectorize) and 2 KB of local memory (the rest in global scratch): no race, no
+    access out of bounds, no API error, no read of an uninitialized value, numpy's values.  One case
+    per process (as test_opencl_loops_whole's)."""
     index = str(_OCLGRIND_CASES.index(case))
-    run = run_python(_OCLGRIND_PROGRAM, index, kind="gpu", max_work_group_size=8, uninitialized=uninitialized,
-                     timeout=600)
+    items, local = ("8 work-items", None) if kind == "gpu" else ("1 work-item", 2048)
+    run = run_python(_OCLGRIND_PROGRAM, index, items, kind=kind, max_work_group_size=8, local_mem_size=local,
+                     uninitialized=uninitialized, timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
     assert not run.reports, "\n\n".join(run.reports[:3])
 
@@ -676,6 +687,7 @@ import sys
 import numpy as np, functrace as ft, functrace.numpy as fnp
 from functrace.backends.opencl import group_loops
 group_loops.ROWS_WORK = 1
+group_loops.compute_units = lambda rt: 3  # (the cpu kind: a work-group per compute unit; Oclgrind's device has one)
 lax = ft.lax
 rng = np.random.default_rng(1)
 w = rng.standard_normal((19, 19)).astype(np.float32) * 0.3
@@ -684,11 +696,17 @@ def rnn(h0, xs):
 def newton(a):
     return lax.while_loop(lambda c: (fnp.max(fnp.abs(c[0] * c[0] - a)) > 1e-4 * fnp.max(a)) & (c[1] < 30),
                           lambda c: (c[0] - (c[0] * c[0] - a) / (2.0 * c[0]), c[1] + 1), (a + 1.0, 0))
+v = rng.standard_normal((16, 16)).astype(np.float32) * 0.3
+def loss(u, x, t):  # its gradient's reverse scan reads the residuals per member (batched xs)
+    return fnp.mean((lax.scan(lambda h, x: (fnp.tanh(v @ h + u * x), None), fnp.zeros(16, np.float32), x)[0] - t) ** 2)
 cases = [(ft.vmap(rnn), (rng.standard_normal((5, 19)).astype(np.float32), rng.standard_normal((5, 3, 19)).astype(np.float32))),
-         (ft.vmap(newton), (rng.uniform(1, 4, (5, 19)).astype(np.float32) * np.float32([[1], [10], [100], [1e3], [1e4]]),))]
+         (ft.vmap(newton), (rng.uniform(1, 4, (5, 19)).astype(np.float32) * np.float32([[1], [10], [100], [1e3], [1e4]]),)),
+         (ft.vmap(ft.value_and_grad(loss), in_axes=(None, 0, 0)),
+          (rng.standard_normal(16).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32),
+           rng.standard_normal((5, 16)).astype(np.float32)))]
 g, args = cases[int(sys.argv[1])]
 c = ft.jit(g).lower(*args).compile()
-assert "5 work-groups of 8 work-items" in c.report(), c.report()
+assert sys.argv[2] in c.report(), c.report()
 for x, y in zip(ft.tree_util.tree_leaves(c(*args)), ft.tree_util.tree_leaves(ft.jit(g, backend="numpy")(*args))):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 print("OK")
@@ -696,15 +714,18 @@ print("OK")
 
 
 @requires_oclgrind
-@pytest.mark.parametrize("kind", ["gpu"], indirect=True)
-@pytest.mark.parametrize("case", ["vmapped matvec scan", "vmapped while"])
+@pytest.mark.parametrize("kind", ["gpu", "cpu"], indirect=True)
+@pytest.mark.parametrize("case", ["vmapped matvec scan", "vmapped while", "vmapped gradient of a scan"])
 @pytest.mark.parametrize("uninitialized", [False, True], ids=["races", "uninitialized"])
 def test_a_work_group_per_member_runs_clean_on_oclgrind(kind, case, uninitialized):  # noqa: F811
-    """vmap of work-group loops as a work-group per member (5 work-groups of 8 work-items, each its
-    member's rows in the shared global scratch, a while's work-groups stopping on their own): no race
-    within or across work-groups, no access out of bounds, no uninitialized read, numpy's values."""
-    index = str(["vmapped matvec scan", "vmapped while"].index(case))
-    run = run_python(_OCLGRIND_ROWS, index, kind="gpu", max_work_group_size=8, uninitialized=uninitialized,
+    """vmap of work-group loops as a work-group per member (the gpu kind: 5 work-groups of 8
+    work-items; the cpu kind: 3 work-groups of one work-item, its products in blocks or by terms; each
+    its members' rows in the shared global scratch, a while's work-groups stopping on their own, a
+    gradient's reverse scan reading its residuals per member): no race within or across
+    work-groups, no access out of bounds, no uninitialized read, numpy's values."""
+    index = str(["vmapped matvec scan", "vmapped while", "vmapped gradient of a scan"].index(case))
+    shape = "5 work-groups of 8 work-items" if kind == "gpu" else "3 work-groups of 1 work-item"
+    run = run_python(_OCLGRIND_ROWS, index, shape, kind=kind, max_work_group_size=8, uninitialized=uninitialized,
                      timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]
     assert not run.reports, "\n\n".join(run.reports[:3])
