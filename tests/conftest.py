@@ -52,3 +52,15 @@ def matmul_warm_up_in_line():
     from functrace.backends.opencl import matmul
     matmul.BACKGROUND_WARM_UP = False
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def lean_builds_never_fall_back():
+    """Every program the suite builds on PoCL builds with the declarations of the builtins it
+    calls (``backends/opencl/lean_header``): a lean build that failed (and was built in full) fails
+    the session, saying which."""
+    yield
+    from functrace.backends.opencl import runtime
+    failures = [f"{rt.name}: {rt.lean_header_failure}" for rt in runtime._state.get("runtimes", {}).values()
+                if rt is not None and rt.lean_header_failure]
+    assert not failures, f"lean builds fell back to the whole opencl-c.h: {failures}"

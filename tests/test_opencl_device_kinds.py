@@ -359,10 +359,10 @@ def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
     verdicts = []
     monkeypatch.setattr(cl_runtime, "_read_verdict", lambda device, kind: None)  # measure afresh
     monkeypatch.setattr(cl_runtime, "_keep_verdict", lambda device, kind, verdict: verdicts.append(verdict))
-    measured = cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
+    measured = cl_runtime.native_trig_accurate(rt)
     assert verdicts == ["accurate" if measured else "inaccurate"]
     monkeypatch.setattr(cl_runtime, "NATIVE_TRIG_ERROR", 1e-12)  # a bound no approximation meets
-    assert not cl_runtime.native_trig_accurate(rt.context, rt.queue, rt.device)
+    assert not cl_runtime.native_trig_accurate(rt)
     assert verdicts[-1] == "inaccurate"
     cpu, gpu = make_policy("cpu"), make_policy("gpu")
     assert NATIVE_TRIG_PREFIX in cpu.program_source("", native_trig=True)

@@ -46,6 +46,10 @@ class Config:
                  # instead of 45-90 us).  Read when PoCL loads (the first OpenCL use) and when a
                  # program compiles (see backends/opencl/in_thread)
                  "opencl_in_thread_device": True,
+                 # on PoCL: build each program with the declarations of the builtins it calls
+                 # instead of the whole opencl-c.h PoCL would parse (~250 ms of a ~300 ms build;
+                 # off: every build parses it; see backends/opencl/lean_header)
+                 "opencl_lean_header": True,
                  # print one line to stderr when a compile is still running after a second
                  # (an OpenCL program build), so a long first call does not look like a hang
                  "verbose": True,

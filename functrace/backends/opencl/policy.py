@@ -113,7 +113,7 @@ class DevicePolicy:
     small_programs_on_host: bool  # programs under ``opencl_small_program_elements`` run with numpy
     wraps_host_memory: bool       # buffers wrap numpy memory (``USE_HOST_PTR``): unified memory only
     streaming_stores: bool        # elementwise kernels past the cache store non-temporally
-    one_item_work_groups: bool    # attention: work-groups of one item (the driver balances cores)
+    one_item_work_groups: bool    # attention, lane loops: work-groups of one item (the driver balances cores)
     tiled_matmul: bool            # GEMM by work-groups sharing tiles in local memory (matmul_tiled.cl)
     tree_reductions: bool         # reductions by work-groups halving a tree in local memory
     row_work_groups: bool         # rms_norm / softmax rows by work-groups (rmsnorm_rows.cl, softmax_rows.cl)

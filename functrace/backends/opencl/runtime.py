@@ -47,7 +47,7 @@ from ...core.config import config
 from ...core.eager import EagerArray, as_eager
 from ...tree_util import tree_leaves, tree_map
 from .. import ARRAY_TYPES
-from . import driver_cache, in_thread, pyopencl_cache
+from . import driver_cache, in_thread, lean_header, pyopencl_cache
 from .disk_cache import cache_dir, discard, read_entry, write_entry
 from .policy import NATIVE_TRIG_BOUND, NATIVE_TRIG_ERROR, choose_policy, device_kind
 
@@ -280,12 +280,12 @@ def _native_trig_points() -> np.ndarray:
     return x[:len(x) // 16 * 16].astype(np.float32)
 
 
-def native_trig_accurate(context, queue, device) -> bool:
-    """Are ``device``'s ``native_sin`` / ``native_cos`` (16 lanes and alone) within
+def native_trig_accurate(rt: "Runtime") -> bool:
+    """Are the ``native_sin`` / ``native_cos`` of ``rt``'s device (16 lanes and alone) within
     ``NATIVE_TRIG_ERROR`` of numpy's float64 sin / cos at float32 points over |x| <=
     ``NATIVE_TRIG_BOUND``, and NaN at inf and NaN?  Measured once per device and driver (a probe of a
     few ms), the verdict kept on disk; a probe that fails to build or run says no."""
-    saved = _read_verdict(device, "native-trig")
+    saved = _read_verdict(rt.device, "native-trig")
     if saved in ("accurate", "inaccurate"):
         return saved == "accurate"
     cl = _cl()
@@ -294,16 +294,15 @@ def native_trig_accurate(context, queue, device) -> bool:
     try:
         with warnings.catch_warnings():  # (the driver's remarks on the probe are not the user's concern)
             warnings.simplefilter("ignore")
-            prog = _build_checked(device, cl.Program(context, _NATIVE_TRIG_PROBE), "",
-                                  hashlib.sha256(_NATIVE_TRIG_PROBE.encode()).hexdigest())
+            prog = rt.program(_NATIVE_TRIG_PROBE)
         out = np.empty(4 * n, np.float32)
         flags = cl.mem_flags
-        xb = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
-        ob = cl.Buffer(context, flags.WRITE_ONLY, out.nbytes)
-        prog.ft_native_trig16(queue, (n // 16,), None, xb, ob, np.int64(n))
-        prog.ft_native_trig1(queue, (n,), None, xb, ob, np.int64(n))
-        cl.enqueue_copy(queue, out, ob)
-        queue.finish()
+        xb = cl.Buffer(rt.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+        ob = cl.Buffer(rt.context, flags.WRITE_ONLY, out.nbytes)
+        prog.ft_native_trig16(rt.queue, (n // 16,), None, xb, ob, np.int64(n))
+        prog.ft_native_trig1(rt.queue, (n,), None, xb, ob, np.int64(n))
+        cl.enqueue_copy(rt.queue, out, ob)
+        rt.queue.finish()
     except Exception:
         return False
     with np.errstate(invalid="ignore"):
@@ -311,7 +310,7 @@ def native_trig_accurate(context, queue, device) -> bool:
     got = out.astype(np.float64)
     finite = np.isfinite(want)
     accurate = bool(np.isnan(got[~finite]).all() and np.all(np.abs(got[finite] - want[finite]) <= NATIVE_TRIG_ERROR))
-    _keep_verdict(device, "native-trig", "accurate" if accurate else "inaccurate")
+    _keep_verdict(rt.device, "native-trig", "accurate" if accurate else "inaccurate")
     return accurate
 
 
@@ -585,11 +584,12 @@ class Runtime:
         # rebuild from it takes ~22 ms.  Asking it for a binary compiles every kernel once more
         # while holding the GIL (seconds for a large program), so there no binary is fetched at all
         self.driver_caches_programs = "Portable Computing Language" in device.platform.name
+        self.lean_header_failure: str | None = None  # why a lean build failed (then none is tried)
 
     def native_trig(self) -> bool:
         """Are this device's native sin / cos accurate (``native_trig_accurate``, asked once)?"""
         if self._native_trig is None:
-            self._native_trig = native_trig_accurate(self.context, self.queue, self.device)
+            self._native_trig = native_trig_accurate(self)
         return self._native_trig
 
     # ------------------------------------------------------------------ programs
@@ -602,6 +602,25 @@ class Runtime:
                                             and _USES_TRIG.search(source) is not None and self.native_trig())
         options = " ".join(filter(None, (self.policy.build_options, options)))
         device = self.in_thread_queue.device if in_thread else self.device
+        lean = self._lean_header()
+        if lean is not None:
+            try:
+                return self._program(lean.declarations(source) + source, f"{options} {lean_header.DEFINE}", device)
+            except (DeviceUnusable, OpenCLEnvironmentError):
+                raise
+            except Exception as e:  # (a PoCL that declares its builtins otherwise): built in full
+                self.lean_header_failure = f"{type(e).__name__}: {e}"
+        return self._program(source, options, device)
+
+    def _lean_header(self):
+        """The declarations of PoCL's builtins for lean builds (``lean_header``; None: build in
+        full: not PoCL, ``config.opencl_lean_header`` off, its header not found, or a lean
+        build failed: ``lean_header_failure`` says why)."""
+        if not (config.opencl_lean_header and self.driver_caches_programs) or self.lean_header_failure:
+            return None
+        return lean_header.for_platform(self.device.platform.version)
+
+    def _program(self, source: str, options: str, device):
         key = hashlib.sha256(f"{_fingerprint(device)}\n{options}\n{source}".encode()).hexdigest()
         with self._program_lock:
             prog = self._programs.get(key)
