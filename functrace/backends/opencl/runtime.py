@@ -603,14 +603,17 @@ class Runtime:
         options = " ".join(filter(None, (self.policy.build_options, options)))
         device = self.in_thread_queue.device if in_thread else self.device
         lean = self._lean_header()
-        if lean is not None:
-            try:
-                return self._program(lean.declarations(source) + source, f"{options} {lean_header.DEFINE}", device)
-            except (DeviceUnusable, OpenCLEnvironmentError):
-                raise
-            except Exception as e:  # (a PoCL that declares its builtins otherwise): built in full
-                self.lean_header_failure = f"{type(e).__name__}: {e}"
-        return self._program(source, options, device)
+        if lean is None:
+            return self._program(source, options, device)
+        try:
+            return self._program(lean.declarations(source) + source, f"{options} {lean_header.DEFINE}", device)
+        except (DeviceUnusable, OpenCLEnvironmentError):
+            raise
+        except Exception as e:
+            failure = f"{type(e).__name__}: {e}"
+        prog = self._program(source, options, device)  # (a program that does not build at all raises here)
+        self.lean_header_failure = failure  # (a PoCL that declares its builtins otherwise, say)
+        return prog
 
     def _lean_header(self):
         """The declarations of PoCL's builtins for lean builds (``lean_header``; None: build in
