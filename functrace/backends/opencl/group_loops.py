@@ -328,7 +328,8 @@ def group_loop(eqn, rt) -> Lowered | str:
         "each until its rows' predicates are false" if spread and spread[2] is not None else "until the predicate is false"
     launches = "one launch" if len(starts) == 1 else f"{len(starts)} launches ({chunk} steps each)"
     return Lowered(out["source"], [name], run, len(starts),
-                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what, groups)}", one_unit=groups == 1)
+                   f"{eqn.primitive.name} compiled whole: {_label(writer, launches, what, groups)}", one_unit=groups == 1,
+                   replayable=len(starts) == 1)
 
 
 def program_kernel(closed, rt, inputs: list) -> Lowered | str:
@@ -377,4 +378,4 @@ def program_kernel(closed, rt, inputs: list) -> Lowered | str:
 
     return Lowered(out["source"], [name], run, 1,
                    f"the program compiled whole: {_label(writer, 'one launch', f'{len(eqns)} equations, {len(loop_eqns)} loops')}",
-                   one_unit=True)
+                   one_unit=True, replayable=True)

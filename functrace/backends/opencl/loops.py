@@ -299,6 +299,10 @@ def launch_chunks(ctx, kernel, buffers: list, carried: slice, targets: list, res
     carries from ``buffers[carried]`` and writes them to a set of buffers the next launch reads --
     the last one to ``targets``, the one before a scratch set, and so on -- then the other
     parameters ``rest`` (the ys, scratch) and a scan's step bounds."""
+    if len(starts) == 1:  # (one launch: the carries go straight to their targets)
+        bounds = (np.int64(0), np.int64(loop.length)) if loop.length is not None else ()
+        kernel(ctx.queue, global_size, local_size, *[a.buffer for a in buffers + targets + rest], *bounds)
+        return
     buffers = list(buffers)
     sets = [targets] + ([[ctx.alloc(a.shape, a.dtype) for a in buffers[carried]]] if len(starts) > 1 else [])
     last = None
@@ -385,7 +389,8 @@ def lane_loop(eqn, rt) -> Lowered | str:
     summed = f"; {len(sums)} carries summed over the lanes by one more launch" if sums else ""
     return Lowered(source, [name] + [sum_name] * bool(sums), run, len(starts) + bool(sums),
                    f"{eqn.primitive.name} compiled whole: {launches} of {work_items} work-item{'s' if work_items > 1 else ''}"
-                   f"{each} (lane shape {lanes}) running {what}{summed}", one_unit=n < SPREAD_LANES)
+                   f"{each} (lane shape {lanes}) running {what}{summed}", one_unit=n < SPREAD_LANES,
+                   replayable=len(starts) == 1)
 
 
 class KernelParams:

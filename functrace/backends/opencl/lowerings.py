@@ -113,6 +113,8 @@ class Lowered:
     #                                             equations may need too: in the program once per name
     one_unit: bool = False      # each launch is one work-group (one compute unit's work): as fast
     #                             on a device running kernels in the calling thread (see in_thread)
+    replayable: bool = False    # every call launches the same kernels, sizes and scalars through
+    #                             ``ctx.kernels``, whatever its inputs' values (see replay)
 
 
 @dataclass
