@@ -361,6 +361,8 @@ def test_native_sin_cos_only_where_measured_accurate(monkeypatch):
     monkeypatch.setattr(cl_runtime, "_keep_verdict", lambda device, kind, verdict: verdicts.append(verdict))
     measured = cl_runtime.native_trig_accurate(rt)
     assert verdicts == ["accurate" if measured else "inaccurate"]
+    if rt.in_thread_queue is not None:  # (measured there when the program asking runs there)
+        assert cl_runtime.native_trig_accurate(rt, in_thread=True) == measured
     monkeypatch.setattr(cl_runtime, "NATIVE_TRIG_ERROR", 1e-12)  # a bound no approximation meets
     assert not cl_runtime.native_trig_accurate(rt)
     assert verdicts[-1] == "inaccurate"

@@ -280,11 +280,14 @@ def _native_trig_points() -> np.ndarray:
     return x[:len(x) // 16 * 16].astype(np.float32)
 
 
-def native_trig_accurate(rt: "Runtime") -> bool:
+def native_trig_accurate(rt: "Runtime", in_thread: bool = False) -> bool:
     """Are the ``native_sin`` / ``native_cos`` of ``rt``'s device (16 lanes and alone) within
     ``NATIVE_TRIG_ERROR`` of numpy's float64 sin / cos at float32 points over |x| <=
     ``NATIVE_TRIG_BOUND``, and NaN at inf and NaN?  Measured once per device and driver (a probe of a
-    few ms), the verdict kept on disk; a probe that fails to build or run says no."""
+    few ms), the verdict kept on disk; a probe that fails to build or run says no.  ``in_thread``:
+    measured on the in-thread device (the same driver's builtins on the same CPU), which a process
+    running only loops compiled whole then builds for alone (PoCL loads its builtins, ~700 ms, once
+    per device)."""
     saved = _read_verdict(rt.device, "native-trig")
     if saved in ("accurate", "inaccurate"):
         return saved == "accurate"
@@ -294,15 +297,16 @@ def native_trig_accurate(rt: "Runtime") -> bool:
     try:
         with warnings.catch_warnings():  # (the driver's remarks on the probe are not the user's concern)
             warnings.simplefilter("ignore")
-            prog = rt.program(_NATIVE_TRIG_PROBE)
+            prog = rt.program(_NATIVE_TRIG_PROBE, in_thread=in_thread)
+        queue = rt.in_thread_queue if in_thread else rt.queue
         out = np.empty(4 * n, np.float32)
         flags = cl.mem_flags
         xb = cl.Buffer(rt.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
         ob = cl.Buffer(rt.context, flags.WRITE_ONLY, out.nbytes)
-        prog.ft_native_trig16(rt.queue, (n // 16,), None, xb, ob, np.int64(n))
-        prog.ft_native_trig1(rt.queue, (n,), None, xb, ob, np.int64(n))
-        cl.enqueue_copy(rt.queue, out, ob)
-        rt.queue.finish()
+        prog.ft_native_trig16(queue, (n // 16,), None, xb, ob, np.int64(n))
+        prog.ft_native_trig1(queue, (n,), None, xb, ob, np.int64(n))
+        cl.enqueue_copy(queue, out, ob)
+        queue.finish()
     except Exception:
         return False
     with np.errstate(invalid="ignore"):
@@ -586,10 +590,11 @@ class Runtime:
         self.driver_caches_programs = "Portable Computing Language" in device.platform.name
         self.lean_header_failure: str | None = None  # why a lean build failed (then none is tried)
 
-    def native_trig(self) -> bool:
-        """Are this device's native sin / cos accurate (``native_trig_accurate``, asked once)?"""
+    def native_trig(self, in_thread: bool = False) -> bool:
+        """Are this device's native sin / cos accurate (``native_trig_accurate``, asked once, on
+        the device of the program asking: ``in_thread``)?"""
         if self._native_trig is None:
-            self._native_trig = native_trig_accurate(self)
+            self._native_trig = native_trig_accurate(self, in_thread)
         return self._native_trig
 
     # ------------------------------------------------------------------ programs
@@ -599,7 +604,7 @@ class Runtime:
         memory, else from the disk cache, else compiled; for the in-thread device (its queue:
         ``in_thread_queue``) with ``in_thread``, else for the runtime's device."""
         source = self.policy.program_source(source, self.kind == "cpu" and "FT_" in source
-                                            and _USES_TRIG.search(source) is not None and self.native_trig())
+                                            and _USES_TRIG.search(source) is not None and self.native_trig(in_thread))
         options = " ".join(filter(None, (self.policy.build_options, options)))
         device = self.in_thread_queue.device if in_thread else self.device
         lean = self._lean_header()
