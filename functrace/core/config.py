@@ -47,8 +47,8 @@ class Config:
                  # program compiles (see backends/opencl/in_thread)
                  "opencl_in_thread_device": True,
                  # on PoCL: build each program with the declarations of the builtins it calls
-                 # instead of the whole opencl-c.h PoCL would parse (~250 ms of a ~300 ms build;
-                 # off: every build parses it; see backends/opencl/lean_header)
+                 # instead of the whole opencl-c.h PoCL would parse (most of a small program's
+                 # build; off: every build parses it; see backends/opencl/lean_header)
                  "opencl_lean_header": True,
                  # print one line to stderr when a compile is still running after a second
                  # (an OpenCL program build), so a long first call does not look like a hang

@@ -361,8 +361,7 @@ def lane_loop(eqn, rt) -> Lowered | str:
         source += _sums_source(sum_name, [loop.carries[k][1][0].aval.dtype for k in sums], n)
     steps, starts, chunk = scan_chunks(loop, n * (len(loop.eqns) + 1))
     # (the cpu kind: work-groups of one item, which PoCL compiles without wrapping the body in a
-    # loop over work-items: the pendulum's 1,000-lane RK4 scan compiled in 1.2 s instead of 1.9 s
-    # at its first launch and ran 1.5 ms instead of 2.3)
+    # loop over work-items: a faster first launch and steady call, benchmarks/RESULTS.md session 30)
     local_size = (1,) if rt.policy.one_item_work_groups else None
 
     def run(ctx, inputs):

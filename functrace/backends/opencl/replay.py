@@ -1,13 +1,13 @@
 """A steady call replayed: one recorded call's kernel launches, its buffers swapped for this call's.
 
-A small loop compiled whole runs its kernel in 3-10 us (launch included), and the layers between
-a call and that launch -- the executable's steps, the lowering's run, its launch helper, each
-building lists and dictionaries -- cost 10-20 us more (issue 34's Newton and Langevin rows).  A
-program of ONE step whose lowering launches the same kernels with the same sizes and scalars
-whatever the inputs' values (``Lowered.replayable``: a loop or program compiled whole in one
-launch) is recorded at its second call: which launch argument is which input, which is an array
-the call allocated (outputs, scratch) and which is the lowering's own (uploaded constants), and
-which arrays are the outputs.  Later calls allocate the same arrays from the executable's pool and
+A small loop compiled whole runs its kernel in microseconds, and the layers between a call and
+that launch -- the executable's steps, the lowering's run, its launch helper, each building lists
+and dictionaries -- cost more than that (docs/opencl.md, "Steady calls replayed").  A program of
+ONE step whose lowering launches the same kernels with the same sizes and scalars whatever the
+inputs' values (``Lowered.replayable``: a loop or program compiled whole in one launch) is
+recorded at its second call: which launch argument is which input, which is an array the call
+allocated (outputs, scratch) and which is the lowering's own (uploaded constants), and which
+arrays are the outputs.  Later calls allocate the same arrays from the executable's pool and
 launch the recorded kernels directly.  Canary mode and ``debug_nans`` take the normal path.
 """
 from __future__ import annotations
