@@ -987,6 +987,19 @@ class Array(HasShape):
     def item(self):
         return np.asarray(self).item()
 
+    def __reduce__(self):
+        """Pickled as its values: it loads as an eager array (``EagerArray``, a host array with
+        JAX's rules) in any process, one without OpenCL included; a jitted function given it puts
+        it on its device again."""
+        return as_eager, (np.asarray(self),)
+
+    def __copy__(self) -> "Array":
+        return Array.from_host(self.runtime, np.asarray(self))  # (a copy of the values: never shared)
+
+    def __deepcopy__(self, memo: dict) -> "Array":
+        memo[id(self)] = copied = self.__copy__()
+        return copied
+
     @property
     def at(self):
         """JAX's functional updates (``y = a.at[i].set(v)``), computed eagerly on a host copy."""
