@@ -8,6 +8,7 @@ from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, s
 from .callback import pure_callback
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
 from .core import Tracer as _Tracer
+from .core.array import Array
 from .core.config import config
 from .core.errors import (
     ConcretizationError,
@@ -25,7 +26,7 @@ from .transforms.staging import make_jaxpr
 
 __version__ = "0.1.0"
 
-_DEVICE_NAMES = ("Array", "block_until_ready", "devices", "device_put")
+_DEVICE_NAMES = ("block_until_ready", "devices", "device_put")
 
 # JAX's deprecated top-level pytree aliases: they work, with a DeprecationWarning (as in JAX)
 _TREE_ALIASES = {"tree_map": "map", "tree_flatten": "flatten", "tree_unflatten": "unflatten",

@@ -67,7 +67,7 @@ def _key_words(key) -> tuple:
     return _row(key, 0), _row(key, 1)
 
 
-def PRNGKey(seed) -> np.ndarray:
+def PRNGKey(seed):
     """The key of an integer ``seed``: its high and low 32-bit words (an int32 seed: 0 and its
     bits), as ``jax.random.PRNGKey``."""
     if isinstance(seed, Tracer):
@@ -86,9 +86,9 @@ def PRNGKey(seed) -> np.ndarray:
         raise TypeError(f"ft.random.PRNGKey: the seed must be an integer scalar, got {s.dtype.name}{list(s.shape)} "
                         f"(use ft.vmap for many seeds) {user_frame_description()}")
     if s.dtype.kind == "i" and s.dtype.itemsize <= 4:
-        return np.array([0, int(s) & 0xFFFFFFFF], _U32)
+        return fnp.asarray(np.array([0, int(s) & 0xFFFFFFFF], _U32))
     v = int(s) & 0xFFFFFFFFFFFFFFFF
-    return np.array([v >> 32, v & 0xFFFFFFFF], _U32)
+    return fnp.asarray(np.array([v >> 32, v & 0xFFFFFFFF], _U32))
 
 
 key = PRNGKey  # (jax.random.key makes a typed key; here every key is the raw uint32[2] array)

@@ -5,14 +5,16 @@ import sys
 
 def test_import_loads_no_opencl_module_and_no_pyopencl():
     """The OpenCL backend and pyopencl (about 0.2 s) load at the first OpenCL compile or the first
-    use of a device name (``ft.Array``, ``ft.devices``, ...), not at ``import functrace``."""
+    use of a device name (``ft.devices``, ``ft.device_put``, ...), not at ``import functrace`` nor at
+    ``ft.Array`` (the public array type: ``core/array.py``)."""
     code = ("import sys, functrace, functrace.numpy, functrace.nn, functrace.lax\n"
             "print(sorted(m for m in sys.modules if 'opencl' in m))\n"
-            "import functrace as ft; ft.Array\n"
+            "import functrace as ft; ft.Array; print(sorted(m for m in sys.modules if 'opencl' in m))\n"
+            "ft.devices\n"
             "print(sorted(m for m in sys.modules if m.startswith('functrace.backends.opencl')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0] == "[]"
-    assert "functrace.backends.opencl.runtime" in out[1] and "functrace.backends.opencl.executable" not in out[1]
+    assert out[0] == out[1] == "[]"
+    assert "functrace.backends.opencl.runtime" in out[2] and "functrace.backends.opencl.executable" not in out[2]
 
 
 def test_options_live_in_config_and_the_readme_lists_them():

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .array import Array
+
 IMMUTABLE = ("functrace arrays are immutable, as JAX's: `x[i] = v` cannot change one (eagerly or traced); "
              "write x = x.at[i].set(v) instead")
 
@@ -45,6 +47,14 @@ class EagerArray(np.ndarray):
 
     def __repr__(self) -> str:
         return array_repr(self.view(np.ndarray))
+
+    def block_until_ready(self) -> "EagerArray":
+        """Itself: computed when it was made (as ``jax.Array.block_until_ready``)."""
+        return self
+
+    def devices(self) -> set:
+        """Where it lives: the host's memory, ``{"cpu"}`` (numpy's ``.device``)."""
+        return {self.device}
 
     def __str__(self) -> str:
         return str(self.view(np.ndarray))
@@ -73,6 +83,12 @@ for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", 
     setattr(EagerArray, f"__i{_op}__", _out_of_place(f"__i{_op}__"))
 
 
+Array.register(EagerArray)
+
+
 def as_eager(value):
-    """``value`` as an ``EagerArray`` view when it is a plain ndarray (other values unchanged)."""
-    return value.view(EagerArray) if type(value) is np.ndarray else value
+    """``value`` as an ``EagerArray`` view when it is a plain ndarray, as a 0-d one when it is a
+    numpy scalar (JAX returns arrays, never numpy scalars); other values unchanged."""
+    if type(value) is np.ndarray:
+        return value.view(EagerArray)
+    return np.asarray(value).view(EagerArray) if isinstance(value, np.generic) else value

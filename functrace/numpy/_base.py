@@ -12,7 +12,7 @@ import operator as _operator
 import numpy as _np
 
 # numpy names re-exported as they are (dtypes and constants)
-from numpy import dtype, e, inf, nan, ndarray, newaxis, pi
+from numpy import dtype, e, inf, nan, newaxis, pi
 
 from .. import primitives as _P
 from ..arrays import (  # (the helpers functrace's other modules share: functrace/arrays.py)
@@ -74,6 +74,7 @@ from ..arrays import (
 )
 from ..core import PY_SCALAR_TYPES as _PY_SCALARS
 from ..core import Tracer as _Tracer
+from ..core.array import Array as ndarray  # (as jax.numpy.ndarray is jax.Array: numpy's arrays are not one)
 from ..core.eager import as_eager as _as_eager  # eager results are numpy arrays with .at (eager.py says why)
 from ..core.errors import NotInFunctrace as _NotInFunctrace
 from ..core.errors import ShapeError as _ShapeError

@@ -27,6 +27,7 @@ import numpy as np
 from .. import primitives as P
 from .. import tree_util
 from ..core import Tracer, get_aval, is_float_dtype
+from ..core.array import Array
 from ..core.errors import function_name, user_frame_description
 from ..primitives.custom_calls import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p
 from .subprograms import as_operand, avals_of, hoist_consts, stage_subprogram
@@ -85,8 +86,9 @@ class _Traced:
 
 
 def _type_name(x) -> str:
-    """The type named in errors: numpy arrays (eager results are an ndarray subclass) as ndarray."""
-    return "ndarray" if isinstance(x, np.ndarray) else type(x).__name__
+    """The type named in errors: functrace's arrays as Array (eager results are an ndarray
+    subclass), numpy's as ndarray."""
+    return "Array" if isinstance(x, Array) else "ndarray" if isinstance(x, np.ndarray) else type(x).__name__
 
 def _match_types(vals: list, ref_avals: list, what: str, fname: str) -> list:
     """Check user-rule outputs against the abstract values they must have: equal shapes and,

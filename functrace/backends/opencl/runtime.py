@@ -43,6 +43,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ...core import HasShape, get_aval
+from ...core.array import Array as PublicArray
 from ...core.config import config
 from ...core.eager import EagerArray, as_eager
 from ...tree_util import tree_leaves, tree_map
@@ -987,6 +988,14 @@ class Array(HasShape):
     def item(self):
         return np.asarray(self).item()
 
+    @property
+    def device(self):
+        """The OpenCL device holding it (a ``pyopencl.Device``, as listed by ``ft.devices()``)."""
+        return self.runtime.device
+
+    def devices(self) -> set:
+        return {self.runtime.device}
+
     def __reduce__(self):
         """Pickled as its values: it loads as an eager array (``EagerArray``, a host array with
         JAX's rules) in any process, one without OpenCL included; a jitted function given it puts
@@ -1057,6 +1066,7 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
         setattr(Array, f"__r{_dunder}__", _host_op(_name, reflected=True))
 Array.__neg__ = lambda self: -np.asarray(self)
 Array.__abs__ = lambda self: abs(np.asarray(self))
+PublicArray.register(Array)  # (ft.Array: every array functrace returns)
 Array.__getitem__ = lambda self, idx: as_eager(np.asarray(self))[idx]  # (JAX's rules: see eager.py)
 Array.__iter__ = lambda self: iter(as_eager(np.asarray(self)))  # (reads clamp: no IndexError ends a loop)
 Array.__setitem__ = EagerArray.__setitem__

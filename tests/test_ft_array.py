@@ -1,6 +1,9 @@
-"""Saving arrays (issue 35): every kind of array functrace returns pickles, copies and deep-copies
-with its values, dtype and shape; a pickled device array loads in a process that never imports
-OpenCL; a training run checkpointed with pickle and resumed gives the bits of the run that went on."""
+"""One array type that can be saved (issue 35): every kind of array functrace returns -- eager,
+jitted on either backend, from grad, ft.random and device_put -- is an ``ft.Array`` (which
+``fnp.ndarray`` names; numpy's arrays and scalars are not one), with JAX's methods; it pickles,
+copies and deep-copies with its values, dtype and shape; a pickled device array loads in a process
+that never imports OpenCL; a training run checkpointed with pickle and resumed gives the bits of
+the run that went on."""
 import copy
 import pickle
 import subprocess
@@ -33,6 +36,9 @@ def _arrays() -> dict:
         "random": ft.random.normal(ft.random.PRNGKey(3), (4, 2)),
         "key": ft.random.PRNGKey(7),
         "device_put": ft.device_put(x32),
+        "grad of a float": ft.grad(lambda a: a ** 3)(1.5),
+        "jit on numpy, 0-d": ft.jit(lambda a: fnp.sum(a), backend="numpy")(x64),
+        "jit of a scalar": ft.jit(lambda a: a * 2)(3.0),
     }
     return kinds
 
@@ -111,3 +117,26 @@ def test_a_checkpointed_training_run_resumes_with_the_same_bits():
         resumed, resumed_state = step(resumed, resumed_state)
     for a, b in zip(ft.tree_util.tree_leaves((params, state)), ft.tree_util.tree_leaves((resumed, resumed_state))):
         _same(a, b)
+
+
+@pytest.mark.parametrize("kind", list(_arrays()))
+def test_every_kind_of_array_is_an_ft_array_with_jax_methods(kind, tmp_path):
+    value = _arrays()[kind]
+    assert isinstance(value, ft.Array) and isinstance(value, fnp.ndarray)
+    assert value.block_until_ready() is value
+    assert isinstance(value.devices(), set) and len(value.devices()) == 1
+    host = np.asarray(value)
+    assert type(host) is np.ndarray and host.shape == value.shape and host.dtype == value.dtype
+    np.save(tmp_path / "a.npy", value)
+    _same(np.load(tmp_path / "a.npy"), value)
+    assert value.tolist() == host.tolist()
+    assert repr(value).startswith("Array(")
+    if value.size == 1:
+        assert value.item() == host.item()
+        assert format(value.reshape(()) if value.ndim else value, "") == format(host.reshape(()).item(), "")
+
+
+def test_numpy_values_are_not_ft_arrays():
+    assert fnp.ndarray is ft.Array
+    for value in (np.ones(3), np.float32(1.0), np.int64(2), 1.0, [1.0]):
+        assert not isinstance(value, ft.Array)
