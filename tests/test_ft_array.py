@@ -39,6 +39,7 @@ def _arrays() -> dict:
         "grad of a float": ft.grad(lambda a: a ** 3)(1.5),
         "jit on numpy, 0-d": ft.jit(lambda a: fnp.sum(a), backend="numpy")(x64),
         "jit of a scalar": ft.jit(lambda a: a * 2)(3.0),
+        "cond of constants": ft.lax.cond(True, lambda: 1.0, lambda: 2.0),
     }
     return kinds
 

@@ -407,8 +407,10 @@ class Primitive:
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)
-            # eager results carry JAX's ``.at`` (core/eager.py says why a numpy subclass)
-            return [as_eager(o) for o in out] if self.multiple_results else as_eager(out)
+            # eager results carry JAX's ``.at`` (core/eager.py says why a numpy subclass); a Python
+            # scalar an implementation passed through (a branch returning 1.0) is an array too
+            eager = lambda o: as_eager(np.asarray(o) if type(o) in PY_SCALAR_TYPES else o)
+            return [eager(o) for o in out] if self.multiple_results else eager(out)
         if not top.main.alive:
             raise leaked_tracer_error(top.main, f"'{self.name}'")
         return top.process_primitive(
