@@ -141,3 +141,12 @@ def test_numpy_values_are_not_ft_arrays():
     assert fnp.ndarray is ft.Array
     for value in (np.ones(3), np.float32(1.0), np.int64(2), 1.0, [1.0]):
         assert not isinstance(value, ft.Array)
+
+
+def test_device_put_without_a_device_gives_host_ft_arrays(monkeypatch):
+    monkeypatch.setattr(cl_runtime, "get_runtime", lambda: None)
+    host = np.arange(4.0)
+    put = ft.device_put({"w": host})["w"]
+    assert isinstance(put, ft.Array)
+    host[0] = 7.0  # (a copy, as JAX's: the caller's array stays theirs)
+    np.testing.assert_array_equal(np.asarray(put), [0.0, 1.0, 2.0, 3.0])

@@ -1078,13 +1078,13 @@ ARRAY_TYPES.add(Array)  # (jit keys it by shape and dtype, as numpy arrays)
 def device_put(tree):
     """The arrays of a pytree copied to the OpenCL device as ``ft.Array`` leaves (like
     ``jax.device_put``): jitted functions then read them in place, so a training loop keeps its
-    parameters there.  With no usable device, numpy arrays."""
+    parameters there.  With no usable device, eager arrays (host ``ft.Array`` s)."""
     def put(x):
         aval = get_aval(x)  # a clear TypeError for what is not an array or a scalar
         if aval.dtype.kind not in "biuf":
             raise TypeError(f"device_put: arrays of {aval.dtype} cannot go to an OpenCL device "
                             f"(booleans, integers and floats can)")
-        return np.asarray(x) if rt is None else rt.to_device(x)
+        return as_eager(np.array(x)) if rt is None else rt.to_device(x)
     rt = get_runtime()
     return tree_map(put, tree)
 
