@@ -4,7 +4,22 @@ from typing import Any as _Any
 
 import numpy as _np
 
-from . import debug, distributed, flatten_util, lax, nn, numpy, optim, random, scipy, test_util, tree, tree_util
+from . import (
+    debug,
+    distributed,
+    dtypes,
+    flatten_util,
+    lax,
+    nn,
+    numpy,
+    optim,
+    random,
+    scipy,
+    test_util,
+    tree,
+    tree_util,
+    typing,
+)
 from .callback import pure_callback
 from .core import ClosedJaxpr, Jaxpr, ShapedArray, eval_jaxpr
 from .core import Tracer as _Tracer
@@ -20,7 +35,7 @@ from .core.errors import (
 from .transforms.autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
 from .transforms.batching import vmap
 from .transforms.custom import checkpoint, checkpoint_policies, custom_jvp, custom_vjp, remat
-from .transforms.jit import disable_jit, jit
+from .transforms.jit import clear_caches, disable_jit, jit
 from .transforms.shapes import ShapeDtypeStruct, eval_shape
 from .transforms.staging import make_jaxpr
 
@@ -94,7 +109,7 @@ def __getattr__(name: str) -> _Any:
     raise AttributeError(f"module 'functrace' has no attribute {name!r}")
 
 __all__ = ["config", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
-           "stop_gradient", "vmap", "jit", "lax", "distributed", "nn", "optim", "random", "debug", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
+           "stop_gradient", "vmap", "jit", "clear_caches", "lax", "distributed", "nn", "optim", "random", "debug", "typing", "dtypes", "Array", "block_until_ready", "devices", "device_put", "custom_jvp", "custom_vjp", "checkpoint",
            "checkpoint_policies", "remat", "make_jaxpr", "eval_jaxpr", "tree_util", "numpy", "scipy", "test_util",
            "ClosedJaxpr", "Jaxpr", "ShapedArray", "ConcretizationError", "DtypeError", "ShapeError",
            "TracerArrayConversionError", "UnexpectedTracerError",

@@ -37,3 +37,12 @@ def compile_for(name: str | None, closed):
     if compile_ is None:
         raise ValueError(f"unknown backend {name!r}; available: {list(BACKENDS)}")
     return compile_(closed)
+
+
+def clear_program_caches() -> None:
+    """Drop the compiled programs the OpenCL runtimes keep for reuse (``ft.clear_caches``); a
+    runtime not loaded yet keeps none."""
+    import sys
+    runtime = sys.modules.get(__name__ + ".opencl.runtime")
+    if runtime is not None:
+        runtime.clear_program_caches()

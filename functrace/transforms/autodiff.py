@@ -26,6 +26,7 @@ from .. import primitives as P
 from ..core import ShapedArray, Trace, Tracer, eval_jaxpr, get_aval, is_float_dtype, new_main
 from ..core.errors import ConcretizationError, DtypeError, api_boundary, check_callable, function_name
 from ..core.errors import argnum_tuple as _argnum_tuple
+from ..dtypes import float0
 from ..primitives import add
 from .batching import vmap
 from .optimize import without_effects
@@ -334,9 +335,11 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     return (res[0], api_boundary(res[1])) + res[2:]
 
 
-def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, holomorphic: bool) -> Callable:
+def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, holomorphic: bool,
+                    allow_int: bool = False) -> Callable:
     """``value_and_grad``'s function, not an entry point itself (``grad`` and ``value_and_grad``
-    make it one)."""
+    make it one).  ``allow_int``: integer and boolean inputs are held constant, their gradients
+    ``float0`` zeros of their shape (as JAX's)."""
     fname = function_name(fun)
     check_callable(fun, "grad")
     multiple = not isinstance(argnums, int)
@@ -348,13 +351,16 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, 
                 raise ValueError(f"grad of `{fname}`: argnums={argnums} but the function was called "
                                  f"with {len(args)} positional arguments")
         diff_args = [args[a] for a in argnum_tuple]
-        leaves, in_tree = tree_util.tree_flatten(diff_args)
-        leaves = [_as_array(x, fname, "argument") for x in leaves]
+        all_leaves, in_tree = tree_util.tree_flatten(diff_args)
+        all_leaves = [_as_array(x, fname, "argument") for x in all_leaves]
+        held = [allow_int and get_aval(x).dtype.kind in "biu" for x in all_leaves]  # (allow_int: constants)
+        leaves = [x for x, h in zip(all_leaves, held) if not h]
         _check_inputs(leaves, fname, "grad", holomorphic)
         aux_box: list = []
 
         def flat_fun(*xs):
-            parts = tree_util.tree_unflatten(in_tree, xs)
+            it = iter(xs)
+            parts = tree_util.tree_unflatten(in_tree, [x if h else next(it) for x, h in zip(all_leaves, held)])
             full = list(args)
             for a, p in zip(argnum_tuple, parts):
                 full[a] = p
@@ -387,8 +393,9 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, 
         else:
             seeds = {}
         cts = backward_pass(tape, seeds, len(leaves))
-        cts = [P.zeros_like(x) if c is None else c for c, x in zip(cts, leaves)]
-        grads = tree_util.tree_unflatten(in_tree, cts)
+        cts = iter([P.zeros_like(x) if c is None else c for c, x in zip(cts, leaves)])
+        grads = tree_util.tree_unflatten(in_tree, [np.zeros(get_aval(x).shape, float0) if h else next(cts)
+                                                   for x, h in zip(all_leaves, held)])
         g = tuple(grads) if multiple else grads[0]
         if has_aux:
             aux = tree_util.tree_map(lambda x: _lower(x, main), aux_box[0])
@@ -400,17 +407,18 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool, 
 
 @api_boundary
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                   holomorphic: bool = False) -> Callable:
+                   holomorphic: bool = False, allow_int: bool = False) -> Callable:
     """``value_and_grad(f)(*args) -> (f(*args), df/dargs[argnums])``; f must return a scalar."""
-    return api_boundary(_value_and_grad(fun, argnums, has_aux, holomorphic), wraps=fun)
+    return api_boundary(_value_and_grad(fun, argnums, has_aux, holomorphic, allow_int), wraps=fun)
 
 
 @api_boundary
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         holomorphic: bool = False) -> Callable:
+         holomorphic: bool = False, allow_int: bool = False) -> Callable:
     """The gradient of a scalar function, with the structure of the ``argnums`` arguments
-    (``holomorphic=True``: the complex derivative of a function of complex inputs and output)."""
-    vg = _value_and_grad(fun, argnums, has_aux, holomorphic)
+    (``holomorphic=True``: the complex derivative of a function of complex inputs and output;
+    ``allow_int=True``: integer and boolean arguments get ``ft.dtypes.float0`` zeros, as JAX's)."""
+    vg = _value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     def grad_fun(*args, **kwargs):
         value, g = vg(*args, **kwargs)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import operator
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -235,12 +237,15 @@ class Jitted:
     of threads may call at once: a new signature is traced and compiled once, by the first
     thread to call it, while the others wait for it."""
 
-    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), backend: str | None = None):
+    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), backend: str | None = None,
+                 donate_argnums=(), donate_argnames=()):
         functools.update_wrapper(self, fun, updated=())  # name and docs only: never the wrapped __dict__
         self.fun = fun
         self.backend = backend
         self.static_argnums = tuple(int(i) for i in _as_tuple(static_argnums))
         self.static_argnames = tuple(_as_tuple(static_argnames))
+        self.donate_argnums = _donated(donate_argnums, self.static_argnums, getattr(fun, "__name__", "jitted"))
+        self.donate_argnames = tuple(_as_tuple(donate_argnames))
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         try:
             self._signature = inspect.signature(fun)
@@ -251,6 +256,7 @@ class Jitted:
         self._tracing: dict = {}  # key -> the lock held while that signature is traced
         self.__name__ = getattr(fun, "__name__", "jitted")
         self._check_static_argnums()
+        _JITTED.add(self)
 
     def _check_static_argnums(self) -> None:
         """Static positions the function cannot take would be ignored silently: refuse them."""
@@ -403,15 +409,47 @@ class Jitted:
     def cache_size(self) -> int:
         return len(self._cache)
 
+    def clear_cache(self) -> None:
+        """Forget every traced signature and its compiled program (as ``jax.jit(f).clear_cache()``)."""
+        with self._lock:
+            self._cache.clear()
+
+
+_JITTED: weakref.WeakSet = weakref.WeakSet()  # every live jitted function, for clear_caches
+
+
+def clear_caches() -> None:
+    """Forget every jitted function's traced signatures and compiled programs, and the programs
+    the OpenCL runtime keeps for reuse (as ``jax.clear_caches``); the disk caches stay."""
+    for jitted in list(_JITTED):
+        jitted.clear_cache()
+    backends.clear_program_caches()
+
+
+def _donated(donate_argnums, static_argnums: tuple, name: str) -> tuple:
+    """``donate_argnums`` as a tuple of ints, none of them static (JAX refuses those too)."""
+    try:
+        out = tuple(operator.index(i) for i in _as_tuple(donate_argnums))
+    except TypeError:
+        raise TypeError(f"jit of `{name}`: donate_argnums must be ints, got {donate_argnums!r}") from None
+    both = sorted(set(out) & set(static_argnums))
+    if both:
+        raise ValueError(f"jit of `{name}`: arguments {both} are both static and donated")
+    return out
+
 
 @api_boundary
 def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] = (),
-        static_argnames: str | Sequence[str] = (), backend: str | None = None):
+        static_argnames: str | Sequence[str] = (), backend: str | None = None,
+        donate_argnums: int | Sequence[int] = (), donate_argnames: str | Sequence[str] = ()):
     """Compile ``fun``: trace once per input signature, optimize, run on ``backend``.
 
-    Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=...)``.
+    Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=...)``.  ``donate_argnums`` /
+    ``donate_argnames`` are accepted as JAX's and reuse nothing: every call writes fresh outputs
+    and the donated arrays stay valid (JAX may reuse their memory; code written for it runs
+    unchanged).
     """
     if fun is None:
-        return lambda f: jit(f, static_argnums, static_argnames, backend)
+        return lambda f: jit(f, static_argnums, static_argnames, backend, donate_argnums, donate_argnames)
     check_callable(fun, "jit")
-    return Jitted(fun, static_argnums, static_argnames, backend)
+    return Jitted(fun, static_argnums, static_argnames, backend, donate_argnums, donate_argnames)

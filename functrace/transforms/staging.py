@@ -21,6 +21,7 @@ from ..core import (
     trace_stack,
 )
 from ..core.errors import ConcretizationError, api_boundary
+from ..dtypes import float0
 from .optimize import dce
 
 
@@ -122,6 +123,11 @@ def check_output(x, fun_name: str | None, transform: str | None = None) -> None:
     """A transformed function's output leaf must be an array (or a Python scalar): say so, naming
     the function (and the transformation), rather than fail later as if an input were wrong."""
     if not isinstance(x, Tracer):
+        if getattr(x, "dtype", None) == float0:
+            raise NotImplementedError(
+                f"{transform + ': ' if transform else ''}`{fun_name or 'a traced function'}` returns a float0 "
+                "gradient (of an integer or boolean input, grad(..., allow_int=True)): functrace returns those "
+                "outside jit only; under jit return the floating-point gradients alone")
         try:
             aval = get_aval(x)
         except TypeError:

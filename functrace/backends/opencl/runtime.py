@@ -1089,6 +1089,15 @@ def device_put(tree):
     return tree_map(put, tree)
 
 
+def clear_program_caches() -> None:
+    """Drop the programs every runtime keeps among the recently used (``Runtime.program``'s LRU);
+    programs a live executable holds stay until it goes."""
+    for rt in list(_state.get("runtimes", {}).values()):
+        if rt is not None:
+            with rt._program_lock:
+                rt._recent.clear()
+
+
 def block_until_ready(tree):
     """Wait until every ``ft.Array`` in ``tree`` is computed (like ``jax.block_until_ready``):
     one wait per runtime, however many arrays.  Returns ``tree``."""
