@@ -178,6 +178,67 @@ def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = No
     return attention_p.bind(q, k, v, m, causal=bool(causal), scale=scale)[0]
 
 
+def dot_product_attention(query, key, value, bias=None, mask=None, *, scale: float | None = None,
+                          is_causal: bool = False, query_seq_lengths=None, key_value_seq_lengths=None,
+                          local_window_size=None, implementation: str | None = None):
+    """``jax.nn.dot_product_attention``: query (batch, T, N, H) or (T, N, H), key and value
+    (batch, S, K, H) or (S, K, H) with N a multiple of K (grouped-query attention: query head n
+    reads key/value head n // (N // K)); ``bias`` (added to the logits) and ``mask`` (bool, True
+    keeps) broadcast to (batch, N, T, S); ``is_causal``, per-batch ``query_seq_lengths`` (queries
+    past it give zeros) / ``key_value_seq_lengths`` and ``local_window_size`` (an int or (left,
+    right): key j for query i when i - left <= j <= i + right) restrict it further.  Without ``bias`` it runs the attention
+    kernels (``attention``); with one, as a composite of products, a softmax and a product.
+    ``implementation``: None or "xla" (functrace's own either way)."""
+    if implementation not in (None, "xla"):
+        raise NotImplementedError(f"dot_product_attention: implementation={implementation!r} is not available "
+                                  f"(functrace has its own kernels: pass None) {user_frame_description()}")
+    q, k, v = (fnp.asarray(t) for t in (query, key, value))
+    batched = len(shape_of(q)) == 4
+    if not batched:
+        q, k, v = q[None], k[None], v[None]
+    qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
+    if len(qs) != 4 or ks != vs or len(ks) != 4 or qs[0] != ks[0] or qs[3] != ks[3] or qs[2] % ks[2]:
+        raise ShapeError(f"dot_product_attention: expected query (B, T, N, H) and key, value (B, S, K, H) with N a "
+                         f"multiple of K (or the same without B); got query {shape_of(query)}, key "
+                         f"{shape_of(key)}, value {shape_of(value)} {user_frame_description()}")
+    if qs[2] != ks[2]:  # grouped-query attention: each key/value head serves N // K query heads
+        k, v = fnp.repeat(k, qs[2] // ks[2], axis=2), fnp.repeat(v, qs[2] // ks[2], axis=2)
+    B, T, N, H = qs
+    S = ks[1]
+    keep = _attention_keep(B, T, S, mask, query_seq_lengths, key_value_seq_lengths, local_window_size)
+    if bias is None:
+        out = attention(q, k, v, causal=is_causal, mask=keep, scale=scale)
+    else:
+        scale = 1.0 / math.sqrt(H) if scale is None else float(scale)
+        logits = fnp.einsum("btnh,bsnh->bnts", q, k) * scale + fnp.asarray(bias, get_aval(q).dtype)
+        if is_causal:
+            keep = fnp.logical_and(np.tril(np.ones((T, S), bool)), True if keep is None else keep)
+        if keep is not None:  # (JAX's large finite negative: a row masked whole averages the values)
+            logits = fnp.where(keep, logits, -0.7 * float(np.finfo(get_aval(logits).dtype).max))
+        out = fnp.einsum("bnts,bsnh->btnh", softmax(logits, axis=-1), v)
+    if query_seq_lengths is not None:  # (a query past its sequence's length gives zeros, as JAX's)
+        within = np.arange(T)[None, :, None, None] < fnp.asarray(query_seq_lengths)[:, None, None, None]
+        out = fnp.where(within, out, 0.0)
+    return out if batched else out[0]
+
+
+def _attention_keep(B: int, T: int, S: int, mask, q_lengths, kv_lengths, window):
+    """The positions ``dot_product_attention`` keeps, (B, 1 or N, T, S) or None for all."""
+    keep = None if mask is None else fnp.asarray(mask, bool)
+    if q_lengths is not None or kv_lengths is not None:
+        t, s = np.arange(T)[:, None], np.arange(S)[None, :]
+        ql = fnp.full((B,), T) if q_lengths is None else fnp.asarray(q_lengths)
+        kl = fnp.full((B,), S) if kv_lengths is None else fnp.asarray(kv_lengths)
+        lengths = fnp.logical_and(t < ql[:, None, None, None], s < kl[:, None, None, None])
+        keep = lengths if keep is None else fnp.logical_and(keep, lengths)
+    if window is not None:
+        left, right = (window, window) if isinstance(window, (int, np.integer)) else tuple(window)
+        t, s = np.arange(T)[:, None], np.arange(S)[None, :]
+        local = (s >= t - left) & (s <= t + right)
+        keep = local if keep is None else fnp.logical_and(keep, local)
+    return keep
+
+
 # --------------------------------------------------------------------------- embedding, conv
 
 

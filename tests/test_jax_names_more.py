@@ -83,3 +83,87 @@ def test_typing_names_annotate_functions():
     assert ft.Array in typing.get_args(hints["x"]) and np.ndarray in typing.get_args(hints["x"])
     assert np.dtype in typing.get_args(hints["dtype"])
     np.testing.assert_array_equal(np.asarray(scale([1, 2])), [2.0, 4.0])
+
+
+# --------------------------------------------------------------------------- dot_product_attention
+
+B, T, S, N, K, H = 2, 5, 7, 4, 2, 8
+
+
+def _qkv(dtype=np.float32):
+    rng = np.random.default_rng(67)
+    return [rng.standard_normal(shape).astype(dtype) for shape in ((B, T, N, H), (B, S, K, H), (B, S, K, H))]
+
+
+def _reference(q, k, v, bias=None, keep=None, scale=None, q_lengths=None):
+    """numpy: grouped heads repeated, logits (+ bias), positions not kept at JAX's large negative."""
+    k, v = np.repeat(k, N // K, axis=2), np.repeat(v, N // K, axis=2)
+    logits = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k) * (scale or 1 / np.sqrt(H))
+    logits = logits + (0 if bias is None else bias)
+    if keep is not None:
+        logits = np.where(keep, logits, -0.7 * np.finfo(np.float32).max)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    out = np.einsum("bnts,bsnh->btnh", w / w.sum(-1, keepdims=True), v)
+    if q_lengths is not None:
+        out = np.where(np.arange(T)[None, :, None, None] < q_lengths[:, None, None, None], out, 0.0)
+    return out
+
+
+CASES = {
+    "plain": (dict(), dict()),
+    "causal": (dict(is_causal=True), dict(keep=np.tril(np.ones((T, S), bool)))),
+    "mask": (dict(mask=np.arange(S) % 3 != 1), dict(keep=np.arange(S) % 3 != 1)),
+    "bias and causal": (dict(bias=np.linspace(-1, 1, B * N * T * S).reshape(B, N, T, S), is_causal=True),
+                        dict(bias=np.linspace(-1, 1, B * N * T * S).reshape(B, N, T, S),
+                             keep=np.tril(np.ones((T, S), bool)))),
+    "lengths": (dict(query_seq_lengths=np.array([5, 3]), key_value_seq_lengths=np.array([7, 4])),
+                dict(keep=(np.arange(T)[:, None] < np.array([5, 3])[:, None, None, None])
+                     & (np.arange(S) < np.array([7, 4])[:, None, None, None]), q_lengths=np.array([5, 3]))),
+    "window and scale": (dict(local_window_size=(2, 1), scale=0.3),
+                         dict(keep=(np.arange(S)[None] >= np.arange(T)[:, None] - 2)
+                              & (np.arange(S)[None] <= np.arange(T)[:, None] + 1), scale=0.3)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("jitted", [False, True])
+def test_dot_product_attention_matches_a_numpy_reference(case, jitted):
+    ours, ref = CASES[case]
+    q, k, v = _qkv()
+    f = lambda q, k, v: ft.nn.dot_product_attention(q, k, v, **ours)
+    got = np.asarray((ft.jit(f) if jitted else f)(q, k, v))
+    np.testing.assert_allclose(got, _reference(q, k, v, **ref), rtol=2e-5, atol=2e-5)
+
+
+def test_dot_product_attention_without_a_batch_axis():
+    q, k, v = _qkv()
+    np.testing.assert_allclose(np.asarray(ft.nn.dot_product_attention(q[1], k[1], v[1], is_causal=True)),
+                               np.asarray(ft.nn.dot_product_attention(q, k, v, is_causal=True))[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["plain", "bias and causal", "lengths"])
+def test_dot_product_attention_gradients_match_finite_differences(case):
+    ours, _ = CASES[case]
+    q, k, v = (x[:, :3].astype(np.float64) for x in _qkv())
+    ours = {**ours, "bias": ours["bias"][:, :, :3, :3]} if "bias" in ours else \
+        {"query_seq_lengths": np.array([3, 2]), "key_value_seq_lengths": np.array([3, 1])} if case == "lengths" else ours
+    ft.test_util.check_grads(lambda q, k, v: ft.nn.dot_product_attention(q, k, v, **ours), (q, k, v), order=2,
+                             modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_dot_product_attention_matches_jax_live(case):
+    jax = pytest.importorskip("jax", reason="optional comparison with JAX")
+    ours, _ = CASES[case]
+    q, k, v = _qkv()
+    theirs = {n: (x.astype(np.float32) if n == "bias" else x) for n, x in ours.items()}
+    np.testing.assert_allclose(np.asarray(ft.nn.dot_product_attention(q, k, v, **ours)),
+                               np.asarray(jax.nn.dot_product_attention(q, k, v, **theirs)), rtol=2e-5, atol=2e-5)
+
+
+def test_dot_product_attention_errors():
+    q, k, v = _qkv()
+    with pytest.raises(ft.ShapeError, match=r"N a multiple of K"):
+        ft.nn.dot_product_attention(q[:, :, :3], k, v)
+    with pytest.raises(NotImplementedError, match=r"cudnn"):
+        ft.nn.dot_product_attention(q, k, v, implementation="cudnn")
