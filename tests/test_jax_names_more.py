@@ -156,7 +156,8 @@ def test_dot_product_attention_matches_jax_live(case):
     jax = pytest.importorskip("jax", reason="optional comparison with JAX")
     ours, _ = CASES[case]
     q, k, v = _qkv()
-    theirs = {n: (x.astype(np.float32) if n == "bias" else x) for n, x in ours.items()}
+    theirs = {n: (x.astype(np.float32) if n == "bias" else x.astype(np.int32) if n.endswith("lengths") else x)
+              for n, x in ours.items()}  # (JAX takes int32 lengths only)
     np.testing.assert_allclose(np.asarray(ft.nn.dot_product_attention(q, k, v, **ours)),
                                np.asarray(jax.nn.dot_product_attention(q, k, v, **theirs)), rtol=2e-5, atol=2e-5)
 
