@@ -50,9 +50,13 @@ class Config:
                  # instead of the whole opencl-c.h PoCL would parse (most of a small program's
                  # build; off: every build parses it; see backends/opencl/lean_header)
                  "opencl_lean_header": True,
-                 # print one line to stderr when a compile is still running after a second
-                 # (an OpenCL program build), so a long first call does not look like a hang
+                 # show that a compile is still running after a second (an OpenCL program's build
+                 # and first call), so a long first call does not look like a hang: gone when it
+                 # returns on a terminal and in a notebook, one line where stderr is a file
                  "verbose": True,
+                 # log each compile (the function, its operations, seconds) to the "functrace"
+                 # logger at WARNING level, as JAX's jax_log_compiles (also by that name)
+                 "log_compiles": False,
                  # errors raised through ft.grad, ft.jit, ft.vmap, ... show the user's frames only
                  # ("auto", "remove_frames"), all frames ("off"), or all frames with functrace's
                  # marked ``__tracebackhide__`` for pytest and IPython ("tracebackhide")

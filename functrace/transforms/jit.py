@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import operator
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from typing import Callable, Sequence
@@ -184,8 +186,10 @@ def _describe(key) -> str:
 class _Entry:
     """One cache entry: raw and optimized IR, pass report, and the compiled executable (lazy)."""
 
-    def __init__(self, raw: ClosedJaxpr, closed: ClosedJaxpr, report: Report, out_tree, backend, key):
+    def __init__(self, raw: ClosedJaxpr, closed: ClosedJaxpr, report: Report, out_tree, backend, key,
+                 name: str = "jitted"):
         self.key = key
+        self.name = name
         self.raw = raw
         self.closed = closed
         self.report = report
@@ -201,9 +205,21 @@ class _Entry:
         if exe is None:
             with self._compiling:
                 if self._exe is None:
+                    start = time.perf_counter()
                     self._exe = backends.compile_for(self.backend, self.closed)
+                    if config.log_compiles:
+                        _LOG.warning("Compiled `%s` (%d operations, inputs %s) for %s in %.3f s", self.name,
+                                     len(self.closed.jaxpr.eqns), _signature_text(self.closed),
+                                     getattr(self._exe, "backend", self.backend), time.perf_counter() - start)
                 exe = self._exe
         return exe
+
+
+_LOG = logging.getLogger("functrace")
+
+
+def _signature_text(closed: ClosedJaxpr) -> str:
+    return "(" + ", ".join(v.aval.str_short() for v in closed.jaxpr.in_vars) + ")"
 
 
 class _DisabledDepth(threading.local):
@@ -357,7 +373,7 @@ class Jitted:
 
         raw = trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], self.__name__)
         closed, report = optimize(raw)
-        entry = _Entry(raw, closed, report, out_tree_box[0], self.backend, key)
+        entry = _Entry(raw, closed, report, out_tree_box[0], self.backend, key, self.__name__)
         # A program that closed over tracers of an enclosing transformation is only valid
         # inside that transformation: it is used once and not cached.
         if not entry.closes_over_tracers:

@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import operator
 import os
 import re
@@ -529,10 +530,12 @@ def _choose(devs: list):
 
 
 class CompileProgress:
-    """One line to stderr when compiling a program (its build, and its first call, where the
-    driver compiles each kernel at its first launch) is still running after
+    """A note that a program is compiling, shown when a part of its compile (its build, then its
+    first call, where the driver compiles each kernel at its first launch) runs over
     ``after_seconds`` (with ``config.verbose``), so a long first call does not look like a hang.
-    ``start()`` / ``stop()`` around each part; it prints at most once."""
+    ``start()`` / ``stop()`` around each part.  On a terminal it is one line, erased at ``stop()``;
+    in a notebook an indeterminate progress bar, cleared at ``stop()``; where stderr is neither (a
+    file, a CI log) a plain line that stays, printed at most once."""
 
     after_seconds = 1.0
 
@@ -540,6 +543,8 @@ class CompileProgress:
         self.what = what
         self.printed = False
         self._timer = None
+        self._shown = None  # what ``stop`` clears: an erase function, or None
+        self._lock = threading.Lock()  # (the timer's thread shows; the caller's stops)
 
     def start(self) -> None:
         if config.verbose and not self.printed:
@@ -548,14 +553,40 @@ class CompileProgress:
             self._timer.start()
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._shown is not None:
+                self._shown()
+                self._shown = None
 
     def _say(self) -> None:
-        self.printed = True
-        print(f"functrace: compiling {self.what} for OpenCL (once per program and shapes; "
-              f"ft.config.update('verbose', False) silences this) ...", file=sys.stderr, flush=True)
+        with self._lock:
+            if self._timer is None:  # (stopped meanwhile)
+                return
+            message = (f"functrace: compiling {self.what} for OpenCL (once per program and shapes; "
+                       f"ft.config.update('verbose', False) silences this) ...")
+            self._shown = _show_transient(message)
+            self.printed = self._shown is None
+
+
+def _show_transient(message: str):
+    """Show ``message`` until the returned function erases it: a progress bar in a Jupyter kernel,
+    a line on a terminal; where stderr is neither, print it as a line and return None."""
+    if type(sys.stderr).__module__.startswith("ipykernel"):
+        try:
+            from IPython.display import HTML, display
+            handle = display(HTML(f"<progress></progress> {html.escape(message)}"), display_id=True)
+            return lambda: handle.update(HTML(""))
+        except Exception:  # pragma: no cover - an IPython without displays: the plain line below
+            pass
+    if sys.stderr.isatty():
+        sys.stderr.write(message)
+        sys.stderr.flush()
+        return lambda: (sys.stderr.write("\r\033[K"), sys.stderr.flush())
+    print(message, file=sys.stderr, flush=True)
+    return None
 
 
 class Runtime:
