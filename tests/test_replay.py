@@ -8,7 +8,7 @@ import pytest
 
 import functrace as ft
 import functrace.numpy as fnp
-from functrace.backends.opencl import executable, loops
+from functrace.backends.opencl import executable, loops, replay
 from functrace.backends.opencl import runtime as cl_runtime
 
 pytestmark = pytest.mark.opencl_kernels
@@ -36,6 +36,10 @@ def _rnn(w, xs):
     return ft.lax.scan(lambda h, x: (fnp.tanh(w @ h + x), fnp.sum(h)), fnp.zeros(w.shape[0], w.dtype), xs)
 
 
+def _summed_over_lanes(v, xs):  # a uniform carry summed over the lanes: one more launch, its scratch released
+    return ft.lax.scan(lambda c, x: ((c[0] * 0.9 + x, c[1] + fnp.sum(c[0])), None), (v, 0.0), xs)[0]
+
+
 def _wide_lanes(x):  # over SPREAD_LANES lanes: a lane loop across the cores (not in the calling thread)
     return ft.lax.fori_loop(0, 20, lambda i, v: v * 0.9 + fnp.sin(v), x)
 
@@ -46,6 +50,8 @@ CASES = {
                                                       RNG.standard_normal((300, 10)).astype(np.float32))),
     "scan with products and ys": (_rnn, lambda: (RNG.standard_normal((7, 7)).astype(np.float32) * 0.3,
                                                  RNG.standard_normal((25, 7)).astype(np.float32))),
+    "scan summing over its lanes": (_summed_over_lanes, lambda: (RNG.standard_normal(37).astype(np.float32),
+                                                                 RNG.standard_normal((20, 37)).astype(np.float32))),
     "lane loop over the cores": (_wide_lanes, lambda: (RNG.standard_normal(loops.SPREAD_LANES + 9).astype(np.float32),)),
 }
 
@@ -66,7 +72,12 @@ def test_replayed_calls_give_the_bits_of_the_normal_path(case):
     reference = [_leaves(ft.jit(f)(*x)) for x in inputs]  # (a first call each: the normal path)
     g = ft.jit(f)
     outs = [_leaves(g(*ft.device_put(x))) for x in inputs + inputs]  # records at the second call
-    assert _exe(g)._replay is not None
+    exe = _exe(g)
+    assert exe._replay is not None
+    # no launch writes a buffer of the executable's pool as if it were the lowering's own (a made
+    # array released or freed by the recorded call, which later calls would be handed out again)
+    pooled = {id(b) for free in exe._pool.values() for b, _ in free if b is not None}
+    assert not [w for *_, spec in exe._replay.launches for where, w in spec if where == replay.OWN and id(w) in pooled]
     for k, got in enumerate(outs):
         for a, b in zip(got, reference[k % len(inputs)]):
             np.testing.assert_array_equal(a, b)

@@ -30,11 +30,11 @@ def eligible(exe) -> bool:
 
 
 class _RecordingKernel:
-    def __init__(self, kernel, launches: list):
-        self.kernel, self.launches = kernel, launches
+    def __init__(self, kernel, recording: "Recording"):
+        self.kernel, self.recording = kernel, recording
 
     def __call__(self, queue, global_size, local_size, *args):
-        self.launches.append((self.kernel, queue, global_size, local_size, args))
+        self.recording.launched(self.kernel, queue, global_size, local_size, args)
         return self.kernel(queue, global_size, local_size, *args)
 
     def make(self):
@@ -45,10 +45,10 @@ class Recording:
     """A ``LaunchContext`` for one call whose launches and allocations are kept."""
 
     def __init__(self, ctx: LaunchContext):
-        self.launches: list = []
+        self.launches: list = []  # (kernel, queue, global size, local size, args: a made array's index or as given)
         self.made: list = []  # (array, shape, dtype) in allocation order
         self.released: list = []
-        kernels = {name: _RecordingKernel(k, self.launches) for name, k in ctx.kernels.items()}
+        kernels = {name: _RecordingKernel(k, self) for name, k in ctx.kernels.items()}
         self.ctx = LaunchContext(ctx.rt, ctx.queue, kernels, self._alloc(ctx.alloc), self._release(ctx.release))
 
     def _alloc(self, alloc):
@@ -64,38 +64,39 @@ class Recording:
             release(arr)
         return recorded
 
+    def launched(self, kernel, queue, global_size, local_size, args: tuple) -> None:
+        """Keep a launch, each buffer argument that is an array the call made named by its index:
+        matched now, while it holds its buffer (a released array gives its buffer back to the
+        pool, which may hand it out again in the same call)."""
+        made = {id(a._buffer): k for k, (a, _, _) in enumerate(self.made) if a._buffer is not None}
+        spec = tuple((MADE, made[id(arg)]) if id(arg) in made else arg for arg in args)
+        self.launches.append((kernel, queue, global_size, local_size, spec))
+
     def replay(self, inputs: list, outs: list) -> "Replay | None":
         """The replay of this recording, whose call took ``inputs`` (device arrays) and returned
-        ``outs``; None where a launch argument or an output is none of the call's inputs, arrays
-        it made, or buffers the lowering holds (then the call is not replayed)."""
-        made = [a for a, _, _ in self.made]
-        if len({id(a._buffer) for a in made}) != len(made):  # (a buffer released and made again)
+        ``outs``; None where an output is not an array the call made and kept, one array was
+        passed for two arguments, or a kernel was not made yet (then the call is not replayed).
+        A launch argument neither made by the call nor an input is the lowering's own (a scalar,
+        a buffer it uploaded)."""
+        if len({id(a._buffer) for a in inputs}) != len(inputs):
             return None
         launches = []
         for kernel, queue, global_size, local_size, args in self.launches:
             if kernel._kernel is None:
                 return None
-            # (anything else -- a scalar, a buffer the lowering uploaded -- is the lowering's own)
-            spec = tuple(_find(arg, inputs, made) or (OWN, arg) for arg in args)
+            spec = tuple(arg if type(arg) is tuple else _input(arg, inputs) or (OWN, arg) for arg in args)
             launches.append((kernel._kernel, queue, global_size, local_size, spec))
-        out_spec = []
-        for out in outs:
-            k = next((k for k, a in enumerate(made) if a is out), None)
-            if k is None or out in self.released:
-                return None
-            out_spec.append(k)
+        made = [a for a, _, _ in self.made]
+        # (by identity: ``==`` on device arrays compares their values)
         released = [k for k, a in enumerate(made) if any(a is r for r in self.released)]
+        out_spec = [next((k for k, a in enumerate(made) if a is out), None) for out in outs]
+        if any(k is None or k in released for k in out_spec):
+            return None
         return Replay([(shape, dtype) for _, shape, dtype in self.made], launches, out_spec, released)
 
 
-def _find(arg, inputs: list, made: list):
-    for k, a in enumerate(inputs):
-        if a._buffer is arg:
-            return (INPUT, k)
-    for k, a in enumerate(made):
-        if a._buffer is arg:
-            return (MADE, k)
-    return None
+def _input(arg, inputs: list):
+    return next(((INPUT, k) for k, a in enumerate(inputs) if a._buffer is arg), None)
 
 
 @dataclass
