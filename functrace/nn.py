@@ -186,8 +186,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale: flo
     reads key/value head n // (N // K)); ``bias`` (added to the logits) and ``mask`` (bool, True
     keeps) broadcast to (batch, N, T, S); ``is_causal``, per-batch ``query_seq_lengths`` (queries
     past it give zeros) / ``key_value_seq_lengths`` and ``local_window_size`` (an int or (left,
-    right): key j for query i when i - left <= j <= i + right) restrict it further.  Without ``bias`` it runs the attention
-    kernels (``attention``); with one, as a composite of products, a softmax and a product.
+    right): key j for query i when i - left <= j <= i + right) restrict it further.  Without
+    ``bias`` it runs the attention kernels (``attention``); with one, as a composite of products, a
+    softmax and a product.
     ``implementation``: None or "xla" (functrace's own either way)."""
     if implementation not in (None, "xla"):
         raise NotImplementedError(f"dot_product_attention: implementation={implementation!r} is not available "
@@ -225,15 +226,14 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale: flo
 def _attention_keep(B: int, T: int, S: int, mask, q_lengths, kv_lengths, window):
     """The positions ``dot_product_attention`` keeps, (B, 1 or N, T, S) or None for all."""
     keep = None if mask is None else fnp.asarray(mask, bool)
+    t, s = np.arange(T)[:, None], np.arange(S)[None, :]  # (query, key positions)
     if q_lengths is not None or kv_lengths is not None:
-        t, s = np.arange(T)[:, None], np.arange(S)[None, :]
         ql = fnp.full((B,), T) if q_lengths is None else fnp.asarray(q_lengths)
         kl = fnp.full((B,), S) if kv_lengths is None else fnp.asarray(kv_lengths)
         lengths = fnp.logical_and(t < ql[:, None, None, None], s < kl[:, None, None, None])
         keep = lengths if keep is None else fnp.logical_and(keep, lengths)
     if window is not None:
         left, right = (window, window) if isinstance(window, (int, np.integer)) else tuple(window)
-        t, s = np.arange(T)[:, None], np.arange(S)[None, :]
         local = (s >= t - left) & (s <= t + right)
         keep = local if keep is None else fnp.logical_and(keep, local)
     return keep

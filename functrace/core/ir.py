@@ -331,6 +331,12 @@ def pp_jaxpr(jaxpr: Jaxpr, consts: Sequence | None = None, indent: int = 0) -> s
 # --------------------------------------------------------------------------- primitives
 
 
+def _eager_result(out):
+    """An eager primitive's output as an ``EagerArray``: a Python scalar an implementation passed
+    through (a branch returning 1.0) is an array too."""
+    return as_eager(np.asarray(out) if type(out) in PY_SCALAR_TYPES else out)
+
+
 class Primitive:
     """One operation of the IR.  Rules are attached where it is declared (``functrace/primitives/``).
 
@@ -407,10 +413,8 @@ class Primitive:
             if _config.debug_nans:
                 for o in (out if self.multiple_results else (out,)):
                     check_nans(self.name, o)
-            # eager results carry JAX's ``.at`` (core/eager.py says why a numpy subclass); a Python
-            # scalar an implementation passed through (a branch returning 1.0) is an array too
-            eager = lambda o: as_eager(np.asarray(o) if type(o) in PY_SCALAR_TYPES else o)
-            return [eager(o) for o in out] if self.multiple_results else eager(out)
+            # eager results carry JAX's ``.at`` (core/eager.py says why a numpy subclass)
+            return [_eager_result(o) for o in out] if self.multiple_results else _eager_result(out)
         if not top.main.alive:
             raise leaked_tracer_error(top.main, f"'{self.name}'")
         return top.process_primitive(

@@ -260,7 +260,8 @@ class Jitted:
         self.backend = backend
         self.static_argnums = tuple(int(i) for i in _as_tuple(static_argnums))
         self.static_argnames = tuple(_as_tuple(static_argnames))
-        self.donate_argnums = _donated(donate_argnums, self.static_argnums, getattr(fun, "__name__", "jitted"))
+        self.__name__ = getattr(fun, "__name__", "jitted")
+        self.donate_argnums = _donated(donate_argnums, self.static_argnums, self.__name__)
         self.donate_argnames = tuple(_as_tuple(donate_argnames))
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         try:
@@ -270,7 +271,6 @@ class Jitted:
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()  # guards _cache's insertions and evictions, and _tracing
         self._tracing: dict = {}  # key -> the lock held while that signature is traced
-        self.__name__ = getattr(fun, "__name__", "jitted")
         self._check_static_argnums()
         _JITTED.add(self)
 

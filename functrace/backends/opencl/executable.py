@@ -473,26 +473,31 @@ class OpenCLExecutable:
         finally:
             self._launch_ctx = ctx
         inputs = [env.get(v) for v in self.closed.jaxpr.in_vars]
-        if all(isinstance(a, Array) for a in inputs) and len({id(a._buffer) for a in inputs}) == len(inputs):
-            self._replay = recording.replay(inputs, outs)  # (one array passed twice: a later call records)
+        if all(isinstance(a, Array) for a in inputs):
+            self._replay = recording.replay(inputs, outs)  # (None: a later call may record)
         return outs
 
     def _replayed(self, env: dict, args) -> list:
         """A steady call as the recorded one (``replay``), with ``_launch_steps``'s waits and holds."""
-        if self.in_thread:
-            self.rt.queue.finish()
+        self._before_launches()
         env["inputs"] = inputs = [self._as_device(v, x) for v, x in zip(self.closed.jaxpr.in_vars, args)]
         outs, env["made"] = self._replay.run(self._launch_ctx, inputs)
-        if self.in_thread:
+        self._after_launches(env)
+        return outs
+
+    def _before_launches(self) -> None:
+        if self.in_thread:  # (its inputs may be the results of kernels still queued on the other queue)
+            self.rt.queue.finish()
+
+    def _after_launches(self, env: dict) -> None:
+        if self.in_thread:  # (ran as it was enqueued: later users on the other queue need no wait)
             self._launch_ctx.queue.finish()
         else:
-            self.rt.hold(self, env)
-        return outs
+            self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
 
     def _launch_steps(self, env: dict, args) -> list:
         jaxpr = self.closed.jaxpr
-        if self.in_thread:  # (its inputs may be the results of kernels still queued on the other queue)
-            self.rt.queue.finish()
+        self._before_launches()
         if self._device_consts is None:
             self._device_consts = [c if isinstance(c, Array) else self.rt.to_device(np.asarray(c))
                                    for c in self.closed.consts]
@@ -514,10 +519,7 @@ class OpenCLExecutable:
                 if env[v]._recycle is not None:
                     env.pop(v).recycle()
         outs = [self.rt.to_device(np.asarray(a.val)) if type(a) is Literal else get(a) for a in jaxpr.outs]
-        if self.in_thread:  # (ran as it was enqueued: later users on the other queue need no wait)
-            self._launch_ctx.queue.finish()
-        else:
-            self.rt.hold(self, env)  # unified memory: inputs and pools stay alive while kernels run
+        self._after_launches(env)
         return outs
 
     def _check_nans(self, args, outs) -> None:

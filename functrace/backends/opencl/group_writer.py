@@ -148,18 +148,15 @@ class GroupWriter(KernelParams):
         """``body`` for every element ``e`` of an array of ``shape`` on one work-item: a loop per
         axis (counters ``q0``, ``q1``, ... as ``coords`` names them; the rows ``lo`` .. ``hi`` - 1
         along a batched ``axis``), ``e`` the flat index."""
-        heads = ["    " * d + h for d, h in enumerate(_axis_loops(shape, axis))]
-        depth = len(heads)
-        if depth == 0:  # (one element: a block of its own, for its own e)
-            heads, depth = ["{"], 1
-        else:  # each element's work is its own (a work-group splits these loops over its work-items):
-            #    the innermost loop vectorizes though its reads and writes share a scratch buffer
-            heads.insert(-1, "    " * (depth - 1) + "#pragma clang loop vectorize(assume_safety)")
-            self.helpers.add(QUIET_LOOP_HINTS)
+        heads = _axis_loops(shape, axis) or ["{"]  # (one element: a block of its own, for its own e)
         flat = _flat([f"q{k}" for k in range(len(shape))], shape)
-        inner = "    " * depth
-        self.lines += heads + [f"{inner}const long e = {flat};"] + [inner + line for line in body]
-        self.lines += ["    " * d + "}" for d in range(depth - 1, -1, -1)]
+        lines = _nest(heads, [f"const long e = {flat};", *body])
+        if heads != ["{"]:  # each element's work is its own (a work-group splits these loops over its
+            #                 work-items): the innermost loop vectorizes though its reads and writes share
+            #                 a scratch buffer
+            lines.insert(len(heads) - 1, "    " * (len(heads) - 1) + "#pragma clang loop vectorize(assume_safety)")
+            self.helpers.add(QUIET_LOOP_HINTS)
+        self.lines += lines
 
     def coords(self, index: str, shape: tuple) -> list:
         """C expressions of the coordinates of flat ``index`` in ``shape``: on one work-item, of
@@ -475,9 +472,7 @@ class GroupWriter(KernelParams):
         self.loop_over(contraction(e), lambda kc: self.lines.extend(f"{acc}_{b} += {self.product_term(e, c, kc)};"
                                                                      for b, c in enumerate(coords)))
         body = self.lines + [self.store(out, _flat(c, shape), f"{acc}_{b}") for b, c in enumerate(coords)]
-        depth = len(heads)
-        self.lines = outer + ["    " * d + h for d, h in enumerate(heads)] + ["    " * depth + line for line in body] \
-            + ["    " * d + "}" for d in reversed(range(depth))]
+        self.lines = outer + _nest(heads, body)
         self.dirty.add(self.owner[out])
 
     def product_term(self, e, c: list, kc: list) -> str:
@@ -860,6 +855,13 @@ def _axis_loops(shape: tuple, rows_axis: int | None, skip: int | None = None) ->
     (an empty axis keeps its loop: its counter is named, the body never runs)."""
     return [f"for (long q{k} = {'lo' if k == rows_axis else 0}; q{k} < {'hi' if k == rows_axis else n}; q{k}++) {{"
             for k, n in enumerate(shape) if n != 1 and k != skip]
+
+
+def _nest(heads: list, body: list) -> list:
+    """The lines of the loops ``heads`` (outermost first) around ``body``, indented, each closed."""
+    depth = len(heads)
+    return (["    " * d + h for d, h in enumerate(heads)] + ["    " * depth + line for line in body]
+            + ["    " * d + "}" for d in reversed(range(depth))])
 
 
 def contraction(e) -> list:

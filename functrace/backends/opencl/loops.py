@@ -299,10 +299,6 @@ def launch_chunks(ctx, kernel, buffers: list, carried: slice, targets: list, res
     carries from ``buffers[carried]`` and writes them to a set of buffers the next launch reads --
     the last one to ``targets``, the one before a scratch set, and so on -- then the other
     parameters ``rest`` (the ys, scratch) and a scan's step bounds."""
-    if len(starts) == 1:  # (one launch: the carries go straight to their targets)
-        bounds = (np.int64(0), np.int64(loop.length)) if loop.length is not None else ()
-        kernel(ctx.queue, global_size, local_size, *[a.buffer for a in buffers + targets + rest], *bounds)
-        return
     buffers = list(buffers)
     sets = [targets] + ([[ctx.alloc(a.shape, a.dtype) for a in buffers[carried]]] if len(starts) > 1 else [])
     last = None
